@@ -1,0 +1,1 @@
+"""Triton kernels of the grouped MXFP4 MoE, one per file."""

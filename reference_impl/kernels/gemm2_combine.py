@@ -1,0 +1,75 @@
+"""Grouped down-projection GEMM with the top-k combine fused into its epilogue.
+
+One program = one block of BLOCK_M sorted slots (one expert) x BLOCK_N hidden
+columns. The A rows are the contiguous padded rows written by gemm1_swiglu.
+Epilogue: scale each row by topk_weight * routed_scaling_factor, then
+  OUT_MODE 0: atomic add (bf16) straight into out[token]      (no extra pass)
+  OUT_MODE 1: atomic add into a float32 [M, H] buffer          (then a cast)
+  OUT_MODE 2: store into a float32 [M * topk, H] per-slot buffer (deterministic,
+              reduce_topk sums it in a fixed order)
+"""
+import triton
+import triton.language as tl
+
+from .e2m1 import e2m1_scaled_to_bf16, transposed as _t
+
+
+@triton.jit
+def gemm2_combine_kernel(
+    a_ptr, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
+    S, N, K, NB, TOPK,
+    stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
+    scale_factor,
+    OUT_MODE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr = False,
+):
+    pid = tl.program_id(0)
+    b = pid % NB
+    n = pid // NB
+    e = tl.load(block_expert_ptr + b)
+    if e < 0:
+        return
+    e = e.to(tl.int64)
+    G: tl.constexpr = BLOCK_K // 32
+
+    offs_m = b * BLOCK_M + tl.arange(0, BLOCK_M)
+    slot = tl.load(sorted_ptr + offs_m)
+    row_ok = slot < S
+    offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+
+    offs_k = tl.arange(0, BLOCK_K)
+    a_rows = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :]
+
+    g3 = tl.arange(0, G)[None, :, None]
+    j3 = tl.arange(0, 16)[None, None, :]
+    n3 = offs_n[:, None, None]
+    w_p = w_ptr + e * stride_we + n3 * stride_wn + g3 * 16 + j3
+    s_p = s_ptr + e * stride_se + n3 * stride_sn + g3
+    wmask_n = n3 < N
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_rows + k0, mask=k0 + offs_k[None, :] < K, other=0.0)
+        if DOT_F32:  # the CPU interpreter's bf16 tl.dot is wrong; keep its math in fp32
+            a = a.to(tl.float32)
+        a_even, a_odd = tl.split(tl.reshape(a, [BLOCK_M, BLOCK_K // 2, 2]))
+        kmask = wmask_n & (k0 + g3 * 32 < K)
+        bw = tl.load(w_p + k0 // 2, mask=kmask, other=0).to(tl.int32) & 0xFF
+        sw = tl.load(s_p + k0 // 32, mask=kmask, other=127).to(tl.int32) & 0xFF
+        w_lo = tl.reshape(e2m1_scaled_to_bf16(bw & 0xF, sw), [BLOCK_N, BLOCK_K // 2])
+        w_hi = tl.reshape(e2m1_scaled_to_bf16(bw >> 4, sw), [BLOCK_N, BLOCK_K // 2])
+        acc = tl.dot(a_even, _t(w_lo, DOT_F32), acc)
+        acc = tl.dot(a_odd, _t(w_hi, DOT_F32), acc)
+
+    wt = tl.load(topk_w_ptr + slot, mask=row_ok, other=0.0).to(tl.float32) * scale_factor
+    v = acc * wt[:, None]
+    mask = row_ok[:, None] & n_ok[None, :]
+    if OUT_MODE == 2:
+        dst = out_ptr + slot[:, None].to(tl.int64) * stride_om + offs_n[None, :]
+        tl.store(dst, v, mask=mask)
+    else:
+        tok = (slot // TOPK).to(tl.int64)
+        dst = out_ptr + tok[:, None] * stride_om + offs_n[None, :]
+        tl.atomic_add(dst, v.to(out_ptr.dtype.element_ty), mask=mask, sem="relaxed")

@@ -1,0 +1,206 @@
+"""Host wrapper of the grouped MXFP4 MoE: validation, buffers, grids, launches.
+
+Pipeline (one fixed grid per batch size, no host sync -> CUDA-graph safe):
+  1. route        slots sorted by expert, padded to BLOCK_M (kernels/route.py for
+                  decode-sized batches, routing.route_torch beyond)
+  2. gemm1_swiglu act[row] = silu(clamp(x @ W13_gate^T)) * clamp(x @ W13_up^T)
+  3. gemm2_combine out[token] += w * rsf * act[row] @ W2^T   (atomics, or a
+                  per-slot buffer + reduce_topk when deterministic=True)
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+import triton
+
+from . import configs as _configs
+from .routing import max_blocks, route_torch
+from .kernels.route import route_kernel
+from .kernels.gemm1_swiglu import gemm1_swiglu_kernel
+from .kernels.gemm2_combine import gemm2_combine_kernel
+from .kernels.reduce_topk import reduce_topk_kernel
+
+ROUTE_KERNEL_MAX_SLOTS = 2048
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _fail(name: str, msg: str):
+    raise ValueError(f"{name}: {msg}")
+
+
+def _scale_bits(name: str, s: torch.Tensor) -> torch.Tensor:
+    """E8M0 exponents as uint8, from float8_e8m0fnu, uint8 bits or float32 powers of two."""
+    if s.dtype == torch.uint8:
+        return s
+    if s.dtype == getattr(torch, "float8_e8m0fnu", None):
+        return s.view(torch.uint8)
+    if s.dtype == torch.float32:
+        return ((s.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)
+    _fail(name, f"dtype {s.dtype} not one of float8_e8m0fnu, uint8, float32")
+
+
+def _validate(x, w13, w2, s13, s2, ids, tw, H, I):
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        _fail("hidden_states", "expected a 2-D tensor [M, hidden_size]")
+    if x.dtype != torch.bfloat16:
+        _fail("hidden_states", f"dtype {x.dtype}, expected torch.bfloat16")
+    if H <= 0 or H % 32:
+        _fail("hidden_size", f"{H} is not a positive multiple of 32")
+    if I <= 0 or I % 32:
+        _fail("intermediate_size", f"{I} is not a positive multiple of 32")
+    if x.shape[1] != H:
+        _fail("hidden_states", f"shape {tuple(x.shape)} does not match hidden_size={H}")
+    for name, w in (("w13_packed", w13), ("w2_packed", w2)):
+        if not isinstance(w, torch.Tensor) or w.dtype not in (torch.int8, torch.uint8):
+            _fail(name, f"dtype {getattr(w, 'dtype', type(w))}, expected int8/uint8 packed e2m1")
+    if w13.dim() != 3:
+        _fail("w13_packed", f"expected [E, 2I, H/2], got {tuple(w13.shape)}")
+    E = w13.shape[0]
+    if tuple(w13.shape) != (E, 2 * I, H // 2):
+        _fail("w13_packed", f"shape {tuple(w13.shape)}, expected {(E, 2 * I, H // 2)}")
+    if tuple(w2.shape) != (E, H, I // 2):
+        _fail("w2_packed", f"shape {tuple(w2.shape)}, expected {(E, H, I // 2)}")
+    if not isinstance(s13, torch.Tensor) or tuple(s13.shape) != (E, 2 * I, H // 32):
+        _fail("w13_scale", f"shape {tuple(getattr(s13, 'shape', ()))}, expected {(E, 2 * I, H // 32)}")
+    if not isinstance(s2, torch.Tensor) or tuple(s2.shape) != (E, H, I // 32):
+        _fail("w2_scale", f"shape {tuple(getattr(s2, 'shape', ()))}, expected {(E, H, I // 32)}")
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64):
+        _fail("topk_ids", f"dtype {getattr(ids, 'dtype', type(ids))}, expected int32/int64")
+    if ids.dim() != 2 or ids.shape[0] != x.shape[0]:
+        _fail("topk_ids", f"shape {tuple(ids.shape)}, expected [{x.shape[0]}, topk]")
+    if not isinstance(tw, torch.Tensor) or not tw.is_floating_point():
+        _fail("topk_weights", f"dtype {getattr(tw, 'dtype', type(tw))}, expected a float dtype")
+    if tuple(tw.shape) != tuple(ids.shape):
+        _fail("topk_weights", f"shape {tuple(tw.shape)}, expected {tuple(ids.shape)}")
+    for name, t in (("w13_packed", w13), ("w2_packed", w2), ("w13_scale", s13),
+                    ("w2_scale", s2), ("topk_ids", ids), ("topk_weights", tw)):
+        if t.device != x.device:
+            _fail(name, f"on {t.device}, hidden_states on {x.device}")
+    if x.device.type != "cuda" and not _interpreting():
+        _fail("hidden_states", f"on {x.device}: needs a CUDA device (or TRITON_INTERPRET=1)")
+    return E
+
+
+def _device_name(dev: torch.device) -> Optional[str]:
+    if dev.type != "cuda":
+        return None
+    return torch.cuda.get_device_name(dev)
+
+
+def _kw(c: dict) -> dict:
+    return {k: c[k] for k in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")}
+
+
+def grouped_mxfp4_moe(
+    hidden_states: torch.Tensor,
+    w13_packed: torch.Tensor,
+    w2_packed: torch.Tensor,
+    w13_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    hidden_size: int,
+    intermediate_size: int,
+    routed_scaling_factor: Optional[float] = None,
+    clamp_limit: Optional[float] = None,
+    inplace: bool = False,
+    *,
+    deterministic: bool = False,
+    config: Optional[dict] = None,
+    _poison: bool = False,
+) -> torch.Tensor:
+    """Grouped MXFP4 MoE forward, drop-in for SGLang's mxfp4_moe_forward_triton.
+
+    deterministic=True sums the top-k contributions in a fixed order (a per-slot
+    buffer and one reduce launch) instead of atomics. config overrides the
+    tuned/default kernel config. _poison fills scratch buffers with NaN (tests).
+    """
+    H, I = int(hidden_size), int(intermediate_size)
+    E = _validate(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale,
+                  topk_ids, topk_weights, H, I)
+    x = hidden_states.contiguous()
+    M = x.shape[0]
+    dev = x.device
+    if M == 0:
+        return torch.empty(0, H, dtype=torch.bfloat16, device=dev)
+    topk = topk_ids.shape[1]
+    S = M * topk
+    cfg = config or _configs.get_config(M, E, topk, H, I, _device_name(dev))
+    BM = cfg["BLOCK_M"]
+    c1, c2 = cfg["gemm1"], cfg["gemm2"]
+
+    w13 = w13_packed.contiguous().view(torch.uint8)
+    w2 = w2_packed.contiguous().view(torch.uint8)
+    s13 = _scale_bits("w13_scale", w13_scale).contiguous()
+    s2 = _scale_bits("w2_scale", w2_scale).contiguous()
+    ids = topk_ids.contiguous()
+    tw = topk_weights.contiguous()
+
+    # 1. routing
+    NB = max_blocks(S, E, BM)
+    P = NB * BM
+    if S <= ROUTE_KERNEL_MAX_SLOTS:
+        sorted_slots = torch.empty(P, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(NB, dtype=torch.int32, device=dev)
+        E_PAD = triton.next_power_of_2(E + 1)
+        scratch = torch.empty(2 * E_PAD, dtype=torch.int32, device=dev)
+        route_kernel[(1,)](
+            ids, sorted_slots, block_expert, scratch, S, E, P, NB,
+            S_PAD=max(16, triton.next_power_of_2(S)), E_PAD=E_PAD, BLOCK_M=BM, FILL=1024,
+            num_warps=4,
+        )
+    else:
+        sorted_slots, block_expert = route_torch(ids, E, BM)
+
+    # 2. gate/up GEMM + SwiGLU
+    act = torch.empty(P, I, dtype=torch.bfloat16, device=dev)
+    if _poison:
+        act.fill_(float("nan"))
+    has_clamp = clamp_limit is not None and clamp_limit > 0
+    grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
+    gemm1_swiglu_kernel[grid1](
+        x, w13, s13, act, sorted_slots, block_expert,
+        S, H, I, NB, topk,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        float(clamp_limit) if has_clamp else 0.0,
+        HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), **_kw(c1),
+    )
+
+    # 3. down GEMM + weighted top-k combine
+    rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
+    if deterministic:
+        mode = 2
+        buf = torch.empty(S, H, dtype=torch.float32, device=dev)
+        if _poison:
+            buf.fill_(float("nan"))
+    elif _interpreting() or torch.cuda.get_device_capability(dev) < (9, 0):
+        mode = 1  # no bf16 atomics: accumulate in float32, then cast
+        buf = torch.zeros(M, H, dtype=torch.float32, device=dev)
+    else:
+        mode = 0
+        buf = torch.zeros(M, H, dtype=torch.bfloat16, device=dev)
+    grid2 = (NB * triton.cdiv(H, c2["BLOCK_N"]),)
+    gemm2_combine_kernel[grid2](
+        act, w2, s2, buf, sorted_slots, block_expert, tw,
+        S, H, I, NB, topk,
+        act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
+        rsf,
+        OUT_MODE=mode, BLOCK_M=BM, DOT_F32=_interpreting(), **_kw(c2),
+    )
+    if mode == 0:
+        return buf
+    if mode == 1:
+        return buf.to(torch.bfloat16)
+    out = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
+    if _poison:
+        out.fill_(float("nan"))
+    RBN = min(1024, triton.next_power_of_2(H))
+    reduce_topk_kernel[(M, triton.cdiv(H, RBN))](
+        buf, ids, out, H, E, buf.stride(0), out.stride(0), TOPK=topk, BLOCK_N=RBN,
+    )
+    return out

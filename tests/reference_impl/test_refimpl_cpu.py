@@ -1,0 +1,130 @@
+"""Grouped MXFP4 MoE vs the PyTorch reference and a float64 computation, at
+small shapes (CPU: Triton interpreter; GPU: compiled)."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+pytest.importorskip("triton", reason="triton is not installed")
+
+from refimpl_data import make_problem  # noqa: E402
+from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
+from reference_impl import moe as moe_mod  # noqa: E402
+from reference_impl.routing import max_blocks, route_torch  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+if DEV == "cpu":
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+TOL = 1e-2
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def check(p, **kw):
+    out = grouped_mxfp4_moe(**p, _poison=True, **kw)
+    kw.pop("deterministic", None)
+    kw.pop("config", None)
+    ref = reference_mxfp4_moe(**p, **kw)
+    ref64 = reference_mxfp4_moe(**p, compute_dtype=torch.float64, **kw)
+    assert out.dtype == torch.bfloat16 and out.shape == ref.shape
+    assert torch.isfinite(out).all(), "unwritten (poisoned) values reached the output"
+    assert rel(out, ref) <= TOL
+    assert rel(out, ref64) <= TOL
+    return out
+
+
+CASES = [
+    # M, E, H, I, topk, scale dtype, clamp, rsf, invalid fraction, deterministic
+    (1, 8, 64, 64, 2, "e8m0", None, None, 0.0, False),
+    (3, 8, 96, 64, 4, "uint8", 0.75, 2.5, 0.25, False),   # K tail (96 % 64), clamp, -1 slots
+    (7, 4, 64, 96, 3, "float32", None, 0.5, 0.1, True),   # I tail, deterministic
+    (5, 16, 128, 32, 4, "e8m0", 1.0, None, 0.0, True),
+]
+
+
+@pytest.mark.parametrize("M,E,H,I,topk,sd,clamp,rsf,inv,det", CASES)
+def test_matches_reference(M, E, H, I, topk, sd, clamp, rsf, inv, det):
+    p = make_problem(M, E, H, I, topk, device=DEV, seed=1000 * M + E, scale_dtype=sd, invalid_frac=inv)
+    check(p, clamp_limit=clamp, routed_scaling_factor=rsf, deterministic=det)
+
+
+def test_many_rows_per_expert_both_routings(monkeypatch):
+    """40 slots on 3 experts: several BLOCK_M=16 blocks per expert; the
+    single-kernel routing and the tensor-op routing give the same result."""
+    p = make_problem(20, 3, 64, 64, 2, device=DEV, seed=7)
+    cfg = {"BLOCK_M": 16, "gemm1": {"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2},
+           "gemm2": {"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2}}
+    a = check(p, config=cfg, deterministic=True)
+    monkeypatch.setattr(moe_mod, "ROUTE_KERNEL_MAX_SLOTS", 0)
+    b = check(p, config=cfg, deterministic=True)
+    assert torch.equal(a, b)
+
+
+def test_route_kernel_matches_tensor_ops():
+    import triton
+    from reference_impl.kernels.route import route_kernel
+
+    g = torch.Generator().manual_seed(3)
+    for S_rows, topk, E, BM in [(5, 4, 8, 16), (33, 2, 6, 16), (16, 8, 256, 32)]:
+        ids = torch.randint(-1, E, (S_rows, topk), generator=g, dtype=torch.int32).to(DEV)
+        S = ids.numel()
+        a, b = route_torch(ids, E, BM)
+        NB = max_blocks(S, E, BM)
+        P = NB * BM
+        s2 = torch.empty(P, dtype=torch.int32, device=DEV)
+        b2 = torch.empty(NB, dtype=torch.int32, device=DEV)
+        EP = triton.next_power_of_2(E + 1)
+        scratch = torch.empty(2 * EP, dtype=torch.int32, device=DEV)
+        route_kernel[(1,)](ids, s2, b2, scratch, S, E, P, NB, S_PAD=max(16, triton.next_power_of_2(S)),
+                           E_PAD=EP, BLOCK_M=BM, FILL=1024)
+        assert torch.equal(a, s2) and torch.equal(b, b2)
+        # every valid slot appears exactly once, in a block of its own expert
+        flat = ids.flatten().long()
+        rows = a[a < S].long()
+        assert sorted(rows.tolist()) == [i for i in range(S) if 0 <= flat[i] < E]
+        blk = torch.nonzero(a < S).flatten() // BM
+        assert torch.equal(b[blk].long(), flat[rows])
+
+
+def test_deterministic_is_bitwise_repeatable():
+    p = make_problem(6, 4, 64, 64, 3, device=DEV, seed=11)
+    a = grouped_mxfp4_moe(**p, deterministic=True)
+    b = grouped_mxfp4_moe(**p, deterministic=True)
+    assert torch.equal(a, b)
+
+
+def test_m_zero_returns_empty():
+    p = make_problem(0, 4, 64, 64, 2, device=DEV)
+    out = grouped_mxfp4_moe(**p)
+    assert out.shape == (0, 64) and out.dtype == torch.bfloat16
+
+
+def test_inplace_keyword_accepted():
+    p = make_problem(2, 4, 64, 64, 2, device=DEV, seed=5)
+    out = grouped_mxfp4_moe(**p, inplace=False)
+    assert rel(out, reference_mxfp4_moe(**p)) <= TOL
+
+
+@pytest.mark.parametrize("arg,mutate", [
+    ("hidden_states", lambda p: p.update(hidden_states=p["hidden_states"].float())),
+    ("hidden_states", lambda p: p.update(hidden_states=p["hidden_states"][:, :32])),
+    ("hidden_size", lambda p: p.update(hidden_size=48)),
+    ("intermediate_size", lambda p: p.update(intermediate_size=40)),
+    ("w13_packed", lambda p: p.update(w13_packed=p["w13_packed"].float())),
+    ("w13_packed", lambda p: p.update(w13_packed=p["w13_packed"][:, :-2])),
+    ("w2_packed", lambda p: p.update(w2_packed=p["w2_packed"][..., :-1])),
+    ("w13_scale", lambda p: p.update(w13_scale=p["w13_scale"][..., :-1])),
+    ("w2_scale", lambda p: p.update(w2_scale=p["w2_scale"].to(torch.float16))),
+    ("topk_ids", lambda p: p.update(topk_ids=p["topk_ids"].float())),
+    ("topk_ids", lambda p: p.update(topk_ids=p["topk_ids"][:1])),
+    ("topk_weights", lambda p: p.update(topk_weights=p["topk_weights"][:, :1])),
+    ("topk_ids", lambda p: p.update(topk_ids=p["topk_ids"].to("meta"))),
+])
+def test_bad_input_raises_value_error_naming_argument(arg, mutate):
+    p = make_problem(3, 4, 64, 64, 2, device=DEV, seed=2)
+    mutate(p)
+    with pytest.raises(ValueError, match=arg):
+        grouped_mxfp4_moe(**p)
