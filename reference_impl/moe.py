@@ -23,6 +23,7 @@ from .kernels.gemm2_combine import gemm2_combine_kernel
 from .kernels.reduce_topk import reduce_topk_kernel
 
 ROUTE_KERNEL_MAX_SLOTS = 2048
+_STATE = {"bf16_atomics": True}  # cleared if the bf16 atomic epilogue fails to build
 
 
 def _interpreting() -> bool:
@@ -178,20 +179,33 @@ def grouped_mxfp4_moe(
         buf = torch.empty(S, H, dtype=torch.float32, device=dev)
         if _poison:
             buf.fill_(float("nan"))
-    elif _interpreting() or torch.cuda.get_device_capability(dev) < (9, 0):
+    elif _interpreting() or not _STATE["bf16_atomics"] or torch.cuda.get_device_capability(dev) < (9, 0):
         mode = 1  # no bf16 atomics: accumulate in float32, then cast
         buf = torch.zeros(M, H, dtype=torch.float32, device=dev)
     else:
         mode = 0
         buf = torch.zeros(M, H, dtype=torch.bfloat16, device=dev)
     grid2 = (NB * triton.cdiv(H, c2["BLOCK_N"]),)
-    gemm2_combine_kernel[grid2](
-        act, w2, s2, buf, sorted_slots, block_expert, tw,
-        S, H, I, NB, topk,
-        act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-        rsf,
-        OUT_MODE=mode, BLOCK_M=BM, DOT_F32=_interpreting(), **_kw(c2),
-    )
+
+    def launch2(mode, buf):
+        gemm2_combine_kernel[grid2](
+            act, w2, s2, buf, sorted_slots, block_expert, tw,
+            S, H, I, NB, topk,
+            act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
+            rsf,
+            OUT_MODE=mode, BLOCK_M=BM, DOT_F32=_interpreting(), **_kw(c2),
+        )
+
+    if mode == 0:
+        try:
+            launch2(0, buf)
+        except Exception:  # this Triton cannot build bf16 atomics: float32 + cast
+            _STATE["bf16_atomics"] = False
+            mode = 1
+            buf = torch.zeros(M, H, dtype=torch.float32, device=dev)
+            launch2(1, buf)
+    else:
+        launch2(mode, buf)
     if mode == 0:
         return buf
     if mode == 1:

@@ -1,0 +1,248 @@
+"""Benchmark of reference_impl.grouped_mxfp4_moe on the GPU, with its peers
+measured in the same run:
+  * SGLang 0.5.13.post1's slot path (mxfp4_moe_forward_triton), imported by path
+    from a module file extracted from the wheel at run time (never stored here);
+  * bf16 peer: weights dequantized to bf16 ahead of time + torch._grouped_mm;
+  * ceilings: device-to-device copy bandwidth and a dense 8192^3 bf16 matmul.
+Every forward is captured in a CUDA graph and timed by replay, L2 flushed before
+each timed replay, median of the reps. Writes results.json (+ tuned configs).
+
+  python bench/reference_impl/bench_moe.py --out OUT [--slot-module PATH] [--tune]
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference_impl"))
+
+from refimpl_data import make_problem  # noqa: E402
+from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
+from reference_impl.reference import dequant_mxfp4  # noqa: E402
+from reference_impl.configs import config_file_name, get_config  # noqa: E402
+
+MODELS = {
+    "DeepSeek-V4-Flash": dict(E=256, H=4096, I=2048, topk=8, clamp=None, rsf=2.5),
+    "gpt-oss-120b": dict(E=128, H=2880, I=2880, topk=4, clamp=7.0, rsf=None),
+}
+MS = [1, 4, 16, 64, 256, 1024, 4096]
+
+
+def cfg(bm, g1, g2):
+    k = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+    return {"BLOCK_M": bm, "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2))}
+
+
+SMALL = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(16, (16, 256, 4, 4), (32, 256, 4, 4)),
+         cfg(16, (32, 128, 4, 5), (64, 128, 4, 5)), cfg(16, (64, 128, 4, 4), (128, 128, 4, 4)),
+         cfg(16, (16, 512, 4, 3), (32, 512, 4, 3)), cfg(16, (32, 256, 8, 4), (64, 256, 8, 4))]
+MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(32, (32, 256, 4, 4), (64, 256, 4, 4)),
+       cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4)),
+       cfg(32, (64, 128, 4, 3), (64, 128, 4, 3))]
+LARGE = [cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), cfg(128, (64, 64, 8, 3), (128, 64, 8, 3)),
+         cfg(128, (128, 64, 8, 3), (128, 64, 8, 3)), cfg(64, (64, 128, 4, 3), (128, 128, 8, 3)),
+         cfg(128, (32, 128, 4, 3), (64, 128, 4, 3))]
+
+
+def candidates(M):
+    return SMALL if M <= 64 else MID if M <= 1024 else LARGE
+
+
+_flush = None
+
+
+def time_graph(fn, reps=20, warm=2):
+    """Capture fn() in a CUDA graph, replay reps times with L2 flushed; median ms."""
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warm):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ts = []
+    for _ in range(reps):
+        _flush.zero_()
+        a, b = torch.cuda.Event(True), torch.cuda.Event(True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def copy_bw():
+    n = 2 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(10):
+        e0, e1 = torch.cuda.Event(True), torch.cuda.Event(True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    return 2 * n / (ts[len(ts) // 2] * 1e-3)  # bytes read + written per second
+
+
+def dense_bf16_tflops():
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(10):
+        e0, e1 = torch.cuda.Event(True), torch.cuda.Event(True)
+        e0.record()
+        a @ b
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    return 2 * n ** 3 / (ts[len(ts) // 2] * 1e-3) / 1e12
+
+
+def bf16_peer(x, w13t, w2t, ids, tw, I, clamp, rsf):
+    """Sort slots by expert with tensor ops, two torch._grouped_mm, weighted index_add."""
+    M, topk = ids.shape
+    E = w13t.shape[0]
+    flat = ids.reshape(-1).long()
+    key = torch.where(flat >= 0, flat, E)
+    order = torch.argsort(key, stable=True)
+    counts = torch.zeros(E + 1, dtype=torch.int64, device=x.device).scatter_add_(0, key, torch.ones_like(key))
+    offs = torch.cumsum(counts[:E], 0).to(torch.int32)
+    tok = order // topk
+    h = torch._grouped_mm(x[tok], w13t, offs=offs)
+    gate, up = h[:, :I].float(), h[:, I:].float()
+    if clamp:
+        gate, up = gate.clamp(max=clamp), up.clamp(-clamp, clamp)
+    a = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)
+    d = torch._grouped_mm(a, w2t, offs=offs).float()
+    w = (tw.reshape(-1)[order] * (key[order] < E)).float()
+    out = torch.zeros(M, x.shape[1], dtype=torch.float32, device=x.device).index_add_(0, tok, d * w[:, None])
+    if rsf:
+        out = out * rsf
+    return out.to(torch.bfloat16)
+
+
+def load_slot(path):
+    spec = importlib.util.spec_from_file_location("sglang_slot_path", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.mxfp4_moe_forward_triton
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--slot-module", default=None)
+    ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--ms", default=",".join(map(str, MS)))
+    ap.add_argument("--slot-max-m", type=int, default=64)
+    ap.add_argument("--budget-s", type=float, default=1e9)
+    args = ap.parse_args()
+    t_start = time.time()
+    os.makedirs(args.out, exist_ok=True)
+    dev_name = torch.cuda.get_device_name()
+    bw = copy_bw()
+    dense = dense_bf16_tflops()
+    print(f"{dev_name}: copy {bw / 1e12:.2f} TB/s, dense bf16 {dense:.0f} TFLOP/s", flush=True)
+    slot = load_slot(args.slot_module) if args.slot_module else None
+    res = {"device": dev_name, "torch": torch.__version__, "copy_bw_Bps": bw, "dense_bf16_tflops": dense,
+           "timing": "CUDA graph replay, L2 flushed before each rep, median", "rows": []}
+    for mname in args.models.split(","):
+        c = MODELS[mname]
+        E, H, I, topk = c["E"], c["H"], c["I"], c["topk"]
+        kw = dict(clamp_limit=c["clamp"], routed_scaling_factor=c["rsf"])
+        base = make_problem(1, E, H, I, topk, device="cuda", seed=1)
+        w13t = dequant_mxfp4(base["w13_packed"], base["w13_scale"], torch.bfloat16).transpose(1, 2)
+        w2t = dequant_mxfp4(base["w2_packed"], base["w2_scale"], torch.bfloat16).transpose(1, 2)
+        exp_bytes = (2 * I * H // 2 + 2 * I * H // 32) + (H * I // 2 + H * I // 32)
+        tuned = {}
+        for M in map(int, args.ms.split(",")):
+            if time.time() - t_start > args.budget_s:
+                print("budget reached, stopping", flush=True)
+                break
+            q = make_problem(M, E, H, I, topk, device="cuda", seed=100 + M)
+            p = dict(base, hidden_states=q["hidden_states"], topk_ids=q["topk_ids"], topk_weights=q["topk_weights"])
+            uniq = int(torch.unique(p["topk_ids"]).numel())
+            roof_ms = uniq * exp_bytes / (bw / 2) * 1e3  # copy bw counts read+write; weights are read once
+            flops = 2 * M * topk * (2 * I * H + H * I)
+            row = {"model": mname, "E": E, "H": H, "I": I, "topk": topk, "M": M, "uniq": uniq,
+                   "bytes": uniq * exp_bytes, "roofline_ms": roof_ms, "flops": flops}
+            cands = candidates(M) if args.tune else [get_config(M, E, topk, H, I, dev_name)]
+            best = None
+            for cf in cands:
+                try:
+                    t = time_graph(lambda: grouped_mxfp4_moe(**p, config=cf, **kw))
+                except Exception as ex:  # a config that does not build/fit
+                    print("config failed", cf, repr(ex)[:200], flush=True)
+                    continue
+                if best is None or t < best[0]:
+                    best = (t, cf)
+            t, cf = best
+            tuned[M] = cf
+            out = grouped_mxfp4_moe(**p, config=cf, **kw)
+            row.update(ms=t, config=cf, frac_roofline=roof_ms / t, tflops=flops / (t * 1e-3) / 1e12,
+                       frac_dense=flops / (t * 1e-3) / 1e12 / dense)
+            row["ms_det"] = time_graph(lambda: grouped_mxfp4_moe(**p, config=cf, deterministic=True, **kw))
+            if M <= 64:
+                row["err_vs_reference"] = rel(out, reference_mxfp4_moe(**p, **kw))
+            try:
+                row["bf16_ms"] = time_graph(lambda: bf16_peer(p["hidden_states"], w13t, w2t, p["topk_ids"],
+                                                               p["topk_weights"], I, c["clamp"], c["rsf"]))
+                row["err_bf16_vs_ours"] = rel(out, bf16_peer(p["hidden_states"], w13t, w2t, p["topk_ids"],
+                                                             p["topk_weights"], I, c["clamp"], c["rsf"]))
+                row["x_bf16"] = row["bf16_ms"] / t
+            except Exception as ex:
+                row["bf16_error"] = repr(ex)[:300]
+            if slot is not None and M <= args.slot_max_m:
+                sp = dict(p, w13_scale=p["w13_scale"].float(), w2_scale=p["w2_scale"].float())
+                fn = lambda: slot(**sp, **kw)  # noqa: E731
+                fn()  # autotune outside the graph
+                row["slot_ms"] = time_graph(fn, reps=5, warm=1)
+                row["x_slot"] = row["slot_ms"] / t
+                row["err_vs_slot"] = rel(out, fn())
+            print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                              if k != "config"}), flush=True)
+            res["rows"].append(row)
+            with open(os.path.join(args.out, "results.json"), "w") as f:
+                json.dump(res, f, indent=1)
+        if args.tune and tuned:
+            fn = config_file_name(E, I, dev_name)
+            with open(os.path.join(args.out, fn), "w") as f:
+                json.dump({str(k): v for k, v in tuned.items()}, f, indent=1)
+        del w13t, w2t, base
+        torch.cuda.empty_cache()
+    print(f"total {time.time() - t_start:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
