@@ -3,8 +3,7 @@
 set -o pipefail
 export PYTHONUNBUFFERED=1
 what=${1:-all}
-mkdir -p /tmp/slot && unzip -o -q -j .whl/sglang-0.5.13.post1-*.whl \
-  'sglang/srt/layers/moe/fused_moe_triton/mxfp4_moe_sm120_triton.py' -d /tmp/slot
+mkdir -p /tmp/slot && python3 -c "import zipfile,glob; z=zipfile.ZipFile(glob.glob('.whl/sglang-0.5.13.post1-*.whl')[0]); open('/tmp/slot/mxfp4_moe_sm120_triton.py','wb').write(z.read('sglang/srt/layers/moe/fused_moe_triton/mxfp4_moe_sm120_triton.py'))" 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'
 if [ "$what" != bench ]; then

@@ -74,6 +74,6 @@ def test_cuda_graph_replay_new_routing(model, M, det):
         if det:
             assert torch.equal(out, eager)
         else:
-            assert rel(out, eager) <= 2e-3
+            assert rel(out, eager) <= 1e-2  # bf16 atomics: order-dependent rounding
         assert rel(out, ref) <= 1e-2
     print(f"graph {model} M={M} det={det} ok")

@@ -1,0 +1,71 @@
+"""recon's cache: where it lives, and writes that two runs sharing it can never see half-done.
+
+Every file is written to a temporary name in the same folder and renamed into place
+(``os.replace`` is atomic), so a reader sees the old file or the new one, never a torn one.
+A cache file that cannot be read back is treated as missing and rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+FORMAT = 3  # bump when the facts or graph layout changes: old entries are then ignored
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("RECON_CACHE_DIR")
+    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "recon"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def save_pickle(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, pickle.dumps((FORMAT, obj), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load_pickle(path: Path) -> Optional[Any]:
+    """The object stored at ``path``, or None when missing, of another format, or corrupt."""
+    try:
+        with open(path, "rb") as f:
+            fmt, obj = pickle.load(f)
+    except FileNotFoundError:
+        return None
+    except Exception:  # truncated, garbage, or from an incompatible recon: rebuild
+        return None
+    return obj if fmt == FORMAT else None
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: Path) -> Iterator[Path]:
+    """Fill a temporary folder, then move it to ``dest`` in one rename (a racing twin wins or loses whole)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    try:
+        yield tmp
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if not dest.exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

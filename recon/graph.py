@@ -1,0 +1,468 @@
+"""The dispatch graph: one ``networkx.MultiDiGraph`` built from the index's facts.
+
+Nodes are keyed by qualified name (``sglang.srt.utils.common.is_sm120_supported``) and carry
+``kind``, ``name``, ``path`` and ``line``; every edge carries ``kind``, ``path`` and ``line`` of the
+code that made it. Node kinds: module, class, function, triton_kernel, native_op, capture_site,
+config_template. Edge kinds: defines, imports, calls, calls_dynamic, launches, wraps, inherits,
+overrides, captures, reads_config.
+
+Name resolution is where the value is: import aliases (also relative and function-local ones),
+re-exports through ``__init__``, star imports, ``self.method()`` through the class hierarchy,
+attributes typed by ``self.x = Class(...)``, callables defined by assignment
+(``is_sm120_supported = lru_cache(maxsize=1)(partial(...))``) and alias chains (``a = b = ...``).
+A call whose receiver cannot be typed (``self.quant_method.apply``) becomes ``calls_dynamic``
+edges to every in-tree method of that name, when there are few enough to be informative.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Iterable, Optional
+
+import networkx as nx
+
+from .facts import FileFacts
+
+# A Triton kernel: decorated with triton.jit (also under autotune/heuristics, or jit imported bare).
+_JIT = re.compile(r"(^|\.)(jit|autotune|heuristics)(\(\))?$")
+_NATIVE_PREFIXES = ("torch.ops.", "sgl_kernel.", "torch._C.", "flashinfer.", "deep_gemm.", "triton_kernels.")
+DYNAMIC_CAP = 120  # an untyped receiver's method links to at most this many same-named methods
+_CAPTURE_CTX = re.compile(r"(^|\.)\w*graph\w*\(\)$", re.I)  # with torch.cuda.graph(...), graph_ctx(...), ...
+
+
+class Resolver:
+    """Resolves dotted names in one module's scope to qualified names of in-tree symbols."""
+
+    def __init__(self, files: Iterable[FileFacts]):
+        self.symbols: dict[str, dict[str, str]] = defaultdict(dict)  # module -> local -> target
+        self.local_imports: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)  # (module, scope) -> local -> target
+        self.star: dict[str, list[str]] = defaultdict(list)  # module -> modules it star-imports
+        self.nodes: dict[str, str] = {}  # qualname -> kind
+        self.classes: dict[str, list[str]] = {}  # class qualname -> raw bases
+        self.bases: dict[str, list[str]] = {}  # class qualname -> resolved in-tree bases
+        self.methods: dict[str, dict[str, str]] = defaultdict(dict)  # class -> method name -> qualname
+        self.by_name: dict[str, list[str]] = defaultdict(list)  # short name -> qualnames (methods)
+        self.attr_types: dict[str, dict[str, set]] = {}  # class -> attr -> {(module, scope, value)}
+        self.modules: set[str] = set()
+        for f in files:
+            self._collect(f)
+        self._resolve_bases()
+
+    def _collect(self, f: FileFacts) -> None:
+        mod = f.module
+        if not mod:
+            return
+        self.modules.add(mod)
+        syms = self.symbols[mod]
+        class_names = set()
+        for d in f.defs:
+            q = f"{mod}.{d.qualname}"
+            self.nodes[q] = d.kind
+            if "." not in d.qualname:
+                syms[d.qualname] = q
+            if d.kind == "class":
+                class_names.add(d.qualname)
+                self.classes[q] = list(d.bases)
+        for d in f.defs:
+            if d.kind != "class" and "." in d.qualname:
+                owner, name = d.qualname.rsplit(".", 1)
+                if owner in class_names:
+                    q = f"{mod}.{d.qualname}"
+                    self.methods[f"{mod}.{owner}"][name] = q
+                    self.by_name[name].append(q)
+        for imp in f.imports:
+            target = f"{imp.module}.{imp.name}" if imp.name else imp.module
+            if imp.name == "*":
+                self.star[mod].append(imp.module)
+                continue
+            if imp.scope == "":
+                syms.setdefault(imp.local, target)
+            else:
+                self.local_imports[(mod, imp.scope)][imp.local] = target
+        for a in f.assigns:
+            if a.scope == "" and a.value_kind == "name" and "." not in a.target and a.target not in syms:
+                syms[a.target] = "=" + a.value  # alias, resolved lazily in this module
+            elif a.value_kind == "call" and a.target.startswith("self.") and a.target.count(".") == 1 and "." in a.scope:
+                owner = a.scope.rsplit(".", 1)[0]
+                if owner in class_names:
+                    self.attr_types.setdefault(f"{mod}.{owner}", {}).setdefault(a.target[5:], set()).add((mod, a.scope, a.value[:-2] if a.value.endswith("()") else a.value))
+
+    def _resolve_bases(self) -> None:
+        for cls, raw in self.classes.items():
+            mod = self._module_of(cls)
+            out = []
+            for b in raw:
+                r = self.resolve(mod, "", b)
+                if r and self.nodes.get(r) == "class":
+                    out.append(r)
+            self.bases[cls] = out
+
+    def _module_of(self, qual: str) -> str:
+        parts = qual.split(".")
+        for i in range(len(parts), 0, -1):
+            m = ".".join(parts[:i])
+            if m in self.modules:
+                return m
+        return ""
+
+    def mro(self, cls: str) -> list[str]:
+        seen, order, stack = set(), [], [cls]
+        while stack:
+            c = stack.pop(0)
+            if c in seen:
+                continue
+            seen.add(c)
+            order.append(c)
+            stack.extend(self.bases.get(c, ()))
+        return order
+
+    def method(self, cls: str, name: str) -> Optional[str]:
+        for c in self.mro(cls):
+            q = self.methods.get(c, {}).get(name)
+            if q:
+                return q
+        return None
+
+    def canonical(self, target: str, depth: int = 0) -> Optional[str]:
+        """Follow re-exports and aliases until ``target`` names a node or module."""
+        if depth > 12 or not target:
+            return None
+        if target in self.nodes or target in self.modules:
+            return target
+        # longest module prefix, then the rest as attributes
+        parts = target.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            mod = ".".join(parts[:i])
+            if mod in self.modules:
+                rest = parts[i:]
+                head = self._lookup_module(mod, rest[0], depth + 1)
+                if head is None:
+                    return None
+                if len(rest) == 1:
+                    return head
+                return self._attr(head, rest[1:], depth + 1)
+        return None
+
+    def _lookup_module(self, mod: str, name: str, depth: int) -> Optional[str]:
+        sub = f"{mod}.{name}"
+        if sub in self.modules:
+            return sub
+        t = self.symbols.get(mod, {}).get(name)
+        if t is not None:
+            if t.startswith("="):
+                return self.resolve(mod, "", t[1:], depth + 1)
+            return self.canonical(t, depth + 1)
+        for star in self.star.get(mod, ()):
+            r = self._lookup_module(star, name, depth + 1) if depth < 12 else None
+            if r:
+                return r
+        return None
+
+    def _attr(self, head: str, rest: list[str], depth: int) -> Optional[str]:
+        cur = head
+        for name in rest:
+            kind = self.nodes.get(cur)
+            if cur in self.modules and kind is None:
+                cur = self._lookup_module(cur, name, depth + 1)
+            elif kind == "class":
+                cur = self.method(cur, name) or (f"{cur}.{name}" if f"{cur}.{name}" in self.nodes else None)
+            else:
+                return None
+            if cur is None:
+                return None
+        return cur
+
+    def resolve(self, mod: str, scope: str, dotted: str, depth: int = 0) -> Optional[str]:
+        """Qualified name of the in-tree symbol ``dotted`` refers to in (module, scope), or None."""
+        if depth > 12 or not dotted or "(" in dotted or "[" in dotted or "?" in dotted:
+            return None
+        parts = dotted.split(".")
+        head = parts[0]
+        if head in ("self", "cls") and scope:
+            cls = self._enclosing_class(mod, scope)
+            if cls is None or len(parts) < 2:
+                return None
+            m = self.method(cls, parts[1])
+            if m and len(parts) == 2:
+                return m
+            return None
+        target = None
+        s = scope
+        while True:
+            li = self.local_imports.get((mod, s))
+            if li and head in li:
+                target = li[head]
+                break
+            if not s:
+                break
+            # a name defined in an enclosing function
+            q = f"{mod}.{s}.{head}"
+            if q in self.nodes:
+                target = q
+                break
+            s = s.rsplit(".", 1)[0] if "." in s else ""
+        if target is None:
+            t = self.symbols.get(mod, {}).get(head)
+            if t is None:
+                for star in self.star.get(mod, ()):
+                    r = self._lookup_module(star, head, depth + 1)
+                    if r:
+                        t = r
+                        break
+            if t is None:
+                return None
+            if t.startswith("="):
+                if t[1:] == dotted:
+                    return None
+                r = self.resolve(mod, "", t[1:], depth + 1)
+                if r is None:
+                    return None
+                target = r
+            else:
+                target = t
+        target = self.canonical(target, depth + 1)
+        if target is None:
+            return None
+        return self._attr(target, parts[1:], depth + 1) if len(parts) > 1 else target
+
+    def _enclosing_class(self, mod: str, scope: str) -> Optional[str]:
+        parts = scope.split(".")
+        for i in range(len(parts), 0, -1):
+            q = f"{mod}.{'.'.join(parts[:i])}"
+            if self.nodes.get(q) == "class":
+                return q
+        return None
+
+    def attr_classes(self, cls: str, attr: str) -> list[str]:
+        """In-tree classes assigned to ``self.attr`` in ``cls`` or its bases."""
+        out = []
+        for c in self.mro(cls):
+            for mod, scope, value in self.attr_types.get(c, {}).get(attr, ()):
+                r = self.resolve(mod, scope, value)
+                if r and self.nodes.get(r) == "class" and r not in out:
+                    out.append(r)
+        return out
+
+
+def _kernel(decorators: tuple) -> bool:
+    return any(_JIT.search(d) and ("triton" in d or d.startswith(("jit", "autotune", "heuristics"))) for d in decorators)
+
+
+def _native(func: str) -> Optional[str]:
+    if func.startswith(_NATIVE_PREFIXES):
+        return func
+    return None
+
+
+MODEL_FORWARD = "<model>.forward"  # what a CUDA-graph capture of "the model" runs: any registered model
+
+
+def interface(f: FileFacts) -> tuple:
+    """What other files' edges depend on: an edit that keeps it can be patched in place."""
+    return (
+        tuple((d.kind, d.qualname, d.bases, d.wraps) for d in f.defs),
+        tuple(i for i in f.imports if i.scope == ""),
+        tuple((a.scope, a.target, a.value) for a in f.assigns if (a.scope == "" and a.value_kind in ("name", "names")) or a.target.startswith("self.")),
+    )
+
+
+def build_graph(facts: Iterable[FileFacts]) -> tuple[nx.MultiDiGraph, Resolver]:
+    """The whole tree's graph and the resolver that made it."""
+    facts = list(facts)
+    py = [f for f in facts if f.kind == "py" and f.error is None]
+    r = Resolver(py)
+    G = nx.MultiDiGraph()
+    G.add_node(MODEL_FORWARD, kind="entry", name="forward", path="", line=0)
+    for f in py:
+        _add_nodes(G, f)
+    for f in facts:
+        if f.kind == "cpp" and f.ops:
+            for name, line in f.ops:
+                node = f"torch.ops.{name}"
+                G.add_node(node, kind="native_op", name=name.rsplit(".", 1)[-1], path=f.path, line=line)
+    for f in py:
+        _add_edges(G, r, f)
+    return G, r
+
+
+def update_graph(G: nx.MultiDiGraph, r: Resolver, old: FileFacts, new: FileFacts) -> bool:
+    """Patch one edited file into ``G`` in place; False when its interface changed (rebuild then)."""
+    if old.kind != "py" or new.kind != "py" or old.error or new.error or interface(old) != interface(new):
+        return False
+    path = new.path
+    mine = [n for n, d in G.nodes(data=True) if d.get("path") == path]
+    for n in mine:
+        kind = G.nodes[n]["kind"]
+        if kind in ("capture_site", "config_template"):
+            G.remove_node(n)
+            continue
+        drop = [(u, v, k) for u, v, k, d in G.out_edges(n, keys=True, data=True) if d.get("path") == path and d["kind"] != "defines"]
+        G.remove_edges_from(drop)
+    drop = [(u, v, k) for u, v, k, d in G.in_edges(new.module, keys=True, data=True) if d.get("path") == path] if new.module in G else []
+    G.remove_edges_from(drop)
+    # defs keep their names (the interface is unchanged): refresh their lines, then their edges
+    mod = new.module
+    for d in new.defs:
+        q = f"{mod}.{d.qualname}"
+        if q in G:
+            G.nodes[q]["line"] = d.line
+            G.nodes[q]["end_line"] = d.end_line
+    for u, v, k, d in list(G.out_edges(mod, keys=True, data=True)) if mod in G else []:
+        if d["kind"] == "defines":
+            d["line"] = G.nodes[v]["line"]
+    _add_edges(G, r, new)
+    return True
+
+
+def _add_nodes(G: nx.MultiDiGraph, f: FileFacts) -> None:
+    mod = f.module
+    if not mod:
+        return
+    G.add_node(mod, kind="module", name=mod.rsplit(".", 1)[-1], path=f.path, line=1)
+    for d in f.defs:
+        q = f"{mod}.{d.qualname}"
+        if d.kind == "class":
+            kind = "class"
+        elif d.kind == "function" and _kernel(d.decorators):
+            kind = "triton_kernel"
+        else:
+            kind = "function"
+        attrs = dict(kind=kind, name=d.qualname.rsplit(".", 1)[-1], qualname=d.qualname, path=f.path, line=d.line, end_line=d.end_line)
+        if d.decorators:
+            attrs["decorators"] = d.decorators
+        if d.kind == "callable_assign":
+            attrs["defined_by"] = "assignment"
+            attrs["wraps"] = d.wraps
+            attrs["wrap_kwargs"] = d.wrap_kwargs
+            if d.aliases:
+                attrs["aliases"] = d.aliases
+        if d.kind == "function":
+            attrs["params"] = d.params
+        G.add_node(q, **attrs)
+        owner = mod + "." + d.qualname.rsplit(".", 1)[0] if "." in d.qualname else mod
+        G.add_edge(owner, q, kind="defines", path=f.path, line=d.line)
+
+
+def _src(mod: str, scope: str) -> str:
+    return f"{mod}.{scope}" if scope else mod
+
+
+def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
+    mod = f.module
+    if not mod:
+        return
+    path = f.path
+    add = G.add_edge
+    seen_imports = set()
+    for imp in f.imports:
+        if imp.module in r.modules and imp.module != mod and imp.module not in seen_imports:
+            seen_imports.add(imp.module)
+            add(mod, imp.module, kind="imports", path=path, line=imp.line)
+    for d in f.defs:
+        q = f"{mod}.{d.qualname}"
+        if d.kind == "callable_assign" and d.wraps:
+            scope = d.qualname.rsplit(".", 1)[0] if "." in d.qualname else ""
+            w = r.resolve(mod, scope, d.wraps)
+            if w:
+                add(q, w, kind="wraps", path=path, line=d.line)
+        elif d.kind == "class":
+            for b in r.bases.get(q, ()):
+                add(q, b, kind="inherits", path=path, line=d.line)
+            for name, mq in r.methods.get(q, {}).items():
+                for base in r.mro(q)[1:]:
+                    bq = r.methods.get(base, {}).get(name)
+                    if bq:
+                        add(mq, bq, kind="overrides", path=path, line=G.nodes[mq]["line"])
+                        break
+    resolved: dict[int, list] = {}  # call index -> targets, for capture blocks
+    for i, c in enumerate(f.calls):
+        src = _src(mod, c.scope)
+        func = c.func
+        target = r.resolve(mod, c.scope, func)
+        if target is not None:
+            kind = G.nodes[target].get("kind") if target in G else None
+            if kind == "class":
+                add(src, target, kind="calls", path=path, line=c.line)
+                init = r.method(target, "__init__")
+                if init:
+                    add(src, init, kind="calls", path=path, line=c.line, via="__init__")
+                resolved[i] = [target]
+            elif kind is not None and kind != "module":
+                add(src, target, kind="calls", path=path, line=c.line)
+                resolved[i] = [target]
+            continue
+        nat = _native(func)
+        if nat:
+            if nat not in G:
+                G.add_node(nat, kind="native_op", name=nat.rsplit(".", 1)[-1], path=path, line=c.line)
+            add(src, nat, kind="calls", path=path, line=c.line)
+            resolved[i] = [nat]
+            continue
+        hits = _dynamic(G, r, mod, c, src, path)
+        if hits:
+            resolved[i] = hits
+    for ln in f.launches:
+        k = r.resolve(mod, ln.scope, ln.kernel)
+        if k is not None and k in G:
+            add(_src(mod, ln.scope), k, kind="launches", path=path, line=ln.line, grid=ln.grid)
+    for a in f.assigns:
+        if a.scope == "" and a.target == "EntryClass":
+            for name in a.value.split(","):
+                cls = r.resolve(mod, "", name) if name else None
+                fwd = r.method(cls, "forward") if cls else None
+                if fwd:
+                    add(MODEL_FORWARD, fwd, kind="calls_dynamic", path=path, line=a.line, via="EntryClass")
+    model_refs = any("model" in ref[1].lower() for ref in f.refs)
+    for w in f.withs:
+        if not any(_CAPTURE_CTX.search(c) for c in w.ctx):
+            continue
+        site = f"capture@{path}:{w.line}"
+        src = _src(mod, w.scope)
+        G.add_node(site, kind="capture_site", name=" + ".join(w.ctx), path=path, line=w.line, end_line=w.end_line, scope=src)
+        add(src, site, kind="captures", path=path, line=w.line)
+        for i, c in enumerate(f.calls):
+            if c.scope == w.scope and w.line < c.line <= w.end_line:
+                for t in resolved.get(i, ()):
+                    add(site, t, kind="captures", path=path, line=c.line)
+        if model_refs:
+            add(site, MODEL_FORWARD, kind="captures", path=path, line=w.line, via="model.forward")
+    for fs in f.fstrings:
+        if "device_name" in fs.template and ".json" in fs.template:
+            node = f"config@{path}:{fs.line}"
+            G.add_node(node, kind="config_template", name=fs.template, template=fs.template, path=path, line=fs.line)
+            add(_src(mod, fs.scope), node, kind="reads_config", path=path, line=fs.line)
+
+
+def _dynamic(G, r: Resolver, mod: str, c, src: str, path: str) -> list:
+    """Edges for calls whose receiver is an attribute of ``self``: typed when we can, else by name."""
+    parts = c.func.split(".")
+    if parts[0] != "self" or len(parts) < 2 or not c.scope or "(" in c.func or "[" in c.func:
+        return []
+    cls = r._enclosing_class(mod, c.scope)
+    if cls is None:
+        return []
+    hits: list = []
+    if len(parts) == 2:  # self.layer(...) -> the layer's forward / __call__
+        for t in r.attr_classes(cls, parts[1]):
+            m = r.method(t, "forward") or r.method(t, "__call__")
+            if m:
+                G.add_edge(src, m, kind="calls", path=path, line=c.line, via=f"self.{parts[1]}")
+                hits.append(m)
+        return hits
+    if len(parts) == 3:  # self.attr.method(...)
+        typed = r.attr_classes(cls, parts[1])
+        hits = [m for t in typed if (m := r.method(t, parts[2]))]
+        if hits:
+            for m in hits:
+                G.add_edge(src, m, kind="calls", path=path, line=c.line, via=f"self.{parts[1]}")
+            return hits
+        # untyped receiver: same-named methods of classes whose name echoes the attribute
+        # (self.quant_method.apply -> *Method.apply, self.runner.run -> *Runner.run)
+        tokens = [t for t in parts[1].lower().split("_") if len(t) >= 4]
+        cands = [m for m in r.by_name.get(parts[2], ()) if any(t in m.rsplit(".", 2)[-2].lower() for t in tokens)]
+        if 0 < len(cands) <= DYNAMIC_CAP:
+            for m in cands:
+                G.add_edge(src, m, kind="calls_dynamic", path=path, line=c.line, via=c.func)
+            return list(cands)
+    return hits

@@ -1,0 +1,302 @@
+"""The index: facts for every file of a target, computed once per file content and cached.
+
+A run lists the target's files with a cheap stamp each (size + mtime, or the git blob id) and
+compares them with the target's *manifest*. Unchanged files cost a stat; changed ones are read,
+hashed the way git hashes blobs, and extracted in parallel across cores unless the facts of that
+content are already in the content-addressed store (two SGLang versions share most files). Facts
+are loaded lazily: a warm run that only needs the cached graph never opens them.
+
+A file that cannot be read, is binary, huge, not UTF-8 or does not parse becomes a diagnostic,
+never a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import marshal
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, NamedTuple, Optional
+
+from .cache import atomic_write_bytes, cache_dir, load_pickle, save_pickle
+from .facts import FileFacts, from_plain, to_plain
+from .pyfacts import extract, module_name
+from .sources import MAX_BYTES, DirSource, file_kind
+
+# Registrations of native ops in C++/CUDA: m.def("name(...)" / m.def("name", &fn) / TORCH_LIBRARY(ns, m)
+_CPP_DEF = re.compile(r"""\b(?:m|ops|lib)\s*\.\s*(?:def|impl)\s*\(\s*"([A-Za-z_][A-Za-z0-9_.]*)""")
+_CPP_LIB = re.compile(r"""\bTORCH_LIBRARY(?:_FRAGMENT|_EXPAND|_IMPL)?\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)""")
+_PARALLEL_MIN = 64  # below this many files to extract, one process is faster than a pool
+
+
+class FileMeta(NamedTuple):
+    """What the manifest keeps of one file: enough to list, diagnose and find its facts."""
+
+    stamp: tuple
+    digest: str
+    kind: str
+    module: str
+    error: Optional[str]
+    lines: int
+
+
+def blob_digest(data: bytes) -> str:
+    """The id git gives these bytes as a blob, so disk and git targets share cached facts."""
+    h = hashlib.sha1(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+_STORE_FORMAT = b"recon-facts-3\n"
+
+
+def _facts_path(digest: str) -> Path:
+    return cache_dir() / "facts" / digest[:2] / f"{digest}.bin"
+
+
+def load_facts_blob(digest: str) -> Optional[bytes]:
+    try:
+        with open(_facts_path(digest), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[len(_STORE_FORMAT) :] if data.startswith(_STORE_FORMAT) else None
+
+
+def load_facts(digest: str) -> Optional[FileFacts]:
+    """Facts stored for this content, or None when missing or unreadable (then re-extracted)."""
+    blob = load_facts_blob(digest)
+    if blob is None:
+        return None
+    try:
+        return from_plain(marshal.loads(blob))
+    except (ValueError, EOFError, TypeError):
+        return None
+
+
+def store_facts(facts: FileFacts) -> bytes:
+    blob = marshal.dumps(to_plain(facts))
+    try:
+        atomic_write_bytes(_facts_path(facts.digest), _STORE_FORMAT + blob)
+    except OSError:
+        pass  # a read-only or full cache costs speed, not results
+    return blob
+
+
+@dataclass
+class Index:
+    files: dict  # relpath -> FileMeta, sorted by path
+    package_prefix: str
+    stats: dict = field(default_factory=dict)
+    _loaded: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def diagnostics(self) -> list[tuple[str, str]]:
+        return sorted((p, m.error) for p, m in self.files.items() if m.error)
+
+    def facts(self, relpath: str) -> Optional[FileFacts]:
+        """Facts of one file, loaded from the store on first use."""
+        f = self._loaded.get(relpath)
+        if f is not None:
+            return f
+        meta = self.files.get(relpath)
+        if meta is None:
+            return None
+        blob = load_facts_blob(meta.digest) if meta.digest else None
+        try:
+            f = _hydrate(relpath, blob, self.package_prefix) if blob is not None else None
+        except (ValueError, EOFError, TypeError):  # a corrupt store entry: extract again
+            f = None
+        if f is None:
+            f = _reindex_one(self, relpath, meta)
+        self._loaded[relpath] = f
+        return f
+
+    def all_facts(self) -> Iterator[FileFacts]:
+        for p in self.files:
+            f = self.facts(p)
+            if f is not None:
+                yield f
+
+    def py_facts(self) -> Iterator[FileFacts]:
+        for p, m in self.files.items():
+            if m.kind == "py" and m.error is None:
+                f = self.facts(p)
+                if f is not None:
+                    yield f
+
+    def path_of_module(self, module: str) -> Optional[str]:
+        for p, m in self.files.items():
+            if m.module == module and m.kind == "py":
+                return p
+        return None
+
+
+def _reindex_one(index: Index, relpath: str, meta: FileMeta) -> FileFacts:
+    """A store entry went missing or corrupt: extract again from the source (set by build_index)."""
+    source = index.stats.get("_source")
+    if source is None:
+        return FileFacts(relpath, meta.module, meta.kind, meta.digest, meta.lines, "facts missing from the cache")
+    try:
+        data = source.read(relpath)
+    except OSError as e:
+        return FileFacts(relpath, meta.module, meta.kind, meta.digest, meta.lines, f"unreadable: {e}")
+    facts = index_bytes(relpath, data, index.package_prefix)
+    store_facts(facts)
+    return facts
+
+
+def _module_for(relpath: str, prefix: str) -> tuple[str, bool]:
+    inner = relpath[len(prefix) + 1 :] if prefix and relpath.startswith(prefix + "/") else relpath
+    return module_name(inner)
+
+
+def _cpp_facts(relpath: str, text: str, digest: str, lines: int) -> FileFacts:
+    libs: dict[str, int] = {}
+    for m in _CPP_LIB.finditer(text):
+        libs.setdefault(m.group(1), text.count("\n", 0, m.start()) + 1)
+    namespace = next(iter(libs), "")
+    ops = []
+    for m in _CPP_DEF.finditer(text):
+        name = m.group(1)
+        line = text.count("\n", 0, m.start()) + 1
+        ops.append((f"{namespace}.{name}" if namespace and "." not in name else name, line))
+    return FileFacts(relpath, "", "cpp", digest, lines, None, ops=tuple(ops))
+
+
+def index_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str] = None) -> FileFacts:
+    """Facts of one file from its bytes."""
+    digest = digest or blob_digest(data)
+    kind = file_kind(relpath)
+    lines = data.count(b"\n") + 1
+    module = _module_for(relpath, prefix)[0] if kind == "py" else ""
+    if len(data) > MAX_BYTES:
+        return FileFacts(relpath, module, kind, digest, lines, f"skipped: larger than the {MAX_BYTES // 1048576} MiB limit")
+    if b"\0" in data[:8192]:
+        return FileFacts(relpath, module, kind, digest, lines, "skipped: binary content")
+    if kind == "py":
+        module, is_pkg = _module_for(relpath, prefix)
+        facts = extract(relpath, module, is_pkg, data, digest)
+        if facts.error:
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                # not UTF-8 and no coding cookie: read it as Latin-1 so its facts are not lost
+                again = extract(relpath, module, is_pkg, data.decode("latin-1").encode("utf-8"), digest)
+                return again if again.error is None else facts._replace(error="not UTF-8, and does not parse as Latin-1")
+        return facts
+    text = data.decode("utf-8", "replace")
+    if kind == "json":
+        try:
+            json.loads(text)
+        except ValueError as e:
+            return FileFacts(relpath, "", "json", digest, lines, f"invalid JSON: {e}")
+        return FileFacts(relpath, "", "json", digest, lines, None)
+    return _cpp_facts(relpath, text, digest, lines)
+
+
+def _from_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str]) -> tuple:
+    """(relpath, marshalled plain facts): bytes cross process boundaries far cheaper than records."""
+    digest = digest or blob_digest(data)
+    blob = load_facts_blob(digest)
+    if blob is None:
+        blob = store_facts(index_bytes(relpath, data, prefix, digest))
+    return relpath, blob
+
+
+def _index_path(args) -> tuple:
+    root, relpath, prefix = args
+    try:
+        with open(os.path.join(root, relpath), "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        err = FileFacts(relpath, "", file_kind(relpath), "", 0, f"unreadable: {e.strerror or e}")
+        return relpath, marshal.dumps(to_plain(err))
+    return _from_bytes(relpath, data, prefix, None)
+
+
+def _index_blob(args) -> tuple:
+    relpath, data, prefix, digest = args
+    return _from_bytes(relpath, data, prefix, digest)
+
+
+def _hydrate(relpath: str, blob: bytes, prefix: str) -> FileFacts:
+    f = from_plain(marshal.loads(blob))
+    if f.path != relpath:  # the same content stored under another path (another version, a copy)
+        f = f._replace(path=relpath, module=_module_for(relpath, prefix)[0] if f.kind == "py" else "")
+    return f
+
+
+def _manifest_path(target_key: str) -> Path:
+    return cache_dir() / "index" / f"{target_key}.manifest.pkl"
+
+
+def build_index(target, progress: Optional[Callable[[int, int], None]] = None, workers: Optional[int] = None) -> Index:
+    """The index of ``target``: manifest entries for unchanged files, fresh facts for the rest."""
+    source = target.source
+    prefix = target.package_prefix
+    store = _manifest_path(target.key)
+    cached = load_pickle(store) or {}
+    metas: dict[str, FileMeta] = {}
+    todo: list[tuple[str, tuple]] = []
+    for relpath, stamp in source.files():
+        hit = cached.get(relpath)
+        if hit is not None and hit.stamp == stamp:
+            metas[relpath] = hit
+        else:
+            todo.append((relpath, stamp))
+    fresh: dict[str, FileFacts] = {}
+    if todo:
+        for relpath, blob in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
+            fresh[relpath] = _hydrate(relpath, blob, prefix)
+        for relpath, stamp in todo:
+            f = fresh[relpath]
+            metas[relpath] = FileMeta(stamp, f.digest, f.kind, f.module, f.error, f.lines)
+    changed = bool(todo) or len(cached) != len(metas)
+    ordered = {p: metas[p] for p in sorted(metas)}
+    if changed:
+        save_pickle(store, ordered)
+    index = Index(ordered, prefix, {"files": len(ordered), "extracted": len(todo), "reused": len(ordered) - len(todo)})
+    index._loaded.update(fresh)
+    index.stats["_source"] = source
+    index.stats["changed"] = sorted(fresh) + sorted(set(cached) - set(metas))
+    return index
+
+
+def _extract_many(source, todo: list[str], prefix: str, progress, workers: Optional[int]) -> list[tuple]:
+    workers = workers or os.cpu_count() or 1
+    if isinstance(source, DirSource):
+        return _run(_index_path, [(str(source.root), p, prefix) for p in todo], workers, progress)
+    jobs, failed = [], []
+    for p in todo:
+        try:
+            jobs.append((p, source.read(p), prefix, None))
+        except Exception:  # a broken object in a repository
+            failed.append((p, marshal.dumps(to_plain(FileFacts(p, "", file_kind(p), "", 0, "unreadable git object")))))
+    return failed + _run(_index_blob, jobs, workers, progress)
+
+
+def _run(fn, jobs: list, workers: int, progress) -> list[tuple]:
+    total = len(jobs)
+    if workers <= 1 or total < _PARALLEL_MIN:
+        out = []
+        for i, job in enumerate(jobs):
+            out.append(fn(job))
+            if progress and (i % 50 == 0 or i == total - 1):
+                progress(i + 1, total)
+        return out
+    out = []
+    chunk = max(4, total // (workers * 32))
+    try:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for i, facts in enumerate(pool.map(fn, jobs, chunksize=chunk)):
+                out.append(facts)
+                if progress and (i % 50 == 0 or i == total - 1):
+                    progress(i + 1, total)
+    except (OSError, RuntimeError):  # no process pool here (sandbox, frozen app): one process then
+        return [fn(job) for job in jobs]
+    return out

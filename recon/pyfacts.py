@@ -1,0 +1,462 @@
+"""One pass over one Python file's ``ast`` into :mod:`recon.facts` records.
+
+The whole tree is parsed with the stdlib ``ast`` module (C parser, about ten times faster than
+LibCST on SGLang); LibCST is kept for the codemods of ``recon apply``, which need a lossless tree.
+Nothing here imports or executes the code it reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Optional
+
+from .facts import (
+    Assign,
+    Branch,
+    Call,
+    Compare,
+    Def,
+    FileFacts,
+    FString,
+    Import,
+    Launch,
+    Loop,
+    Subscript,
+    With,
+)
+
+_CMP = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+}
+_WRAPPERS = {"partial", "functools.partial", "lru_cache", "functools.lru_cache", "cache", "functools.cache"}
+_IDENT_STR = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{1,63}$")
+
+
+def dotted(node: ast.AST) -> str:
+    """A short dotted rendering of an expression: enough to resolve names, cheap to compute."""
+    t = type(node)
+    if t is ast.Name:
+        return node.id
+    if t is ast.Attribute:
+        return f"{dotted(node.value)}.{node.attr}"
+    if t is ast.Call:
+        return f"{dotted(node.func)}()"
+    if t is ast.Subscript:
+        return f"{dotted(node.value)}[]"
+    if t is ast.Constant:
+        return repr(node.value)
+    return "?"
+
+
+def _literal(node: ast.AST) -> Optional[str]:
+    """Source of a literal (constants, tuples/lists of constants), else None."""
+    t = type(node)
+    if t is ast.Constant:
+        return repr(node.value)
+    if t in (ast.List, ast.Tuple):
+        parts = [_literal(e) for e in node.elts]
+        if None in parts:
+            return None
+        body = ", ".join(parts)
+        return f"[{body}]" if t is ast.List else f"({body}{',' if len(parts) == 1 else ''})"
+    if t is ast.UnaryOp and type(node.op) is ast.USub and type(node.operand) is ast.Constant:
+        return repr(-node.operand.value)
+    return None
+
+
+def _short_unparse(node: ast.AST, limit: int = 160) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:  # pragma: no cover - unparse handles every node ast.parse makes
+        return dotted(node)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _resolve_relative(module: str, is_package: bool, level: int, target: Optional[str]) -> str:
+    if level == 0:
+        return target or ""
+    parts = module.split(".") if module else []
+    if not is_package:
+        parts = parts[:-1]
+    if level > 1:
+        parts = parts[: len(parts) - (level - 1)] if level - 1 <= len(parts) else []
+    if target:
+        parts.append(target)
+    return ".".join(parts)
+
+
+def _unwrap_callable(node: ast.AST):
+    """For ``lru_cache(maxsize=1)(partial(f, k=v))`` and kin: the wrapped callable and bound kwargs."""
+    kwargs: list = []
+    seen_wrapper = False
+    while type(node) is ast.Call:
+        func = node.func
+        name = dotted(func)
+        if type(func) is ast.Call and dotted(func.func) in _WRAPPERS:
+            # decorator factory applied: lru_cache(maxsize=1)(inner)
+            seen_wrapper = True
+            if not node.args:
+                return None
+            node = node.args[0]
+            continue
+        if name in _WRAPPERS:
+            seen_wrapper = True
+            for kw in node.keywords:
+                if kw.arg is not None:
+                    lit = _literal(kw.value)
+                    kwargs.append((kw.arg, lit if lit is not None else _short_unparse(kw.value, 80)))
+            if not node.args:
+                return None
+            node = node.args[0]
+            continue
+        return None
+    if not seen_wrapper or type(node) not in (ast.Name, ast.Attribute):
+        return None
+    return dotted(node), tuple(kwargs)
+
+
+# Fields that never hold child nodes, skipped by the walk (``ctx`` alone is a third of all nodes).
+_LEAF_FIELDS = frozenset(
+    {"ctx", "id", "attr", "arg", "name", "level", "module", "is_async", "conversion", "kind", "type_comment", "simple"}
+)
+_CHILD_FIELDS: dict = {}
+
+
+def _child_fields(cls) -> tuple:
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:
+        fields = _CHILD_FIELDS[cls] = tuple(f for f in cls._fields if f not in _LEAF_FIELDS)
+    return fields
+
+
+_AST = ast.AST
+
+
+def _test_names(node, out: list) -> None:
+    """Dotted names and calls a branch test refers to, through and/or/not/comparisons."""
+    t = node.__class__
+    if t is ast.Name or t is ast.Attribute or t is ast.Call:
+        out.append(dotted(node))
+        if t is ast.Call:
+            for a in node.args:
+                _test_names(a, out)
+    elif t is ast.BoolOp:
+        for v in node.values:
+            _test_names(v, out)
+    elif t is ast.UnaryOp:
+        _test_names(node.operand, out)
+    elif t is ast.Compare:
+        _test_names(node.left, out)
+        for c in node.comparators:
+            _test_names(c, out)
+
+
+class _Collector:
+    """A faster ``ast.NodeVisitor``: dispatch by exact type, and no descent into leaf fields."""
+
+    def visit(self, node):
+        handler = self._dispatch.get(node.__class__)
+        if handler is None:
+            self.generic_visit(node)
+        else:
+            handler(self, node)
+
+    def generic_visit(self, node):
+        for field in _child_fields(node.__class__):
+            v = getattr(node, field, None)
+            if v.__class__ is list:
+                for item in v:
+                    if isinstance(item, _AST):
+                        self.visit(item)
+            elif isinstance(v, _AST):
+                self.visit(v)
+
+    def _skip(self, node):
+        pass
+
+    def __init__(self, module: str, is_package: bool):
+        self.module = module
+        self.is_package = is_package
+        self.scope: list[str] = []
+        self.class_depth: list[bool] = []
+        self.defs: list = []
+        self.imports: list = []
+        self.calls: list = []
+        self.assigns: list = []
+        self.compares: list = []
+        self.fstrings: list = []
+        self.launches: list = []
+        self.branches: list = []
+        self.loops: list = []
+        self.withs: list = []
+        self.subscripts: list = []
+        self.strings: list = []
+        self.refs: list = []
+
+    # -- scopes -----------------------------------------------------------------------------
+    @property
+    def cur(self) -> str:
+        return ".".join(self.scope)
+
+    def _qual(self, name: str) -> str:
+        return f"{self.cur}.{name}" if self.scope else name
+
+    def _function(self, node):
+        a = node.args
+        params = tuple(p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+        decos = tuple(dotted(d) for d in node.decorator_list)
+        self.defs.append(
+            Def("function", self._qual(node.name), node.lineno, node.end_lineno, decos, (), params, None, (), ())
+        )
+        for d in node.decorator_list:
+            self.visit(d)
+        for d in (*a.defaults, *a.kw_defaults):
+            if d is not None:
+                self.visit(d)
+        self.scope.append(node.name)
+        for stmt in node.body:
+            self.visit(stmt)
+        self.scope.pop()
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+
+    def visit_ClassDef(self, node):
+        decos = tuple(dotted(d) for d in node.decorator_list)
+        bases = tuple(dotted(b) for b in node.bases)
+        self.defs.append(Def("class", self._qual(node.name), node.lineno, node.end_lineno, decos, bases, (), None, (), ()))
+        for d in node.decorator_list:
+            self.visit(d)
+        self.scope.append(node.name)
+        for stmt in node.body:
+            self.visit(stmt)
+        self.scope.pop()
+
+    # -- imports ----------------------------------------------------------------------------
+    def visit_Import(self, node):
+        for alias in node.names:
+            if alias.asname:
+                self.imports.append(Import(self.cur, alias.asname, alias.name, None, node.lineno))
+            else:
+                top = alias.name.split(".")[0]
+                self.imports.append(Import(self.cur, top, top, None, node.lineno))
+
+    def visit_ImportFrom(self, node):
+        mod = _resolve_relative(self.module, self.is_package, node.level, node.module)
+        for alias in node.names:
+            if alias.name == "*":
+                self.imports.append(Import(self.cur, "*", mod, "*", node.lineno))
+                continue
+            self.imports.append(Import(self.cur, alias.asname or alias.name, mod, alias.name, node.lineno))
+
+    # -- statements -------------------------------------------------------------------------
+    def _assign_value(self, value):
+        t = type(value)
+        if t is ast.Constant:
+            return repr(value.value), "const"
+        if t in (ast.Name, ast.Attribute):
+            return dotted(value), "name"
+        if t is ast.Call:
+            return dotted(value), "call"
+        if t in (ast.List, ast.Tuple) and value.elts and all(type(e) in (ast.Name, ast.Attribute) for e in value.elts):
+            return ",".join(dotted(e) for e in value.elts), "names"
+        return "", "other"
+
+    def visit_Assign(self, node):
+        value = node.value
+        wrapped = _unwrap_callable(value) if type(value) is ast.Call else None
+        names = [dotted(t) for t in node.targets]
+        if wrapped is not None:
+            simple = [n for n in names if "." not in n and "[" not in n]
+            for n in simple:
+                self.defs.append(
+                    Def(
+                        "callable_assign",
+                        self._qual(n),
+                        node.lineno,
+                        node.end_lineno,
+                        (),
+                        (),
+                        (),
+                        wrapped[0],
+                        wrapped[1],
+                        tuple(self._qual(o) for o in simple if o != n),
+                    )
+                )
+        v, kind = self._assign_value(value)
+        in_function = bool(self.scope)
+        for n in names:
+            # inside functions only constants and attribute stores matter (backend strings,
+            # self.x = Layer(...)); plain locals bound to expressions are most of the volume
+            if in_function and kind != "const" and "." not in n:
+                continue
+            self.assigns.append(Assign(self.cur, n, v, kind, node.lineno))
+        # chained aliases: a = b = value  -> a and b are the same object
+        self.visit(value)
+        for t in node.targets:
+            if type(t) is not ast.Name:
+                self.visit(t)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            v, kind = self._assign_value(node.value)
+            self.assigns.append(Assign(self.cur, dotted(node.target), v, kind, node.lineno))
+            self.visit(node.value)
+
+    def visit_If(self, node):
+        names: list = []
+        _test_names(node.test, names)
+        body_end = node.body[-1].end_lineno if node.body else node.lineno
+        else_line = node.orelse[0].lineno if node.orelse else 0
+        self.branches.append(
+            Branch(self.cur, node.lineno, body_end, else_line, node.end_lineno, tuple(dict.fromkeys(names)), _short_unparse(node.test, 120))
+        )
+        self.generic_visit(node)
+
+    def visit_For(self, node):
+        self.loops.append(Loop(self.cur, node.lineno, node.end_lineno, dotted(node.target), _short_unparse(node.iter, 120)))
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+
+    def visit_While(self, node):
+        self.loops.append(Loop(self.cur, node.lineno, node.end_lineno, "", _short_unparse(node.test, 120)))
+        self.generic_visit(node)
+
+    def visit_With(self, node):
+        self.withs.append(With(self.cur, tuple(dotted(i.context_expr) for i in node.items), node.lineno, node.end_lineno))
+        self.generic_visit(node)
+
+    visit_AsyncWith = visit_With
+
+    # -- expressions ------------------------------------------------------------------------
+    def visit_Call(self, node):
+        func = node.func
+        if type(func) is ast.Subscript:
+            # kernel[grid](...): a Triton launch
+            self.launches.append(Launch(self.cur, dotted(func.value), _short_unparse(func.slice, 200), node.lineno))
+        kwargs = []
+        for kw in node.keywords:
+            if kw.arg is not None:
+                lit = _literal(kw.value)
+                kwargs.append((kw.arg, lit if lit is not None else dotted(kw.value)))
+        args = tuple(dotted(a) for a in node.args if type(a) in (ast.Name, ast.Attribute, ast.Constant))
+        self.calls.append(Call(self.cur, dotted(func), node.lineno, node.end_lineno, tuple(kwargs), args))
+        self.generic_visit(node)
+
+    def visit_Compare(self, node):
+        if len(node.ops) == 1:
+            right = node.comparators[0]
+            lt, rt = type(node.left), type(right)
+            if rt is ast.Constant and lt is not ast.Constant:
+                self.compares.append(Compare(self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), repr(right.value), node.lineno))
+            elif rt in (ast.Tuple, ast.List, ast.Set) and lt is not ast.Constant:
+                lit = _literal(right) if rt is not ast.Set else _literal(ast.Tuple(elts=right.elts))
+                if lit is not None:
+                    self.compares.append(Compare(self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), lit, node.lineno))
+            elif lt is ast.Constant and rt is not ast.Constant:
+                self.compares.append(Compare(self.cur, dotted(right), _CMP.get(type(node.ops[0]), "?"), repr(node.left.value), node.lineno))
+        self.generic_visit(node)
+
+    def visit_JoinedStr(self, node):
+        parts = []
+        for v in node.values:
+            if type(v) is ast.Constant:
+                parts.append(str(v.value))
+            elif type(v) is ast.FormattedValue:
+                parts.append("{" + dotted(v.value) + "}")
+        text = "".join(parts)
+        if "=" in text or ".json" in text:
+            self.fstrings.append(FString(self.cur, text, node.lineno))
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node):
+        sl = node.slice
+        t = type(sl)
+        if t is ast.Compare or (t is ast.Name and sl.id.lower().endswith("mask")) or (
+            t is ast.UnaryOp and type(sl.op) is ast.Invert
+        ):
+            self.subscripts.append(Subscript(self.cur, dotted(node.value), _short_unparse(sl, 80), node.lineno))
+        self.generic_visit(node)
+
+    def visit_Constant(self, node):
+        v = node.value
+        if type(v) is str and _IDENT_STR.match(v):
+            self.strings.append((node.lineno, v))
+
+    def visit_Name(self, node):
+        pass
+
+    def visit_Attribute(self, node):
+        if node.attr == "forward":
+            self.refs.append((self.cur, dotted(node), node.lineno))
+        self.visit(node.value)
+
+
+_Collector._dispatch = {
+    getattr(ast, name[len("visit_"):]): fn
+    for name, fn in vars(_Collector).items()
+    if name.startswith("visit_") and hasattr(ast, name[len("visit_"):])
+}
+for _cls in (ast.Global, ast.Nonlocal, ast.Pass, ast.Break, ast.Continue):
+    _Collector._dispatch[_cls] = _Collector._skip
+
+
+def module_name(relpath: str) -> tuple[str, bool]:
+    """Dotted module for a path relative to the folder that holds the top-level package."""
+    parts = relpath[:-3].split("/") if relpath.endswith(".py") else relpath.split("/")
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts = parts[:-1]
+    return ".".join(parts), is_package
+
+
+def extract(relpath: str, module: str, is_package: bool, source: bytes, digest: str) -> FileFacts:
+    """Parse ``source`` and collect its facts; a file that does not parse becomes a diagnostic."""
+    lines = source.count(b"\n") + 1
+    try:
+        tree = ast.parse(source, filename=relpath)
+    except SyntaxError as e:
+        return FileFacts(relpath, module, "py", digest, lines, f"does not parse: {e.msg} (line {e.lineno})")
+    except (ValueError, UnicodeDecodeError) as e:
+        return FileFacts(relpath, module, "py", digest, lines, f"cannot be decoded: {e}")
+    except RecursionError:
+        return FileFacts(relpath, module, "py", digest, lines, "too deeply nested to parse")
+    c = _Collector(module, is_package)
+    try:
+        for stmt in tree.body:
+            c.visit(stmt)
+    except RecursionError:
+        return FileFacts(relpath, module, "py", digest, lines, "too deeply nested to index")
+    return FileFacts(
+        relpath,
+        module,
+        "py",
+        digest,
+        lines,
+        None,
+        tuple(c.defs),
+        tuple(c.imports),
+        tuple(c.calls),
+        tuple(c.assigns),
+        tuple(c.compares),
+        tuple(c.fstrings),
+        tuple(c.launches),
+        tuple(c.branches),
+        tuple(c.loops),
+        tuple(c.withs),
+        tuple(c.subscripts),
+        tuple(c.strings),
+        (),
+        tuple(c.refs),
+    )

@@ -1,0 +1,117 @@
+"""Rules as data: one YAML file per rule in ``rules/``, validated with the file and field named.
+
+A rule names a check (Python in ``recon/checks``), its parameters, the words the spec uses, and
+small positive and negative code examples that the test suite runs, so a rule cannot silently stop
+matching. A user adds a rule by adding a YAML file (``--rules DIR`` or ``RECON_RULES_PATH``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import ReconError
+from .findings import SEVERITIES
+
+RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+REQUIRED = ("id", "title", "severity", "category", "finds", "why", "fix", "check")
+
+
+@dataclass
+class Rule:
+    id: str
+    title: str
+    severity: str
+    category: str
+    finds: str  # what it finds
+    why: str  # why it costs
+    fix: str  # how to fix
+    check: str  # name of the registered check
+    params: dict[str, Any] = field(default_factory=dict)
+    examples: dict[str, list] = field(default_factory=dict)  # {"positive": [...], "negative": [...]}
+    source: str = ""  # the YAML file it came from
+    extra: dict[str, Any] = field(default_factory=dict)  # any other keys, for templates
+
+
+class RuleError(ReconError):
+    pass
+
+
+def _load_one(path: Path) -> Rule:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise RuleError(f"{path}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RuleError(f"{path}: cannot be read: {e}") from None
+    if not isinstance(data, dict):
+        raise RuleError(f"{path}: a rule file must hold a mapping, found {type(data).__name__}")
+    for key in REQUIRED:
+        if key not in data or data[key] in (None, ""):
+            raise RuleError(f"{path}: field '{key}' is missing")
+        if not isinstance(data[key], str):
+            raise RuleError(f"{path}: field '{key}' must be a string")
+    if data["severity"] not in SEVERITIES:
+        raise RuleError(f"{path}: field 'severity' must be one of {', '.join(SEVERITIES)}, not {data['severity']!r}")
+    params = data.get("params") or {}
+    if not isinstance(params, dict):
+        raise RuleError(f"{path}: field 'params' must be a mapping")
+    examples = data.get("examples") or {}
+    if not isinstance(examples, dict) or not set(examples) <= {"positive", "negative"}:
+        raise RuleError(f"{path}: field 'examples' must be a mapping with 'positive' and/or 'negative' lists")
+    for kind, items in examples.items():
+        if not isinstance(items, list) or not all(isinstance(i, (str, dict)) for i in items):
+            raise RuleError(f"{path}: field 'examples.{kind}' must be a list of code strings or {{path: code}} mappings")
+    known = set(REQUIRED) | {"params", "examples"}
+    return Rule(
+        id=data["id"],
+        title=data["title"],
+        severity=data["severity"],
+        category=data["category"],
+        finds=data["finds"].strip(),
+        why=data["why"].strip(),
+        fix=data["fix"].strip(),
+        check=data["check"],
+        params=params,
+        examples={k: list(v) for k, v in examples.items()},
+        source=str(path),
+        extra={k: v for k, v in data.items() if k not in known},
+    )
+
+
+def rule_dirs(extra: Optional[list[Path]] = None) -> list[Path]:
+    dirs = [RULES_DIR]
+    env = os.environ.get("RECON_RULES_PATH")
+    if env:
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs += list(extra or [])
+    return dirs
+
+
+def load_rules(extra: Optional[list[Path]] = None) -> list[Rule]:
+    """Every rule, sorted by id; a later folder's rule replaces an earlier one of the same id."""
+    from .checks import registry
+
+    rules: dict[str, Rule] = {}
+    for d in rule_dirs(extra):
+        if not d.is_dir():
+            raise RuleError(f"rules folder not found: {d}")
+        for path in sorted(d.glob("*.y*ml")):
+            rule = _load_one(path)
+            if rule.check not in registry():
+                raise RuleError(f"{path}: field 'check' names an unknown check {rule.check!r} (known: {', '.join(sorted(registry()))})")
+            rules[rule.id] = rule
+    return [rules[k] for k in sorted(rules)]
+
+
+def get_rule(rule_id: str, extra: Optional[list[Path]] = None) -> Rule:
+    rules = {r.id: r for r in load_rules(extra)}
+    if rule_id not in rules:
+        raise ReconError(f"no rule {rule_id!r}; known: {', '.join(sorted(rules))}")
+    return rules[rule_id]

@@ -1,0 +1,230 @@
+"""Resolving what to read: a folder, a git revision of a checkout, or a released wheel from PyPI.
+
+Every analysis command takes the target the same way (``--path``, ``--rev``, ``--sglang``) and
+reports which target it used and why. Paths in findings are relative to the target root: the repo
+root of a checkout (``python/sglang/...``) or the folder holding the package (``sglang/...``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .cache import atomic_dir, cache_dir
+from .errors import ReconError
+from .sources import DirSource, GitSource
+
+DEFAULT_VERSION = "0.5.13.post1"
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*([.\-]?(post|dev|rc|a|b)[0-9]*)*$")
+
+
+@dataclass
+class Target:
+    source: object  # DirSource | GitSource
+    kind: str  # "dir" | "git" | "wheel"
+    label: str  # what the user sees: path, path@rev, or sglang==VERSION
+    reason: str  # why this target was chosen
+    package_prefix: str  # relative path of the folder holding the sglang package ("python" or "")
+    version: Optional[str] = None
+    revision: Optional[str] = None
+    repo_root: Optional[Path] = None  # a git checkout's root, when there is one
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """A stable name for this target's cache."""
+        if self.kind == "wheel":
+            return f"wheel-{self.version}"
+        if self.kind == "git":
+            return f"git-{self.revision}"
+        raw = os.path.realpath(self.source.root)
+        return "dir-" + re.sub(r"[^A-Za-z0-9]+", "_", raw).strip("_")[-120:]
+
+    def pkg_path(self, rel_in_package: str) -> str:
+        """``sglang/srt/x.py`` -> the path as this target names it."""
+        return f"{self.package_prefix}/{rel_in_package}" if self.package_prefix else rel_in_package
+
+
+def _layout(root: Path) -> Optional[tuple[str, tuple[str, ...]]]:
+    """(package prefix, subdirs to read) when ``root`` holds SGLang, else None."""
+    if (root / "python" / "sglang" / "__init__.py").is_file():
+        subs = ["python/sglang"]
+        for extra in ("benchmark", "sgl-kernel/python", "sgl-kernel/csrc", "sgl-kernel/include"):
+            if (root / extra).is_dir():
+                subs.append(extra)
+        return "python", tuple(subs)
+    if (root / "sglang" / "__init__.py").is_file():
+        return "", ("sglang",)
+    if root.name == "sglang" and (root / "__init__.py").is_file() and (root / "srt").is_dir():
+        return None  # handled by the caller: the package folder itself
+    return None
+
+
+def _git_layout(commit) -> Optional[tuple[str, tuple[str, ...]]]:
+    tree = commit.tree
+    def has(p: str) -> bool:
+        try:
+            tree / p
+            return True
+        except KeyError:
+            return False
+    if has("python/sglang/__init__.py"):
+        subs = ["python/sglang"] + [e for e in ("benchmark", "sgl-kernel/python", "sgl-kernel/csrc", "sgl-kernel/include") if has(e)]
+        return "python", tuple(subs)
+    if has("sglang/__init__.py"):
+        return "", ("sglang",)
+    return None
+
+
+def _version_from_text(text: str) -> Optional[str]:
+    m = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", text)
+    return m.group(1) if m else None
+
+
+def detect_version(read, exists, prefix: str) -> Optional[str]:
+    """The SGLang version a tree declares, read (never imported) from its files."""
+    pkg = f"{prefix}/sglang" if prefix else "sglang"
+    for rel in (f"{pkg}/_version.py", f"{pkg}/version.py"):
+        if exists(rel):
+            try:
+                v = _version_from_text(read(rel).decode("utf-8", "replace"))
+            except OSError:
+                v = None
+            if v and v != "0.0.0.dev0":
+                return v
+    pyproject = f"{prefix}/pyproject.toml" if prefix else "pyproject.toml"
+    if exists(pyproject):
+        m = re.search(r'^version\s*=\s*"([^"]+)"', read(pyproject).decode("utf-8", "replace"), re.M)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _dist_info_version(root: Path) -> Optional[str]:
+    for d in root.glob("sglang-*.dist-info"):
+        meta = d / "METADATA"
+        if meta.is_file():
+            m = re.search(r"^Version:\s*(\S+)", meta.read_text("utf-8", "replace"), re.M)
+            if m:
+                return m.group(1)
+    return None
+
+
+def from_path(path: Path, rev: Optional[str] = None, reason: str = "--path") -> Target:
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ReconError(f"path does not exist: {path}")
+    if not path.is_dir():
+        raise ReconError(f"not a folder: {path}")
+    path = path.resolve()
+    if rev is not None:
+        return _from_git(path, rev, reason)
+    layout = _layout(path)
+    if layout is None and path.name == "sglang" and (path / "__init__.py").is_file():
+        # the package folder itself: read it from its parent, limited to the package
+        path = path.parent
+        layout = ("", ("sglang",))
+    if layout is None:
+        raise ReconError(
+            f"no SGLang found in {path}: expected python/sglang/ (a repo checkout), sglang/ (an unpacked wheel or site-packages) or the sglang package folder itself"
+        )
+    prefix, subs = layout
+    src = DirSource(path, subs)
+    version = _dist_info_version(path) or detect_version(src.read, src.exists, prefix)
+    repo_root = path if (path / ".git").exists() else None
+    return Target(src, "dir", str(path), reason, prefix, version, None, repo_root)
+
+
+def _from_git(path: Path, rev: str, reason: str) -> Target:
+    import git
+
+    try:
+        repo = git.Repo(path, search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise ReconError(f"not a git repository: {path} (--rev needs a git checkout)") from None
+    try:
+        commit = repo.commit(rev)
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise ReconError(f"unknown git revision {rev!r} in {path}") from None
+    layout = _git_layout(commit)
+    if layout is None:
+        raise ReconError(f"no SGLang found in {path} at {rev}: expected python/sglang/ or sglang/")
+    prefix, subs = layout
+    src = GitSource(path, commit.hexsha, subs)
+    version = detect_version(src.read, src.exists, prefix)
+    return Target(src, "git", f"{path}@{rev} ({commit.hexsha[:12]})", reason, prefix, version, commit.hexsha, path)
+
+
+def fetch_wheel(version: str) -> Path:
+    """Download ``sglang==version`` with ``pip download --no-deps`` and unpack it once into the cache."""
+    if not _VERSION_RE.match(version):
+        raise ReconError(f"not a version number: {version!r}")
+    dest = cache_dir() / "wheels" / version
+    if (dest / "sglang" / "__init__.py").is_file():
+        return dest
+    wheel_dir = cache_dir() / "downloads"
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(wheel_dir.glob(f"sglang-{version}-*.whl"))
+    if not wheels:
+        base = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheel_dir), f"sglang=={version}"]
+        # Released wheels are tagged for one CPython; their Python sources read the same anywhere.
+        other_python = ["--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
+        for extra in ([], other_python):
+            proc = subprocess.run(base + extra, capture_output=True, text=True)
+            wheels = sorted(wheel_dir.glob(f"sglang-{version}-*.whl"))
+            if wheels:
+                break
+        if proc.returncode != 0 or not wheels:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ReconError(f"could not fetch sglang=={version} from PyPI: {last}")
+    with atomic_dir(dest) as tmp:
+        try:
+            with zipfile.ZipFile(wheels[-1]) as z:
+                members = [m for m in z.namelist() if m.startswith(("sglang/", f"sglang-{version}.dist-info/"))]
+                z.extractall(tmp, members)
+        except zipfile.BadZipFile:
+            wheels[-1].unlink(missing_ok=True)
+            raise ReconError(f"the downloaded wheel for sglang=={version} is corrupt; run again to fetch it anew") from None
+    return dest
+
+
+def from_version(version: str, reason: str = "--sglang") -> Target:
+    root = fetch_wheel(version)
+    src = DirSource(root, ("sglang",))
+    return Target(src, "wheel", f"sglang=={version}", reason, "", _dist_info_version(root) or version)
+
+
+def _installed_sglang() -> Optional[Path]:
+    """An installed sglang package, found on sys.path without importing it."""
+    for entry in sys.path:
+        if not entry:
+            continue
+        cand = Path(entry) / "sglang"
+        if (cand / "__init__.py").is_file() and (cand / "srt").is_dir():
+            return cand
+    return None
+
+
+def resolve(path: Optional[Path] = None, rev: Optional[str] = None, sglang: Optional[str] = None) -> Target:
+    """The target named by the options, or the default one, with the reason it was chosen."""
+    if sglang and (path or rev):
+        raise ReconError("give either --sglang or --path/--rev, not both")
+    if sglang:
+        return from_version(sglang)
+    if rev and not path:
+        path = Path.cwd()
+    if path:
+        return from_path(path, rev)
+    cwd = Path.cwd()
+    if _layout(cwd) is not None:
+        return from_path(cwd, reason="the current folder holds SGLang")
+    installed = _installed_sglang()
+    if installed is not None:
+        return from_path(installed, reason=f"no --path given; using the installed package at {installed}")
+    return from_version(DEFAULT_VERSION, reason=f"no --path given and no SGLang here; using the released sglang=={DEFAULT_VERSION}")

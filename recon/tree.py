@@ -1,0 +1,122 @@
+"""Loading a target as one object: its index, its graph, and how they were obtained.
+
+The graph is cached per target next to the manifest, keyed by the digest of every file's content.
+A warm run with nothing changed unpickles it; a run after a few body edits patches those files in
+place (:func:`recon.graph.update_graph`); anything else rebuilds it from the facts.
+Python's cyclic GC is paused while these large, acyclic structures are built or loaded: it would
+otherwise rescan them over and over and triple the time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import networkx as nx
+
+from .cache import cache_dir, load_pickle, save_pickle
+from .graph import Resolver, build_graph, update_graph
+from .indexer import Index, build_index, load_facts
+from .target import Target
+
+_PATCH_LIMIT = 20  # more changed files than this: rebuild rather than patch
+
+
+@contextlib.contextmanager
+def paused_gc():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@dataclass
+class Tree:
+    target: Target
+    index: Index
+    graph: nx.MultiDiGraph
+    timings: dict = field(default_factory=dict)
+    _resolver: Optional[Resolver] = None
+
+    @property
+    def resolver(self) -> Resolver:
+        if self._resolver is None:
+            self._resolver = load_pickle(_graph_paths(self.target.key)[1])
+            if self._resolver is None:
+                self._resolver = Resolver(self.index.py_facts())
+        return self._resolver
+
+    def read_text(self, relpath: str) -> str:
+        return self.target.source.read(relpath).decode("utf-8", "replace")
+
+    def lines(self, relpath: str) -> list[str]:
+        return self.read_text(relpath).splitlines()
+
+
+def _graph_paths(key: str) -> tuple[Path, Path]:
+    base = cache_dir() / "graph"
+    return base / f"{key}.graph.pkl", base / f"{key}.resolver.pkl"
+
+
+def _content_key(index: Index) -> str:
+    h = hashlib.sha1()
+    for p, m in index.files.items():
+        h.update(f"{p}\0{m.digest}\n".encode())
+    return h.hexdigest()
+
+
+def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) -> Tree:
+    """Index ``target`` and return it with its graph, from the cache wherever that is still true."""
+    timings: dict = {}
+    with paused_gc():
+        t0 = time.perf_counter()
+        index = build_index(target, progress)
+        timings["index_s"] = time.perf_counter() - t0
+        key = _content_key(index)
+        gpath, rpath = _graph_paths(target.key)
+        t1 = time.perf_counter()
+        cached = load_pickle(gpath)
+        graph = resolver = None
+        how = "built"
+        if cached is not None and cached[0] == key:
+            graph, how = cached[1], "cached"
+        elif cached is not None and 0 < len(index.stats["changed"]) <= _PATCH_LIMIT:
+            graph, resolver, how = _patch(cached, index, rpath)
+        if graph is None:
+            graph, resolver = build_graph(index.all_facts())
+            graph.graph["digests"] = {p: m.digest for p, m in index.files.items()}
+            how = "built"
+        if how != "cached":
+            save_pickle(gpath, (key, graph))
+            if resolver is not None:
+                save_pickle(rpath, resolver)
+        timings["graph_s"] = time.perf_counter() - t1
+        timings["graph"] = how
+    tree = Tree(target, index, graph, timings, resolver)
+    return tree
+
+
+def _patch(cached, index: Index, rpath: Path):
+    """Patch a cached graph for a few edited files; (None, None, ...) when a rebuild is needed."""
+    graph = cached[1]
+    resolver = load_pickle(rpath)
+    if resolver is None:
+        return None, None, "built"
+    for relpath in index.stats["changed"]:
+        new = index.facts(relpath)
+        if new is None:
+            return None, None, "built"
+        old_digest = graph.graph.get("digests", {}).get(relpath)
+        old = load_facts(old_digest) if old_digest else None
+        if old is None or not update_graph(graph, resolver, old, new):
+            return None, None, "built"
+        graph.graph.setdefault("digests", {})[relpath] = new.digest
+    return graph, resolver, "patched"
