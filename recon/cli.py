@@ -1,0 +1,267 @@
+"""The ``recon`` command line (Typer + Rich).
+
+Exit codes: 0 done; 1 a query found nothing (unknown symbol, no path); 2 bad input (missing path,
+unknown version, bad revision, malformed rule or profile); 3 a check crashed (its error is shown;
+the other rules' findings are still written).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__
+from .errors import ReconError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Read an SGLang tree like a GPU-inference engineer: what runs, what is slow, why, and what to do.")
+query_app = typer.Typer(no_args_is_help=True, help="Questions answered from the dispatch graph.")
+graph_app = typer.Typer(no_args_is_help=True, help="Export the dispatch graph.")
+rules_app = typer.Typer(no_args_is_help=True, help="The rules recon checks.")
+app.add_typer(query_app, name="query")
+app.add_typer(graph_app, name="graph")
+app.add_typer(rules_app, name="rules")
+
+# Piped output keeps long paths on one line (wide, soft-wrapped) so it greps and diffs cleanly.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+err = Console(stderr=True, soft_wrap=True)
+
+PathOpt = typer.Option(None, "--path", help="An SGLang repo root (with python/sglang), an unpacked wheel, or the sglang package folder.")
+RevOpt = typer.Option(None, "--rev", help="Read the tree at this git revision of --path (from git objects; the work tree is not touched).")
+VersionOpt = typer.Option(None, "--sglang", help="A released SGLang version, fetched from PyPI with pip download --no-deps.")
+RulesOpt = typer.Option(None, "--rules", help="An extra folder of rule YAML files.")
+
+
+class Fmt(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class ScanFmt(str, Enum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+class GraphFmt(str, Enum):
+    graphml = "graphml"
+    json = "json"
+    dot = "dot"
+    mermaid = "mermaid"
+
+
+def _fail(e: ReconError) -> None:
+    err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+    raise typer.Exit(getattr(e, "exit_code", 2))
+
+
+def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str], quiet: bool = False):
+    """Resolve and load the target, with a progress bar on a cold index; returns a Tree."""
+    from .target import resolve
+    from .tree import load
+
+    target = resolve(path, rev, sglang)
+    if not quiet:
+        ver = f" (SGLang {target.version})" if target.version else ""
+        err.print(f"[dim]target:[/dim] {target.label}{ver} [dim]— {target.reason}[/dim]", highlight=False)
+    progress = None
+    bar = None
+    if not quiet and err.is_terminal:
+        bar = Progress(TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
+        task = bar.add_task("index", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        bar.start()
+    try:
+        tree = load(target, progress)
+    finally:
+        if bar is not None:
+            bar.stop()
+    diags = tree.index.diagnostics
+    if diags and not quiet:
+        err.print(f"[yellow]{len(diags)} file(s) not indexed[/yellow] (first: {diags[0][0]}: {diags[0][1]}); `recon index` lists them", highlight=False)
+    return tree
+
+
+def _print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@app.command()
+def version() -> None:
+    """Print recon's version."""
+    out.print(f"recon {__version__}")
+
+
+@app.command()
+def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+    """Index a target and build its graph; print counts and every file that could not be indexed."""
+    try:
+        tree = load_target(path, rev, sglang)
+    except ReconError as e:
+        _fail(e)
+    G = tree.graph
+    kinds: dict[str, int] = {}
+    for _, d in G.nodes(data=True):
+        kinds[d.get("kind", "?")] = kinds.get(d.get("kind", "?"), 0) + 1
+    info = {
+        "target": tree.target.label,
+        "version": tree.target.version,
+        "files": tree.index.stats["files"],
+        "extracted": tree.index.stats["extracted"],
+        "graph": tree.timings.get("graph"),
+        "nodes": G.number_of_nodes(),
+        "edges": G.number_of_edges(),
+        "node_kinds": dict(sorted(kinds.items())),
+        "diagnostics": [{"path": p, "message": m} for p, m in tree.index.diagnostics],
+        "seconds": round(tree.timings["index_s"] + tree.timings["graph_s"], 3),
+    }
+    if fmt == Fmt.json:
+        _print_json(info)
+        return
+    t = Table(show_header=False, box=None)
+    for k in ("target", "version", "files", "extracted", "graph", "nodes", "edges", "seconds"):
+        t.add_row(k, str(info[k]))
+    t.add_row("node kinds", ", ".join(f"{k} {v}" for k, v in info["node_kinds"].items()))
+    out.print(t)
+    for d in info["diagnostics"]:
+        out.print(f"[yellow]not indexed[/yellow] {d['path']}: {d['message']}", highlight=False)
+
+
+# ---------------------------------------------------------------------------------------- query
+def _run_query(fn, fmt: Fmt, path, rev, sglang, render):
+    from .query import AmbiguousSymbol
+
+    try:
+        tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
+        result = fn(tree.graph)
+    except AmbiguousSymbol as e:
+        if fmt == Fmt.json:
+            _print_json({"error": "ambiguous", "candidates": e.candidates})
+            raise typer.Exit(1)
+        _fail(e)
+    except ReconError as e:
+        _fail(e)
+    if fmt == Fmt.json:
+        _print_json(result)
+    else:
+        render(result)
+
+
+@query_app.command("where")
+def q_where(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+    """Where SYMBOL is defined, and how (def, class, or assignment wrapping another callable)."""
+    from .query import where
+
+    def render(r):
+        out.print(f"{r['symbol']}  [bold]{r['at']}[/bold]  ({r['kind']})", highlight=False)
+        if r.get("defined_by") == "assignment":
+            out.print(f"  defined by assignment, wrapping {r.get('wraps_symbol') or r['wraps']} ({r.get('wraps_at', '?')})", highlight=False)
+            if r.get("bound_arguments"):
+                out.print(f"  bound arguments: {r['bound_arguments']}", highlight=False)
+            if r.get("aliases"):
+                out.print(f"  same object as: {', '.join(r['aliases'])}", highlight=False)
+        else:
+            out.print(f"  defined by {r['defined_by']}", highlight=False)
+        if r.get("decorators"):
+            out.print(f"  decorators: {', '.join(r['decorators'])}", highlight=False)
+
+    _run_query(lambda G: where(G, symbol), fmt, path, rev, sglang, render)
+
+
+def _render_edges(rows, title):
+    t = Table(title=title, show_lines=False)
+    for c in ("symbol", "edge", "call site", "defined at"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(r["symbol"], r["edge"] + (f" ({r['via']})" if r.get("via") else ""), r["call_at"], r["defined_at"])
+    out.print(t)
+    if not rows:
+        out.print("none")
+
+
+@query_app.command("callers")
+def q_callers(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
+    """Who calls, launches, wraps or captures SYMBOL."""
+    from .query import callers
+
+    _run_query(lambda G: callers(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callers of {symbol}"))
+
+
+@query_app.command("callees")
+def q_callees(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
+    """What SYMBOL calls, launches or wraps."""
+    from .query import callees
+
+    _run_query(lambda G: callees(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callees of {symbol}"))
+
+
+@query_app.command("path")
+def q_path(src: str, dst: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+    """The call path from SRC to DST, each hop with file:line."""
+    from .query import path as find_path
+
+    def render(hops):
+        for i, h in enumerate(hops):
+            if i == 0:
+                out.print(f"{h['node']}  ({h['at']})", highlight=False)
+            else:
+                tag = " [yellow](inferred: dynamic dispatch)[/yellow]" if h.get("inferred") else ""
+                out.print(f"  └─{h['via_edge']} @ {h['call_at']} → {h['node']}  ({h['at']}){tag}", highlight=False)
+
+    _run_query(lambda G: [h.to_dict() for h in find_path(G, src, dst)], fmt, path, rev, sglang, render)
+
+
+@query_app.command("launches")
+def q_launches(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), depth: int = typer.Option(8, help="How many call hops to follow."), dynamic: bool = typer.Option(False, help="Also follow calls inferred by method name.")) -> None:
+    """Triton kernels and native ops reachable from SYMBOL."""
+    from .query import launches
+
+    def render(rows):
+        t = Table(title=f"launched from {symbol}")
+        for c in ("kernel / op", "kind", "launched at", "defined at", "route"):
+            t.add_column(c, overflow="fold")
+        for r in rows:
+            t.add_row(r["symbol"], r["kind"], r["launched_at"], r["defined_at"], " → ".join(r["route"]))
+        out.print(t)
+
+    _run_query(lambda G: launches(G, symbol, depth, dynamic), fmt, path, rev, sglang, render)
+
+
+@graph_app.command("export")
+def graph_export(
+    fmt: GraphFmt = typer.Option(GraphFmt.json, "--format"),
+    root: Optional[str] = typer.Option(None, "--root", help="Export only what this symbol reaches."),
+    depth: int = typer.Option(3, "--depth"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output"),
+    path: Optional[Path] = PathOpt,
+    rev: Optional[str] = RevOpt,
+    sglang: Optional[str] = VersionOpt,
+) -> None:
+    """Export the graph as GraphML, JSON, DOT or Mermaid."""
+    from .cache import atomic_write_bytes
+    from .export import export
+
+    try:
+        tree = load_target(path, rev, sglang)
+        text = export(tree.graph, fmt.value, root, depth)
+    except ReconError as e:
+        _fail(e)
+    if output:
+        atomic_write_bytes(output, text.encode("utf-8"))
+        err.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+def main() -> None:  # pragma: no cover - console entry for python -m recon
+    app()

@@ -1,0 +1,84 @@
+"""Shared fixtures: real SGLang trees fetched from PyPI once and cached between runs.
+
+The cache lives in ``RECON_CACHE_DIR`` when set, else in ``.cache/recon-tests`` at the repo root
+(ignored by git). Wheels are fetched with ``pip download --no-deps``; nothing is installed or imported.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SEED_VERSION = "0.5.13.post1"
+NEW_VERSION = os.environ.get("RECON_TEST_NEW_VERSION", "0.5.23")
+
+os.environ.setdefault("RECON_CACHE_DIR", str(REPO / ".cache" / "recon-tests"))
+
+
+@pytest.fixture(scope="session")
+def cache_root() -> Path:
+    return Path(os.environ["RECON_CACHE_DIR"])
+
+
+@pytest.fixture(scope="session")
+def sglang_0513():
+    from recon.target import from_version
+
+    return from_version(SEED_VERSION)
+
+
+@pytest.fixture(scope="session")
+def sglang_new():
+    from recon.target import from_version
+
+    return from_version(NEW_VERSION)
+
+
+@pytest.fixture(scope="session")
+def tree_0513(sglang_0513):
+    from recon.tree import load
+
+    return load(sglang_0513)
+
+
+@pytest.fixture(scope="session")
+def tree_new(sglang_new):
+    from recon.tree import load
+
+    return load(sglang_new)
+
+
+def make_tree(root: Path, files: dict[str, str]) -> Path:
+    """A tiny synthetic SGLang-shaped tree: ``{relpath: source}`` under ``root`` (with package inits)."""
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    for d in {(root / rel).parent for rel in files}:
+        cur = d
+        while cur != root and cur.is_relative_to(root / "sglang"):
+            init = cur / "__init__.py"
+            if not init.exists():
+                init.write_text("", encoding="utf-8")
+            cur = cur.parent
+    sg = root / "sglang" / "__init__.py"
+    if not sg.exists():
+        sg.parent.mkdir(parents=True, exist_ok=True)
+        sg.write_text("", encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def synthetic(tmp_path):
+    """Build a synthetic tree and load it: ``synthetic({relpath: code}) -> Tree``."""
+    from recon.target import from_path
+    from recon.tree import load
+
+    def build(files: dict[str, str]):
+        make_tree(tmp_path / "tree", files)
+        return load(from_path(tmp_path / "tree"))
+
+    return build
