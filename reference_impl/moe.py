@@ -30,6 +30,13 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _fast_dequant(dev) -> bool:
+    """PTX e2m1 path (mul.bf16x2 needs sm_90); REFIMPL_FAST_DEQUANT=0 turns it off."""
+    if _interpreting() or os.environ.get("REFIMPL_FAST_DEQUANT", "1") == "0":
+        return False
+    return torch.cuda.get_device_capability(dev) >= (9, 0)
+
+
 def _fail(name: str, msg: str):
     raise ValueError(f"{name}: {msg}")
 
@@ -169,7 +176,7 @@ def grouped_mxfp4_moe(
         S, H, I, NB, topk,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
         float(clamp_limit) if has_clamp else 0.0,
-        HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), **_kw(c1),
+        HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev), **_kw(c1),
     )
 
     # 3. down GEMM + weighted top-k combine
@@ -193,7 +200,7 @@ def grouped_mxfp4_moe(
             S, H, I, NB, topk,
             act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
             rsf,
-            OUT_MODE=mode, BLOCK_M=BM, DOT_F32=_interpreting(), **_kw(c2),
+            OUT_MODE=mode, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev), **_kw(c2),
         )
 
     if mode == 0:

@@ -41,7 +41,8 @@ def cfg(bm, g1, g2):
 
 SMALL = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(16, (16, 256, 4, 4), (32, 256, 4, 4)),
          cfg(16, (32, 128, 4, 5), (64, 128, 4, 5)), cfg(16, (64, 128, 4, 4), (128, 128, 4, 4)),
-         cfg(16, (16, 512, 4, 3), (32, 512, 4, 3)), cfg(16, (32, 256, 8, 4), (64, 256, 8, 4))]
+         cfg(16, (16, 128, 4, 4), (32, 128, 4, 4)), cfg(16, (32, 256, 8, 4), (64, 256, 8, 4)),
+         cfg(16, (16, 128, 2, 4), (32, 128, 2, 4))]
 MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(32, (32, 256, 4, 4), (64, 256, 4, 4)),
        cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4)),
        cfg(32, (64, 128, 4, 3), (64, 128, 4, 3))]
@@ -193,7 +194,7 @@ def main():
             q = make_problem(M, E, H, I, topk, device="cuda", seed=100 + M)
             p = dict(base, hidden_states=q["hidden_states"], topk_ids=q["topk_ids"], topk_weights=q["topk_weights"])
             uniq = int(torch.unique(p["topk_ids"]).numel())
-            roof_ms = uniq * exp_bytes / (bw / 2) * 1e3  # copy bw counts read+write; weights are read once
+            roof_ms = uniq * exp_bytes / bw * 1e3  # bw = copy traffic (read + write) per second
             flops = 2 * M * topk * (2 * I * H + H * I)
             row = {"model": mname, "E": E, "H": H, "I": I, "topk": topk, "M": M, "uniq": uniq,
                    "bytes": uniq * exp_bytes, "roofline_ms": roof_ms, "flops": flops}

@@ -10,7 +10,7 @@ Output rows are the padded sorted rows: act[row] for row = block * BLOCK_M + r.
 import triton
 import triton.language as tl
 
-from .e2m1 import e2m1_scaled_to_bf16, transposed as _t
+from .e2m1 import dequant_pair, transposed as _t
 
 
 @triton.jit
@@ -22,6 +22,7 @@ def gemm1_swiglu_kernel(
     HAS_CLAMP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr = False,
+    FAST_DEQUANT: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     b = pid % NB
@@ -60,14 +61,16 @@ def gemm1_swiglu_kernel(
             a = a.to(tl.float32)
         a_even, a_odd = tl.split(tl.reshape(a, [BLOCK_M, BLOCK_K // 2, 2]))
         kmask = wmask_n & (k0 + g3 * 32 < K)
-        bg = tl.load(w_g + k0 // 2, mask=kmask, other=0).to(tl.int32) & 0xFF
-        bu = tl.load(w_u + k0 // 2, mask=kmask, other=0).to(tl.int32) & 0xFF
-        sg = tl.load(s_g + k0 // 32, mask=kmask, other=127).to(tl.int32) & 0xFF
-        su = tl.load(s_u + k0 // 32, mask=kmask, other=127).to(tl.int32) & 0xFF
-        g_lo = tl.reshape(e2m1_scaled_to_bf16(bg & 0xF, sg), [BLOCK_N, BLOCK_K // 2])
-        g_hi = tl.reshape(e2m1_scaled_to_bf16(bg >> 4, sg), [BLOCK_N, BLOCK_K // 2])
-        u_lo = tl.reshape(e2m1_scaled_to_bf16(bu & 0xF, su), [BLOCK_N, BLOCK_K // 2])
-        u_hi = tl.reshape(e2m1_scaled_to_bf16(bu >> 4, su), [BLOCK_N, BLOCK_K // 2])
+        bg = tl.load(w_g + k0 // 2, mask=kmask, other=0)
+        bu = tl.load(w_u + k0 // 2, mask=kmask, other=0)
+        sg = tl.load(s_g + k0 // 32, mask=kmask, other=127)
+        su = tl.load(s_u + k0 // 32, mask=kmask, other=127)
+        g_lo, g_hi = dequant_pair(bg, sg, FAST_DEQUANT)
+        u_lo, u_hi = dequant_pair(bu, su, FAST_DEQUANT)
+        g_lo = tl.reshape(g_lo, [BLOCK_N, BLOCK_K // 2])
+        g_hi = tl.reshape(g_hi, [BLOCK_N, BLOCK_K // 2])
+        u_lo = tl.reshape(u_lo, [BLOCK_N, BLOCK_K // 2])
+        u_hi = tl.reshape(u_hi, [BLOCK_N, BLOCK_K // 2])
         acc_g = tl.dot(a_even, _t(g_lo, DOT_F32), acc_g)
         acc_g = tl.dot(a_odd, _t(g_hi, DOT_F32), acc_g)
         acc_u = tl.dot(a_even, _t(u_lo, DOT_F32), acc_u)

@@ -11,7 +11,7 @@ Epilogue: scale each row by topk_weight * routed_scaling_factor, then
 import triton
 import triton.language as tl
 
-from .e2m1 import e2m1_scaled_to_bf16, transposed as _t
+from .e2m1 import dequant_pair, transposed as _t
 
 
 @triton.jit
@@ -23,6 +23,7 @@ def gemm2_combine_kernel(
     OUT_MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr = False,
+    FAST_DEQUANT: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     b = pid % NB
@@ -42,12 +43,10 @@ def gemm2_combine_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     a_rows = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :]
 
-    g3 = tl.arange(0, G)[None, :, None]
-    j3 = tl.arange(0, 16)[None, None, :]
-    n3 = offs_n[:, None, None]
-    w_p = w_ptr + e * stride_we + n3 * stride_wn + g3 * 16 + j3
-    s_p = s_ptr + e * stride_se + n3 * stride_sn + g3
-    wmask_n = n3 < N
+    offs_kb = tl.arange(0, BLOCK_K // 2)
+    w_p = w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_kb[None, :]
+    s_p = s_ptr + e * stride_se + offs_n[:, None] * stride_sn + tl.arange(0, G)[None, :]
+    wmask_n = offs_n[:, None] < N
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -55,11 +54,10 @@ def gemm2_combine_kernel(
         if DOT_F32:  # the CPU interpreter's bf16 tl.dot is wrong; keep its math in fp32
             a = a.to(tl.float32)
         a_even, a_odd = tl.split(tl.reshape(a, [BLOCK_M, BLOCK_K // 2, 2]))
-        kmask = wmask_n & (k0 + g3 * 32 < K)
-        bw = tl.load(w_p + k0 // 2, mask=kmask, other=0).to(tl.int32) & 0xFF
-        sw = tl.load(s_p + k0 // 32, mask=kmask, other=127).to(tl.int32) & 0xFF
-        w_lo = tl.reshape(e2m1_scaled_to_bf16(bw & 0xF, sw), [BLOCK_N, BLOCK_K // 2])
-        w_hi = tl.reshape(e2m1_scaled_to_bf16(bw >> 4, sw), [BLOCK_N, BLOCK_K // 2])
+        bw = tl.load(w_p + k0 // 2, mask=wmask_n & (k0 // 2 + offs_kb[None, :] < K // 2), other=0)
+        sw = tl.load(s_p + k0 // 32, mask=wmask_n & (k0 // 32 + tl.arange(0, G)[None, :] < K // 32), other=127)
+        sw = tl.reshape(tl.broadcast_to(sw[:, :, None], [BLOCK_N, G, 16]), [BLOCK_N, BLOCK_K // 2])
+        w_lo, w_hi = dequant_pair(bw, sw, FAST_DEQUANT)
         acc = tl.dot(a_even, _t(w_lo, DOT_F32), acc)
         acc = tl.dot(a_odd, _t(w_hi, DOT_F32), acc)
 
