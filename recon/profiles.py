@@ -1,0 +1,425 @@
+"""Device and model profiles: the GPU a gate is evaluated for, and the shapes a kernel runs at.
+
+Profiles are data (``recon/data/devices/*.yaml``, ``recon/data/models/*.yaml``). ``--device``
+takes the name ``torch.cuda.get_device_name()`` reports (any case), a short alias, or a path to a
+profile file (YAML or JSON); ``--model`` takes a profile name or alias, a profile file, or a
+Hugging Face ``config.json`` (or the folder holding one). Bad input raises :class:`ReconError` with
+one line that names the known profiles, or the file and field at fault.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+from .errors import ReconError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEVICES_DIR = DATA_DIR / "devices"
+MODELS_DIR = DATA_DIR / "models"
+
+DEFAULT_DEVICE = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+DEFAULT_MODEL = "DeepSeek-V4-Flash"
+DEFAULT_DECODE_BATCHES = [1, 2, 4, 8, 16, 32, 64]
+
+# Block-scaled formats: element group size and scale dtype of each (OCP MX spec / NVIDIA NVFP4).
+FORMAT_GROUP = {"mxfp4": (32, "e8m0"), "mxfp8": (32, "e8m0"), "mxfp6": (32, "e8m0"), "nvfp4": (16, "e4m3")}
+
+
+class ProfileError(ReconError):
+    pass
+
+
+@dataclass
+class DeviceProfile:
+    name: str  # exactly as torch.cuda.get_device_name() reports it
+    short: str  # the canonical alias, e.g. "rtx-pro-6000"
+    aliases: list[str]
+    vendor: str  # "nvidia" | "amd"
+    compute_capability: tuple[int, int]  # (12, 0); AMD: what torch reports on ROCm (gfx942 -> (9, 4))
+    sm_count: int  # SMs (NVIDIA) or CUs (AMD)
+    smem_per_block_kb: float  # opt-in maximum shared memory (LDS on AMD) per block
+    mem_bandwidth_tbs: float  # peak DRAM bandwidth, TB/s
+    block_scaled_formats: list[str]  # formats the tensor cores take natively with block scales
+    cuda_version: Optional[tuple[int, int]]  # assumed CUDA toolkit of the install; None on ROCm
+    bf16_tflops: float  # dense BF16 tensor throughput (FP32 accumulate)
+    arch: str = ""  # "sm_120", "gfx942"
+    fp8: bool = False  # native FP8 (E4M3/E5M2) tensor-core GEMM
+    rocm_version: Optional[tuple[int, int]] = None
+    notes: str = ""
+    source: str = ""  # the file it came from
+
+    @property
+    def config_name(self) -> str:
+        """The device part of SGLang's tuned-config file names (``device_name=...``)."""
+        return self.name.replace(" ", "_")
+
+    @property
+    def sm(self) -> str:
+        """``sm_120`` style label (``gfx942`` on AMD)."""
+        return self.arch or f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "short": self.short, "aliases": list(self.aliases), "vendor": self.vendor,
+            "arch": self.sm, "compute_capability": list(self.compute_capability), "sm_count": self.sm_count,
+            "smem_per_block_kb": self.smem_per_block_kb, "mem_bandwidth_tbs": self.mem_bandwidth_tbs,
+            "block_scaled_formats": list(self.block_scaled_formats), "fp8": self.fp8,
+            "cuda_version": list(self.cuda_version) if self.cuda_version else None,
+            "rocm_version": list(self.rocm_version) if self.rocm_version else None,
+            "bf16_tflops": self.bf16_tflops, "config_name": self.config_name,
+        }
+
+
+@dataclass
+class ModelProfile:
+    name: str
+    architectures: list[str]  # class names SGLang registers (EntryClass), e.g. DeepseekV4ForCausalLM
+    num_experts: int  # routed experts
+    hidden_size: int
+    moe_intermediate_size: int
+    top_k: int
+    num_layers: int
+    num_moe_layers: int
+    expert_quant: str  # "mxfp4" | "nvfp4" | "fp8" | "bf16"
+    expert_group_size: Optional[int]  # elements per scale along K (32 for mxfp4, 16 nvfp4, 128 fp8 block)
+    expert_scale_dtype: Optional[str]  # "e8m0" | "e4m3" | "fp32" | None
+    dense_quant: str  # "fp8" | "bf16" | ...
+    dense_block_shape: Optional[list[int]]  # [128, 128] for FP8 block quant
+    dense_gemm_shapes: list[list[int]]  # (N, K) of the dense quantized linears at TP=1
+    decode_batches: list[int] = field(default_factory=lambda: list(DEFAULT_DECODE_BATCHES))
+    short: str = ""
+    aliases: list[str] = field(default_factory=list)
+    notes: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "short": self.short, "aliases": list(self.aliases),
+            "architectures": list(self.architectures), "num_experts": self.num_experts,
+            "hidden_size": self.hidden_size, "moe_intermediate_size": self.moe_intermediate_size,
+            "top_k": self.top_k, "num_layers": self.num_layers, "num_moe_layers": self.num_moe_layers,
+            "expert_quant": self.expert_quant, "expert_group_size": self.expert_group_size,
+            "expert_scale_dtype": self.expert_scale_dtype, "dense_quant": self.dense_quant,
+            "dense_block_shape": list(self.dense_block_shape) if self.dense_block_shape else None,
+            "dense_gemm_shapes": [list(s) for s in self.dense_gemm_shapes],
+            "decode_batches": list(self.decode_batches),
+        }
+
+
+# --- reading files ------------------------------------------------------------------------------
+
+
+def _read_mapping(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{path}: cannot be read: {e}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise ProfileError(f"{path}: is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: a profile must hold a mapping, found {type(data).__name__}")
+    return data
+
+
+class _Fields:
+    """Typed access to one profile mapping; every error names the file and the field."""
+
+    def __init__(self, data: dict, where: str):
+        self.data, self.where = data, where
+
+    def _bad(self, key: str, what: str):
+        raise ProfileError(f"{self.where}: field '{key}' {what}")
+
+    def get(self, key: str, kind, required: bool = True, default=None):
+        if key not in self.data or self.data[key] is None:
+            if required:
+                self._bad(key, "is missing")
+            return default
+        v = self.data[key]
+        if kind is float and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+        if kind is int and isinstance(v, bool):
+            self._bad(key, f"must be an integer, not {v!r}")
+        if not isinstance(v, kind):
+            self._bad(key, f"must be {getattr(kind, '__name__', kind)}, not {v!r}")
+        return v
+
+    def pair(self, key: str, required: bool = True) -> Optional[tuple[int, int]]:
+        v = self.data.get(key)
+        if v is None:
+            if required:
+                self._bad(key, "is missing")
+            return None
+        if isinstance(v, str) and re.fullmatch(r"\d+\.\d+", v.strip()):
+            v = [int(x) for x in v.strip().split(".")]
+        if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+            self._bad(key, f"must be a pair of integers like [12, 0] or '12.8', not {v!r}")
+        return (v[0], v[1])
+
+    def strs(self, key: str) -> list[str]:
+        v = self.data.get(key) or []
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            self._bad(key, f"must be a list of strings, not {v!r}")
+        return list(v)
+
+
+def device_from_mapping(data: dict, where: str) -> DeviceProfile:
+    f = _Fields(data, where)
+    name = f.get("name", str)
+    vendor = f.get("vendor", str).lower()
+    if vendor not in ("nvidia", "amd"):
+        f._bad("vendor", f"must be 'nvidia' or 'amd', not {vendor!r}")
+    cc = f.pair("compute_capability")  # checked in file order, so the first bad field is the one named
+    sm_count = f.get("sm_count", int)
+    smem = f.get("smem_per_block_kb", float)
+    bw = f.get("mem_bandwidth_tbs", float)
+    formats = [x.lower() for x in f.strs("block_scaled_formats")]
+    unknown = [x for x in formats if x not in FORMAT_GROUP]
+    if unknown:
+        f._bad("block_scaled_formats", f"has unknown format(s) {unknown} (known: {', '.join(sorted(FORMAT_GROUP))})")
+    cuda = f.pair("cuda_version", required=vendor == "nvidia")
+    return DeviceProfile(
+        name=name,
+        short=f.get("short", str, required=False, default="") or re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-"),
+        aliases=f.strs("aliases"),
+        vendor=vendor,
+        compute_capability=cc,
+        sm_count=sm_count,
+        smem_per_block_kb=smem,
+        mem_bandwidth_tbs=bw,
+        block_scaled_formats=formats,
+        cuda_version=cuda,
+        bf16_tflops=f.get("bf16_tflops", float),
+        arch=f.get("arch", str, required=False, default=""),
+        fp8=f.get("fp8", bool, required=False, default=False),
+        rocm_version=f.pair("rocm_version", required=False),
+        notes=(f.get("notes", str, required=False, default="") or "").strip(),
+        source=where,
+    )
+
+
+def model_from_mapping(data: dict, where: str) -> ModelProfile:
+    f = _Fields(data, where)
+    shapes = data.get("dense_gemm_shapes") or []
+    out_shapes = []
+    for i, s in enumerate(shapes):
+        nk = s.get("nk") if isinstance(s, dict) else s  # a bare [N, K] or {nk: [N, K], layer: ..., from: ...}
+        if not (isinstance(nk, (list, tuple)) and len(nk) == 2 and all(isinstance(x, int) for x in nk)):
+            f._bad(f"dense_gemm_shapes[{i}]", f"must be [N, K] or {{nk: [N, K], ...}}, not {s!r}")
+        out_shapes.append([nk[0], nk[1]])
+    batches = data.get("decode_batches") or DEFAULT_DECODE_BATCHES
+    if not (isinstance(batches, list) and batches and all(isinstance(b, int) and b > 0 for b in batches)):
+        f._bad("decode_batches", f"must be a list of positive integers, not {batches!r}")
+    archs = f.strs("architectures")
+    if not archs:
+        f._bad("architectures", "is missing")
+    num_layers = f.get("num_layers", int)
+    return ModelProfile(
+        name=f.get("name", str),
+        architectures=archs,
+        num_experts=f.get("num_experts", int),
+        hidden_size=f.get("hidden_size", int),
+        moe_intermediate_size=f.get("moe_intermediate_size", int),
+        top_k=f.get("top_k", int),
+        num_layers=num_layers,
+        num_moe_layers=f.get("num_moe_layers", int, required=False, default=num_layers),
+        expert_quant=f.get("expert_quant", str).lower(),
+        expert_group_size=f.get("expert_group_size", int, required=False),
+        expert_scale_dtype=f.get("expert_scale_dtype", str, required=False),
+        dense_quant=f.get("dense_quant", str, required=False, default="bf16").lower(),
+        dense_block_shape=_as_list(f.pair("dense_block_shape", required=False)),
+        dense_gemm_shapes=out_shapes,
+        decode_batches=list(batches),
+        short=f.get("short", str, required=False, default="") or "",
+        aliases=f.strs("aliases"),
+        notes=(f.get("notes", str, required=False, default="") or "").strip(),
+        source=where,
+    )
+
+
+def _as_list(pair):
+    return list(pair) if pair else None
+
+
+# --- the shipped profiles -----------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def _shipped_devices() -> tuple[DeviceProfile, ...]:
+    return tuple(device_from_mapping(_read_mapping(p), str(p)) for p in sorted(DEVICES_DIR.glob("*.y*ml")))
+
+
+@lru_cache(maxsize=None)
+def _shipped_models() -> tuple[ModelProfile, ...]:
+    return tuple(model_from_mapping(_read_mapping(p), str(p)) for p in sorted(MODELS_DIR.glob("*.y*ml")))
+
+
+def list_devices() -> list[DeviceProfile]:
+    return copy.deepcopy(list(_shipped_devices()))  # copies: a caller's edit must not leak into the next load
+
+
+def list_models() -> list[ModelProfile]:
+    return copy.deepcopy(list(_shipped_models()))
+
+
+def _norm(s: str) -> str:
+    """Case, spaces, underscores and dashes do not matter when naming a profile."""
+    return re.sub(r"[\s_\-]+", "", s.strip().lower())
+
+
+def _find(spec: str, profiles, kind: str):
+    key = _norm(spec)
+    for p in profiles:
+        vendorless = re.sub(r"^(nvidia|amd)\s+", "", p.name, flags=re.I)  # "RTX PRO 6000 ..." without "NVIDIA"
+        if key in {_norm(p.name), _norm(vendorless), _norm(p.short), *(_norm(a) for a in p.aliases)}:
+            return copy.deepcopy(p)
+    known = ", ".join(f"{p.short} ({p.name})" if p.short and p.short != p.name else p.name for p in profiles)
+    raise ProfileError(f"unknown {kind} {spec!r}; known: {known}; or give a path to a profile file")
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.endswith((".yaml", ".yml", ".json")) or "/" in spec or "\\" in spec
+
+
+def load_device(spec: Union[str, Path, DeviceProfile, None] = None) -> DeviceProfile:
+    """A device by name (any case), alias, or profile file path; None gives the seed's default."""
+    if isinstance(spec, DeviceProfile):
+        return spec
+    spec = DEFAULT_DEVICE if spec is None else spec
+    if isinstance(spec, Path) or _looks_like_path(str(spec)):
+        path = Path(spec)
+        if not path.is_file():
+            raise ProfileError(f"device profile file not found: {path}")
+        return device_from_mapping(_read_mapping(path), str(path))
+    return _find(str(spec), _shipped_devices(), "device")
+
+
+def load_model(spec: Union[str, Path, ModelProfile, None] = None) -> ModelProfile:
+    """A model by name or alias, a profile file, or a Hugging Face config.json (file or folder)."""
+    if isinstance(spec, ModelProfile):
+        return spec
+    spec = DEFAULT_MODEL if spec is None else spec
+    if isinstance(spec, Path) or _looks_like_path(str(spec)):
+        path = Path(spec)
+        if path.is_dir() and (path / "config.json").is_file():
+            path = path / "config.json"
+        if not path.is_file():
+            raise ProfileError(f"model profile or config.json not found: {path}")
+        data = _read_mapping(path)
+        if "architectures" in data and ("hidden_size" in data and "name" not in data):
+            return model_from_hf_config(data, str(path))
+        return model_from_mapping(data, str(path))
+    return _find(str(spec), _shipped_models(), "model")
+
+
+# --- Hugging Face config.json -------------------------------------------------------------------
+
+
+def _first(cfg: dict, *keys, default=None):
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def _quant_of(qc: dict) -> tuple[str, Optional[int], Optional[str], str, Optional[tuple[int, int]]]:
+    """(expert_quant, group, scale dtype, dense_quant, dense block) from a quantization_config."""
+    method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
+    block = qc.get("weight_block_size")
+    block = (int(block[0]), int(block[1])) if isinstance(block, (list, tuple)) and len(block) == 2 else None
+    # Checkpoints that keep experts in FP4 while the rest is FP8 say so with an extra key.
+    expert_fmt = str(qc.get("expert_dtype") or qc.get("experts_dtype") or qc.get("moe_quant") or "").lower()
+    if method in ("mxfp4",) or "mxfp4" in method:
+        return "mxfp4", 32, "e8m0", "bf16", None  # gpt-oss: attention etc. in modules_to_not_convert
+    if "nvfp4" in method or method in ("modelopt_fp4",) or ("fp4" in method and "modelopt" in method):
+        return "nvfp4", int(qc.get("group_size") or 16), "e4m3", "bf16", None
+    if method.startswith("fp8") or method in ("fbgemm_fp8", "modelopt", "w8a8_fp8"):
+        scale = "e8m0" if str(qc.get("scale_fmt", "")).lower() in ("ue8m0", "e8m0") else "fp32"
+        if expert_fmt in ("fp4", "mxfp4"):
+            return "mxfp4", 32, "e8m0", "fp8", block
+        return "fp8", (block[1] if block else None), scale, "fp8", block
+    if method:
+        return method, qc.get("group_size"), None, method, None
+    return "bf16", None, None, "bf16", None
+
+
+def _dense_shapes(cfg: dict, hidden: int) -> list[tuple[int, int]]:
+    """(N, K) of the attention and shared-expert linears at TP=1, for MLA (DeepSeek) or plain attention."""
+    heads = cfg.get("num_attention_heads")
+    shapes: list[tuple[int, int]] = []
+    if cfg.get("kv_lora_rank") and heads:  # DeepSeek V2/V3 MLA
+        qn, qr, vd = cfg.get("qk_nope_head_dim", 128), cfg.get("qk_rope_head_dim", 64), cfg.get("v_head_dim", 128)
+        qlr, kvl = cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
+        if qlr:
+            shapes += [(qlr, hidden), (heads * (qn + qr), qlr)]
+        else:
+            shapes.append((heads * (qn + qr), hidden))
+        shapes += [(kvl + qr, hidden), (heads * (qn + vd), kvl), (hidden, heads * vd)]
+    elif cfg.get("o_lora_rank") and heads:  # DeepSeek V4 style: wq_a, wkv, wq_b, wo_b
+        hd = cfg.get("head_dim", 512)
+        qlr, olr, g = cfg.get("q_lora_rank", 1024), cfg["o_lora_rank"], cfg.get("o_groups", 8)
+        shapes += [(qlr, hidden), (hd, hidden), (heads * hd, qlr), (hidden, g * olr)]
+    elif heads:
+        hd = cfg.get("head_dim") or hidden // heads
+        kv = cfg.get("num_key_value_heads") or heads
+        shapes += [((heads + 2 * kv) * hd, hidden), (hidden, heads * hd)]
+    shared = cfg.get("n_shared_experts")
+    if shared:
+        inter = cfg.get("moe_intermediate_size") * shared
+        shapes += [(2 * inter, hidden), (hidden, inter)]
+    return shapes
+
+
+def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
+    """A profile from a Hugging Face config.json; fields it lacks raise with the file and field."""
+    f = _Fields(cfg, where)
+    archs = f.strs("architectures")
+    if not archs:
+        f._bad("architectures", "is missing")
+    hidden = f.get("hidden_size", int)
+    experts = _first(cfg, "n_routed_experts", "num_local_experts", "num_experts")
+    if not isinstance(experts, int):
+        f._bad("n_routed_experts", "(or num_local_experts / num_experts) is missing: not a MoE config")
+    inter = _first(cfg, "moe_intermediate_size", "intermediate_size")
+    if not isinstance(inter, int):
+        f._bad("moe_intermediate_size", "(or intermediate_size) is missing")
+    top_k = _first(cfg, "num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+    if not isinstance(top_k, int):
+        f._bad("num_experts_per_tok", "(or experts_per_token) is missing")
+    layers = f.get("num_hidden_layers", int)
+    dense_first = cfg.get("first_k_dense_replace") or 0
+    mlp_only = cfg.get("mlp_only_layers") or []
+    qc = cfg.get("quantization_config") or {}
+    if not isinstance(qc, dict):
+        f._bad("quantization_config", "must be a mapping")
+    eq, group, scale, dq, block = _quant_of(qc)
+    name = cfg.get("_name_or_path") or cfg.get("name") or Path(where).parent.name or archs[0]
+    return ModelProfile(
+        name=str(name).rstrip("/").rsplit("/", 1)[-1],
+        architectures=archs,
+        num_experts=experts,
+        hidden_size=hidden,
+        moe_intermediate_size=inter,
+        top_k=top_k,
+        num_layers=layers,
+        num_moe_layers=max(0, layers - dense_first - len(mlp_only)),
+        expert_quant=eq,
+        expert_group_size=group,
+        expert_scale_dtype=scale,
+        dense_quant=dq,
+        dense_block_shape=_as_list(block),
+        dense_gemm_shapes=[list(s) for s in _dense_shapes(cfg, hidden)] if dq == "fp8" else [],
+        source=where,
+    )
