@@ -1,0 +1,137 @@
+"""The index: bad files become diagnostics, the cache is reused, patched, rebuilt and shared safely."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from recon.indexer import build_index
+from recon.target import from_path
+from recon.tree import load
+from tests.conftest import make_tree
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("RECON_CACHE_DIR", str(d))
+    return d
+
+
+def _tree(tmp_path, files):
+    root = make_tree(tmp_path / "t", files)
+    return from_path(root)
+
+
+def test_bad_files_become_diagnostics(tmp_path, cache):
+    target = _tree(
+        tmp_path,
+        {
+            "sglang/srt/ok.py": "def f():\n    return 1\n",
+            "sglang/srt/broken.py": "def f(:\n",
+            "sglang/srt/configs/bad.json": "{not json",
+            "sglang/srt/configs/good.json": '{"1": {"BLOCK_SIZE_M": 16}}',
+        },
+    )
+    root = target.source.root
+    (root / "sglang/srt/binary.py").write_bytes(b"\x00\x01\x02" * 100)
+    (root / "sglang/srt/latin.py").write_bytes("# caf\xe9\ndef g():\n    return 'caf\xe9'\n".encode("latin-1"))
+    (root / "sglang/srt/huge.py").write_bytes(b"x = 1\n" * (1024 * 1024))
+    index = build_index(target)
+    diags = dict(index.diagnostics)
+    assert diags["sglang/srt/broken.py"].startswith("does not parse")
+    assert diags["sglang/srt/binary.py"] == "skipped: binary content"
+    assert diags["sglang/srt/huge.py"].startswith("skipped: larger than")
+    assert diags["sglang/srt/configs/bad.json"].startswith("invalid JSON")
+    assert "sglang/srt/configs/good.json" not in diags
+    assert "sglang/srt/latin.py" not in diags  # read as Latin-1, facts kept
+    assert [d.qualname for d in index.facts("sglang/srt/latin.py").defs] == ["g"]
+    # and the graph still builds around them
+    tree = load(target)
+    assert "sglang.srt.ok.f" in tree.graph and "sglang.srt.latin.g" in tree.graph
+
+
+def test_warm_patch_and_rebuild(tmp_path, cache):
+    target = _tree(
+        tmp_path,
+        {
+            "sglang/srt/a.py": "def helper():\n    pass\n",
+            "sglang/srt/b.py": "from sglang.srt.a import helper\ndef run():\n    helper()\n",
+        },
+    )
+    first = load(target)
+    assert first.timings["graph"] == "built" and first.index.stats["extracted"] >= 2
+    warm = load(target)
+    assert warm.timings["graph"] == "cached" and warm.index.stats["extracted"] == 0
+    # a body edit keeps the interface: the graph is patched, the call moves a line down
+    b = target.source.root / "sglang/srt/b.py"
+    b.write_text("from sglang.srt.a import helper\ndef run():\n    x = 1\n    helper()\n")
+    patched = load(target)
+    assert patched.timings["graph"] == "patched" and patched.index.stats["extracted"] == 1
+    edges = [e for _, v, e in patched.graph.out_edges("sglang.srt.b.run", data=True) if v == "sglang.srt.a.helper"]
+    assert [e["line"] for e in edges] == [4]
+    # a new definition changes the interface: rebuilt
+    b.write_text(b.read_text() + "def more():\n    run()\n")
+    rebuilt = load(target)
+    assert rebuilt.timings["graph"] == "built"
+    assert "sglang.srt.b.more" in rebuilt.graph
+
+
+def test_corrupt_cache_entries_are_rebuilt(tmp_path, cache):
+    target = _tree(tmp_path, {"sglang/srt/a.py": "def helper():\n    pass\n"})
+    load(target)
+    for p in cache.rglob("*"):
+        if p.is_file():
+            p.write_bytes(b"garbage")
+    tree = load(target)
+    assert "sglang.srt.a.helper" in tree.graph
+    assert tree.index.facts("sglang/srt/a.py").defs[0].qualname == "helper"
+
+
+def test_two_processes_share_one_cache(tmp_path, cache):
+    target = _tree(tmp_path, {f"sglang/srt/m{i}.py": f"def f{i}():\n    return {i}\n" for i in range(80)})
+    code = textwrap.dedent(
+        f"""
+        from recon.target import from_path
+        from recon.tree import load
+        t = load(from_path({str(target.source.root)!r}))
+        print(t.graph.number_of_nodes())
+        """
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    counts = {o[0].strip() for o in outs}
+    assert len(counts) == 1
+    assert not list(cache.rglob("*.tmp"))  # no torn temp files left behind
+
+
+def test_never_imports_the_code_it_reads(tmp_path, cache):
+    sentinel = tmp_path / "imported"
+    target = _tree(
+        tmp_path,
+        {
+            "sglang/__init__.py": f"open({str(sentinel)!r}, 'w').write('x')\nraise SystemExit(3)\n",
+            "sglang/srt/evil.py": f"import os\nos.system('touch {sentinel}')\n",
+        },
+    )
+    tree = load(target)
+    assert "sglang.srt.evil" in tree.graph
+    assert not sentinel.exists()
+    assert "sglang" not in sys.modules or not str(getattr(sys.modules["sglang"], "__file__", "")).startswith(str(tmp_path))
+
+
+def test_cpp_op_registrations(tmp_path, cache):
+    target = _tree(
+        tmp_path,
+        {
+            "sglang/srt/a.py": "x = 1\n",
+            "sglang/csrc/ops.cu": 'TORCH_LIBRARY_FRAGMENT(sgl_kernel, m) {\n  m.def("fp4_group_mm(Tensor a) -> Tensor");\n}\n',
+        },
+    )
+    tree = load(target)
+    assert tree.graph.nodes["torch.ops.sgl_kernel.fp4_group_mm"]["line"] == 2
