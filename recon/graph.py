@@ -45,6 +45,9 @@ class Resolver:
         self.by_name: dict[str, list[str]] = defaultdict(list)  # short name -> qualnames (methods)
         self.attr_types: dict[str, dict[str, set]] = {}  # class -> attr -> {(module, scope, value)}
         self.modules: set[str] = set()
+        self.scoped_names: dict[str, set] = defaultdict(set)  # module -> names bound inside functions
+        self._memo: dict = {}
+        self._dyn_memo: dict = {}
         for f in files:
             self._collect(f)
         self._resolve_bases()
@@ -61,6 +64,8 @@ class Resolver:
             self.nodes[q] = d.kind
             if "." not in d.qualname:
                 syms[d.qualname] = q
+            else:
+                self.scoped_names[mod].add(d.qualname.rsplit(".", 1)[1])
             if d.kind == "class":
                 class_names.add(d.qualname)
                 self.classes[q] = list(d.bases)
@@ -80,6 +85,7 @@ class Resolver:
                 syms.setdefault(imp.local, target)
             else:
                 self.local_imports[(mod, imp.scope)][imp.local] = target
+                self.scoped_names[mod].add(imp.local)
         for a in f.assigns:
             if a.scope == "" and a.value_kind == "name" and "." not in a.target and a.target not in syms:
                 syms[a.target] = "=" + a.value  # alias, resolved lazily in this module
@@ -97,6 +103,9 @@ class Resolver:
                 if r and self.nodes.get(r) == "class":
                     out.append(r)
             self.bases[cls] = out
+        # answers computed while the hierarchy was incomplete may be wrong: forget them
+        self._memo.clear()
+        self.__dict__.pop("_mro_memo", None)
 
     def _module_of(self, qual: str) -> str:
         parts = qual.split(".")
@@ -107,6 +116,13 @@ class Resolver:
         return ""
 
     def mro(self, cls: str) -> list[str]:
+        memo = self.__dict__.setdefault("_mro_memo", {})
+        hit = memo.get(cls)
+        if hit is None:
+            hit = memo[cls] = self._mro(cls)
+        return hit
+
+    def _mro(self, cls: str) -> list[str]:
         seen, order, stack = set(), [], [cls]
         while stack:
             c = stack.pop(0)
@@ -177,6 +193,18 @@ class Resolver:
         """Qualified name of the in-tree symbol ``dotted`` refers to in (module, scope), or None."""
         if depth > 12 or not dotted or "(" in dotted or "[" in dotted or "?" in dotted:
             return None
+        head = dotted.split(".", 1)[0]
+        if head in ("self", "cls") or head in self.scoped_names.get(mod, ()):
+            return self._resolve(mod, scope, dotted, depth)
+        # the answer depends on the module alone: remember it (most names repeat within a file)
+        key = (mod, dotted)
+        try:
+            return self._memo[key]
+        except KeyError:
+            r = self._memo[key] = self._resolve(mod, "", dotted, depth)
+            return r
+
+    def _resolve(self, mod: str, scope: str, dotted: str, depth: int) -> Optional[str]:
         parts = dotted.split(".")
         head = parts[0]
         if head in ("self", "cls") and scope:
@@ -375,7 +403,9 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
                     if bq:
                         add(mq, bq, kind="overrides", path=path, line=G.nodes[mq]["line"])
                         break
-    resolved: dict[int, list] = {}  # call index -> targets, for capture blocks
+    capture_withs = [w for w in f.withs if any(_CAPTURE_CTX.search(c) for c in w.ctx)]
+    resolved: dict[int, list] = {}  # call index -> targets, kept only for files with capture blocks
+    keep = bool(capture_withs)
     for i, c in enumerate(f.calls):
         src = _src(mod, c.scope)
         func = c.func
@@ -387,21 +417,25 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
                 init = r.method(target, "__init__")
                 if init:
                     add(src, init, kind="calls", path=path, line=c.line, via="__init__")
-                resolved[i] = [target]
+                if keep:
+                    resolved[i] = [target]
             elif kind is not None and kind != "module":
                 add(src, target, kind="calls", path=path, line=c.line)
-                resolved[i] = [target]
+                if keep:
+                    resolved[i] = [target]
             continue
         nat = _native(func)
         if nat:
             if nat not in G:
                 G.add_node(nat, kind="native_op", name=nat.rsplit(".", 1)[-1], path=path, line=c.line)
             add(src, nat, kind="calls", path=path, line=c.line)
-            resolved[i] = [nat]
+            if keep:
+                resolved[i] = [nat]
             continue
-        hits = _dynamic(G, r, mod, c, src, path)
-        if hits:
-            resolved[i] = hits
+        if func.startswith("self."):
+            hits = _dynamic(G, r, mod, c, src, path)
+            if hits and keep:
+                resolved[i] = hits
     for ln in f.launches:
         k = r.resolve(mod, ln.scope, ln.kernel)
         if k is not None and k in G:
@@ -414,9 +448,7 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
                 if fwd:
                     add(MODEL_FORWARD, fwd, kind="calls_dynamic", path=path, line=a.line, via="EntryClass")
     model_refs = any("model" in ref[1].lower() for ref in f.refs)
-    for w in f.withs:
-        if not any(_CAPTURE_CTX.search(c) for c in w.ctx):
-            continue
+    for w in capture_withs:
         site = f"capture@{path}:{w.line}"
         src = _src(mod, w.scope)
         G.add_node(site, kind="capture_site", name=" + ".join(w.ctx), path=path, line=w.line, end_line=w.end_line, scope=src)
@@ -459,8 +491,11 @@ def _dynamic(G, r: Resolver, mod: str, c, src: str, path: str) -> list:
             return hits
         # untyped receiver: same-named methods of classes whose name echoes the attribute
         # (self.quant_method.apply -> *Method.apply, self.runner.run -> *Runner.run)
-        tokens = [t for t in parts[1].lower().split("_") if len(t) >= 4]
-        cands = [m for m in r.by_name.get(parts[2], ()) if any(t in m.rsplit(".", 2)[-2].lower() for t in tokens)]
+        key = (parts[1], parts[2])
+        cands = r._dyn_memo.get(key)
+        if cands is None:
+            tokens = [t for t in parts[1].lower().split("_") if len(t) >= 4]
+            cands = r._dyn_memo[key] = [m for m in r.by_name.get(parts[2], ()) if any(t in m.rsplit(".", 2)[-2].lower() for t in tokens)]
         if 0 < len(cands) <= DYNAMIC_CAP:
             for m in cands:
                 G.add_edge(src, m, kind="calls_dynamic", path=path, line=c.line, via=c.func)
