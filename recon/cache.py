@@ -18,6 +18,25 @@ from typing import Any, Iterator, Optional
 FORMAT = 3  # bump when the facts or graph layout changes: old entries are then ignored
 
 
+_FINGERPRINTS: dict = {}
+
+
+def code_fingerprint(*modules: str) -> str:
+    """A short hash of recon's own modules that shape a cached artifact: edit them, and the cache
+    entries they made are ignored instead of being trusted."""
+    key = tuple(modules)
+    fp = _FINGERPRINTS.get(key)
+    if fp is None:
+        import hashlib
+
+        h = hashlib.sha1(str(FORMAT).encode())
+        here = Path(__file__).resolve().parent
+        for m in modules:
+            h.update((here / f"{m}.py").read_bytes())
+        fp = _FINGERPRINTS[key] = h.hexdigest()[:12]
+    return fp
+
+
 def cache_dir() -> Path:
     env = os.environ.get("RECON_CACHE_DIR")
     base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "recon"

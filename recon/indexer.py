@@ -51,7 +51,10 @@ def blob_digest(data: bytes) -> str:
     return h.hexdigest()
 
 
-_STORE_FORMAT = b"recon-facts-3\n"
+from .cache import code_fingerprint
+
+# Facts made by another version of the extractor are not trusted: the header names the code.
+_STORE_FORMAT = f"recon-facts-{code_fingerprint('facts', 'pyfacts', 'indexer')}\n".encode()
 
 
 def _facts_path(digest: str) -> Path:
@@ -232,7 +235,7 @@ def _hydrate(relpath: str, blob: bytes, prefix: str) -> FileFacts:
 
 
 def _manifest_path(target_key: str) -> Path:
-    return cache_dir() / "index" / f"{target_key}.manifest.pkl"
+    return cache_dir() / "index" / f"{target_key}.{code_fingerprint('facts', 'pyfacts', 'indexer')}.manifest.pkl"
 
 
 def build_index(target, progress: Optional[Callable[[int, int], None]] = None, workers: Optional[int] = None) -> Index:

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import networkx as nx
 
-from .cache import cache_dir, load_pickle, save_pickle
+from .cache import cache_dir, code_fingerprint, load_pickle, save_pickle
 from .graph import Resolver, build_graph, update_graph
 from .indexer import Index, build_index, load_facts
 from .target import Target
@@ -67,7 +67,7 @@ def _graph_paths(key: str) -> tuple[Path, Path]:
 
 
 def _content_key(index: Index) -> str:
-    h = hashlib.sha1()
+    h = hashlib.sha1(code_fingerprint("facts", "pyfacts", "indexer", "graph").encode())
     for p, m in index.files.items():
         h.update(f"{p}\0{m.digest}\n".encode())
     return h.hexdigest()
