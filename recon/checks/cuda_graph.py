@@ -472,6 +472,8 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     chains = _capture_chains(ctx, params)
     if not forwards or not chains:
         return []
+    # the plain capture (graph_ctx / torch.cuda.graph) before breakable or piecewise variants
+    chains.sort(key=lambda c: (not re.search(r"(^|[ .])(graph_ctx|graph)\(\)", G.nodes[c["site"]]["name"]), c["site_path"], c["site_line"]))
     chain = chains[0]
     qm, device_matched = _quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
     primary_qm = qm[:1] if device_matched else qm
@@ -511,6 +513,8 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     # the MoE kernel paths: inside capture? capture-safe?
     for q in qm:
         in_capture = q in parent
+        if not in_capture:  # a path not reached from the captured forward is not a capture fact
+            continue
         sub = _reach(ctx, [q], {**params, "max_depth": int(params.get("kernel_depth", 3))}, [])
         kernels = sorted(v for v in sub if G.nodes[v].get("kind") == "triton_kernel")
         natives = sorted(v for v in sub if G.nodes[v].get("kind") == "native_op")

@@ -1,0 +1,112 @@
+"""cuda-graph-host-sync on real SGLang trees and synthetic capture chains."""
+
+from __future__ import annotations
+
+import pytest
+
+from recon.profiles import load_device, load_model
+from recon.rules import get_rule
+from recon.scan import run_rules
+
+RUNNER = '''
+import torch
+
+class CudaGraphRunner:
+    def _capture_graph(self, graph, run_once_fn):
+        with torch.cuda.graph(graph):
+            out = run_once_fn()
+        return out
+
+    def capture_one_batch_size(self, bs, forward):
+        def run_once():
+            return forward(bs)
+
+        return self._capture_graph(None, run_once)
+'''
+
+
+def _scan(tree, device="rtx-pro-6000-server", model="dsv4-flash"):
+    res = run_rules(tree, load_device(device), load_model(model), [get_rule("cuda-graph-host-sync")])
+    assert not res.errors
+    return res.findings
+
+
+def _model(body: str) -> str:
+    return "import torch\n\nclass DeepseekV4ForCausalLM:\n    def forward(self, x):\n" + body + "\n\nEntryClass = DeepseekV4ForCausalLM\n"
+
+
+def test_unguarded_item_found_guarded_not(synthetic):
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER,
+                      "sglang/srt/models/m.py": _model("        n = x.sum().item()\n        return x * n")})
+    f = _scan(tree)
+    assert len(f) == 1
+    assert f[0].data["functions"][0]["hazards"][0]["call"].endswith(".item()")
+    assert any(".item()" in tree.lines(e.path)[e.line - 1] for e in f[0].evidence)
+
+
+def test_guarded_and_unreached_are_not_hazards(synthetic):
+    body = ("        if not torch.cuda.is_current_stream_capturing():\n            n = x.sum().item()\n        return x")
+    helper = "def never_called(x):\n    return x.nonzero()\n"
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER,
+                      "sglang/srt/models/m.py": _model(body) + helper})
+    assert _scan(tree) == []
+
+
+def test_no_capture_site_no_finding(synthetic):
+    tree = synthetic({"sglang/srt/models/m.py": _model("        return x.sum().item()")})
+    assert _scan(tree) == []
+
+
+def _moe_path(findings):
+    return [f for f in findings if "quant_method" in f.data]
+
+
+def test_mxfp4_moe_runs_inside_capture_0513(tree_0513):
+    found = _scan(tree_0513)
+    paths = _moe_path(found)
+    marlin = [f for f in paths if f.data["quant_method"].endswith("Mxfp4MarlinMoEMethod.apply")]
+    assert len(marlin) == 1, [f.message for f in found]
+    d = marlin[0].data
+    assert d["in_capture"] and d["capture_safe"] and d["selected_for_device"]
+    assert any(k.endswith("._mxfp4_slot_gemv_kernel") for k in d["kernels"])
+    assert any(s.endswith(".mxfp4_moe_forward_triton") for s in d["scanned"]) and not d["hazards"]
+    ev = marlin[0].evidence
+    text = [tree_0513.lines(e.path)[e.line - 1] for e in ev]
+    assert any(e.path.endswith("model_executor/cuda_graph_runner.py") and "graph_ctx(" in t for e, t in zip(ev, text))
+    assert any("_mxfp4_slot_gemv_kernel[" in t for t in text)
+    assert any("mxfp4_moe_forward_triton(" in t for t in text)
+    assert any("self.quant_method.apply(" in t for t in text)
+    assert any("self.experts(" in t for t in text)  # the factory hop (get_moe_impl_class) was resolved
+    for e, t in zip(ev, text):
+        assert e.snippet in t.strip()
+    hops = [h["node"] for h in d["path_to_apply"]]
+    assert any(h.endswith("FusedMoE.forward") for h in hops)
+    assert any(h["inferred"] for h in d["path_to_apply"])
+    assert any("no host syncs" in c for c in d["constraints"])
+
+
+@pytest.mark.parametrize("which", ["tree_0513", "tree_new"])
+def test_hazard_lines_hold_what_they_claim(which, request):
+    tree = request.getfixturevalue(which)
+    found = _scan(tree)
+    assert found, "a decode capture site and the model forward exist in both versions"
+    for f in found:
+        for e in f.evidence:
+            line = tree.lines(e.path)[e.line - 1]
+            assert e.snippet in line.strip()
+            if e.note.startswith(("host sync:", "data-dependent shape:")):
+                call = e.note.split(": ", 1)[1].split(" in ")[0]
+                tok = "." + call.rsplit(".", 1)[-1].split("(")[0] + "("
+                assert tok in line, (e, line)
+    agg = [f for f in found if "functions" in f.data]
+    for f in agg:  # nothing guarded by a capture check is reported as a live hazard
+        live = {(h["path"], h["line"]) for fn in f.data["functions"] for h in fn["hazards"]}
+        assert not live & {(g["path"], g["line"]) for g in f.data["guarded"]}
+
+
+def test_new_version_says_nothing_stale(tree_new):
+    found = _scan(tree_new)
+    for f in found:
+        for e in f.evidence:
+            assert tree_new.index.files.get(e.path) is not None
+        assert "mxfp4_moe_sm120_triton" not in str(f.data)  # removed in newer releases
