@@ -98,6 +98,11 @@ def test_hazard_lines_hold_what_they_claim(which, request):
                 call = e.note.split(": ", 1)[1].split(" in ")[0]
                 tok = "." + call.rsplit(".", 1)[-1].split("(")[0] + "("
                 assert tok in line, (e, line)
+    for f in found:  # the capture site is cited where the graph context is entered
+        site = f.data.get("capture_site") or ""
+        if site:
+            path, line = site.rsplit(":", 1)
+            assert "graph" in tree.lines(path)[int(line) - 1].lower()
     agg = [f for f in found if "functions" in f.data]
     for f in agg:  # nothing guarded by a capture check is reported as a live hazard
         live = {(h["path"], h["line"]) for fn in f.data["functions"] for h in fn["hazards"]}

@@ -124,8 +124,10 @@ def _capture_chains(ctx, params: dict) -> list[dict]:
             fwd_call = next(((n.func.id, n.lineno) for n in ast.walk(runner) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in fwd_names), None)
             if fwd_call is None:
                 continue
+            src_lines = ctx.tree.lines(path)
+            site_line = next((ln for ln in range(with_node.lineno, with_node.body[0].lineno) if "graph" in src_lines[ln - 1].lower()), d["line"])
             hops = [
-                {"what": f"capture: {d['name']}", "path": d["path"], "line": d["line"], "text": "graph", "inferred": False},
+                {"what": f"capture: {d['name']}", "path": d["path"], "line": site_line, "text": "graph", "inferred": False},
                 {"what": f"runs {run_name}() (the callable passed as {param})", "path": path, "line": run_line, "text": f"{run_name}(", "inferred": False},
                 {"what": f"{G.nodes[caller]['qualname']} passes {passed}", "path": cpath, "line": e["line"], "text": G.nodes[scope]["name"], "inferred": e.get("kind") == "calls_dynamic"},
                 {"what": f"{passed} calls {fwd_call[0]}(...)", "path": cpath, "line": fwd_call[1], "text": f"{fwd_call[0]}(", "inferred": False},
@@ -133,7 +135,7 @@ def _capture_chains(ctx, params: dict) -> list[dict]:
             src = _forward_source(ctx, cpath, fwd_call[0])
             if src:
                 hops.append(src)
-            chains.append({"site": site, "site_path": d["path"], "site_line": d["line"], "site_scope": scope, "hops": hops})
+            chains.append({"site": site, "site_path": d["path"], "site_line": site_line, "site_scope": scope, "hops": hops})
             break
     return chains
 
