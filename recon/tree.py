@@ -88,7 +88,7 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
         how = "built"
         if cached is not None and cached[0] == key:
             graph, how = cached[1], "cached"
-        elif cached is not None and 0 < len(index.stats["changed"]) <= _PATCH_LIMIT:
+        elif cached is not None:
             graph, resolver, how = _patch(cached, index, rpath)
         if graph is None:
             graph, resolver = build_graph(index.all_facts())
@@ -96,7 +96,7 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
             how = "built"
         if how != "cached":
             save_pickle(gpath, (key, graph))
-            if resolver is not None:
+            if how == "built":  # a patch keeps the interface, so the stored resolver still holds
                 save_pickle(rpath, resolver)
         timings["graph_s"] = time.perf_counter() - t1
         timings["graph"] = how
@@ -105,18 +105,30 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
 
 
 def _patch(cached, index: Index, rpath: Path):
-    """Patch a cached graph for a few edited files; (None, None, ...) when a rebuild is needed."""
+    """Patch a cached graph for a few edited files; (None, None, "built") when a rebuild is needed.
+
+    What changed is read from the digests the graph was built from, not from the manifest, so a
+    run that stopped between writing the two still patches the right files.
+    """
     graph = cached[1]
+    before: dict = graph.graph.get("digests", {})
+    now = {p: m.digest for p, m in index.files.items()}
+    changed = [p for p, d in now.items() if before.get(p) != d]
+    removed = [p for p in before if p not in now]
+    py_added_or_removed = [p for p in removed + [p for p in changed if p not in before] if p.endswith(".py")]
+    if py_added_or_removed or len(changed) > _PATCH_LIMIT:
+        return None, None, "built"
     resolver = load_pickle(rpath)
     if resolver is None:
         return None, None, "built"
-    for relpath in index.stats["changed"]:
+    for relpath in changed:
+        if not relpath.endswith(".py"):
+            continue  # JSON and C++ sources: read by checks from the index, not part of the patch
         new = index.facts(relpath)
-        if new is None:
+        old = load_facts(before[relpath])
+        if new is None or old is None or not update_graph(graph, resolver, old, new):
             return None, None, "built"
-        old_digest = graph.graph.get("digests", {}).get(relpath)
-        old = load_facts(old_digest) if old_digest else None
-        if old is None or not update_graph(graph, resolver, old, new):
-            return None, None, "built"
-        graph.graph.setdefault("digests", {})[relpath] = new.digest
+    for p in removed:
+        before.pop(p, None)
+    before.update({p: now[p] for p in changed})
     return graph, resolver, "patched"
