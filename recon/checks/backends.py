@@ -87,7 +87,8 @@ def _chain(ctx, start: str, lo: int, hi: int, depth: int = 3) -> list[tuple]:
     G = ctx.tree.graph
     chain: list[tuple] = []
     first = sorted(((d.get("line", 0), v) for _, v, d in G.out_edges(start, data=True)
-                    if d.get("kind") in ("calls", "calls_dynamic", "launches") and lo <= d.get("line", 0) <= hi), key=lambda x: x[0])
+                    if d.get("kind") in ("calls", "calls_dynamic", "launches") and d.get("via") != "__init__"  # the class node says it
+                    and lo <= d.get("line", 0) <= hi), key=lambda x: x[0])
     seen = set()
     frontier = []
     for line, v in first:
