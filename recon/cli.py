@@ -262,6 +262,119 @@ def graph_export(
     else:
         sys.stdout.write(text)
 
+# ----------------------------------------------------------------------------------- rules, scan
+DeviceOpt = typer.Option(None, "--device", help="GPU: a name as torch reports it, a short alias (rtx-pro-6000, h200, b200, ...) or a profile file. Default: RTX PRO 6000 Blackwell Server Edition.")
+ModelOpt = typer.Option(None, "--model", help="Model: a name or alias (DeepSeek-V4-Flash, gpt-oss-120b, ...) or a Hugging Face config.json. Default: DeepSeek-V4-Flash.")
+
+
+@rules_app.command("list")
+def rules_list(rules_dir: Optional[list[Path]] = RulesOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+    """Every rule: id, severity, category, title."""
+    from .rules import load_rules
+
+    try:
+        rules = load_rules(rules_dir)
+    except ReconError as e:
+        _fail(e)
+    if fmt == Fmt.json:
+        _print_json([{"id": r.id, "severity": r.severity, "category": r.category, "title": r.title, "check": r.check, "source": r.source} for r in rules])
+        return
+    t = Table()
+    for c in ("id", "severity", "category", "title"):
+        t.add_column(c)
+    for r in rules:
+        t.add_row(r.id, r.severity, r.category, r.title)
+    out.print(t)
+
+
+@rules_app.command("show")
+def rules_show(rule_id: str, rules_dir: Optional[list[Path]] = RulesOpt) -> None:
+    """One rule in full: what it finds, why it costs, how to fix, its check and examples."""
+    from .rules import get_rule
+
+    try:
+        r = get_rule(rule_id, rules_dir)
+    except ReconError as e:
+        _fail(e)
+    out.print(f"[bold]{r.id}[/bold] — {r.title}  ({r.severity}, {r.category})", highlight=False)
+    for head, body in (("What it finds", r.finds), ("Why it costs", r.why), ("How to fix", r.fix)):
+        out.print(f"\n[bold]{head}[/bold]\n{body}", highlight=False)
+    out.print(f"\n[bold]Check[/bold] {r.check}  params: {json.dumps(r.params, sort_keys=True)}", highlight=False)
+    for kind in ("positive", "negative"):
+        for ex in r.examples.get(kind, []):
+            text = ex if isinstance(ex, str) else "\n".join(f"# {k}\n{v}" for k, v in ex.items())
+            out.print(f"\n[bold]{kind} example[/bold]\n{text}", highlight=False)
+    out.print(f"\n[dim]{r.source}[/dim]", highlight=False)
+
+
+@app.command()
+def scan(
+    path: Optional[Path] = PathOpt,
+    rev: Optional[str] = RevOpt,
+    sglang: Optional[str] = VersionOpt,
+    device: Optional[str] = DeviceOpt,
+    model: Optional[str] = ModelOpt,
+    fmt: ScanFmt = typer.Option(ScanFmt.text, "--format"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
+    rules_dir: Optional[list[Path]] = RulesOpt,
+    only: Optional[list[str]] = typer.Option(None, "--rule", help="Run only these rule ids."),
+) -> None:
+    """Findings for a device and a model, each with file:line evidence (text, JSON or SARIF 2.1.0)."""
+    from .cache import atomic_write_bytes
+    from .profiles import load_device, load_model
+    from .rules import load_rules
+    from .sarif import to_sarif
+    from .scan import run_rules
+
+    try:
+        dev = load_device(device)
+        mdl = load_model(model)
+        rules = load_rules(rules_dir)
+        if only:
+            unknown = sorted(set(only) - {r.id for r in rules})
+            if unknown:
+                raise ReconError(f"no rule {', '.join(unknown)}; known: {', '.join(r.id for r in rules)}")
+            rules = [r for r in rules if r.id in only]
+        tree = load_target(path, rev, sglang, quiet=fmt != ScanFmt.text and output is None)
+    except ReconError as e:
+        _fail(e)
+    result = run_rules(tree, dev, mdl, rules)
+    for rule_id, msg in result.errors:
+        err.print(f"[red]rule {rule_id} failed:[/red] {msg}", highlight=False)
+    if fmt == ScanFmt.sarif:
+        text = json.dumps(to_sarif(result.findings, rules, __version__, tree.target.label), indent=2, sort_keys=True) + "\n"
+    elif fmt == ScanFmt.json:
+        doc = {
+            "target": {"label": tree.target.label, "version": tree.target.version, "revision": tree.target.revision},
+            "device": dev.name,
+            "model": mdl.name,
+            "findings": [f.to_dict() for f in result.findings],
+            "errors": [{"rule": r, "message": m} for r, m in result.errors],
+            "diagnostics": [{"path": p, "message": m} for p, m in tree.index.diagnostics],
+        }
+        text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+    else:
+        text = None
+    if text is not None:
+        if output:
+            atomic_write_bytes(output, text.encode("utf-8"))
+            err.print(f"wrote {output} ({len(result.findings)} findings)")
+        else:
+            sys.stdout.write(text)
+    else:
+        out.print(f"[bold]{len(result.findings)} findings[/bold] for {dev.name} + {mdl.name} on {tree.target.label}", highlight=False)
+        for f in result.findings:
+            colour = {"error": "red", "warning": "yellow"}.get(f.severity, "cyan")
+            p = f.primary
+            where_ = f"{p.path}:{p.line}" if p else ""
+            out.print(f"[{colour}]{f.severity:<7}[/{colour}] [bold]{f.rule_id}[/bold] {where_}\n        {f.message}", highlight=False)
+            for ev in f.evidence[1:6]:
+                out.print(f"        [dim]{ev.path}:{ev.line}[/dim] {ev.note}", highlight=False)
+            if len(f.evidence) > 6:
+                out.print(f"        [dim]… {len(f.evidence) - 6} more places (see --format json)[/dim]", highlight=False)
+    if result.errors:
+        raise typer.Exit(3)
+
 
 def main() -> None:  # pragma: no cover - console entry for python -m recon
     app()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cache import cache_dir, load_pickle, save_pickle
 
 from .checks import CheckContext, registry
 from .findings import Finding
@@ -17,8 +22,54 @@ class ScanResult:
     context: CheckContext | None = None
 
 
-def run_rules(tree, device, model, rules: list[Rule]) -> ScanResult:
-    """Every rule's findings; a check that crashes is reported and the others still run."""
+def _cache_key(tree, device, model, rules: list[Rule]) -> str | None:
+    """Findings depend on the tree's content, recon's code, the rules, the device and the model."""
+    if not getattr(tree, "key", ""):
+        return None
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha1(tree.key.encode())
+    for p in sorted(here.rglob("*.py")):
+        h.update(p.read_bytes())
+    for r in rules:
+        h.update(Path(r.source).read_bytes() if r.source and Path(r.source).is_file() else r.id.encode())
+    h.update(repr(device).encode())
+    h.update(repr(model).encode())
+    return h.hexdigest()
+
+
+def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True) -> ScanResult:
+    """Every rule's findings; a check that crashes is reported and the others still run.
+
+    Results are cached by everything they depend on, so a warm scan or spec costs a lookup.
+    """
+    key = _cache_key(tree, device, model, rules) if use_cache else None
+    store = cache_dir() / "findings" / f"{key}.pkl" if key else None
+    if store is not None:
+        hit = load_pickle(store)
+        if hit is not None:
+            findings, errors, shared = hit
+            return ScanResult(findings, errors, CheckContext(tree, device, model, shared))
+    result = _run(tree, device, model, rules)
+    if store is not None and not result.errors:
+        try:
+            save_pickle(store, (result.findings, result.errors, _picklable(result.context.cache)))
+        except Exception:  # a check left something unpicklable in its shared cache: skip caching
+            pass
+    return result
+
+
+def _picklable(cache: dict) -> dict:
+    out = {}
+    for k, v in cache.items():
+        try:
+            pickle.dumps(v)
+        except Exception:
+            continue
+        out[k] = v
+    return out
+
+
+def _run(tree, device, model, rules: list[Rule]) -> ScanResult:
     ctx = CheckContext(tree, device, model)
     checks = registry()
     findings: list[Finding] = []

@@ -45,13 +45,18 @@ class Tree:
     graph: nx.MultiDiGraph
     timings: dict = field(default_factory=dict)
     _resolver: Optional[Resolver] = None
+    key: str = ""  # digest of every file's content and of the code that indexed it
 
     @property
     def resolver(self) -> Resolver:
         if self._resolver is None:
-            self._resolver = load_pickle(_graph_paths(self.target.key)[1])
-            if self._resolver is None:
-                self._resolver = Resolver(self.index.py_facts())
+            rpath = _graph_paths(self.target.key)[1]
+            with paused_gc():
+                self._resolver = load_pickle(rpath) if self.timings.get("graph") == "cached" else None
+                if self._resolver is None:
+                    self._resolver = Resolver(self.index.py_facts())
+                    save_pickle(rpath, self._resolver)
+            gc.freeze()
         return self._resolver
 
     def read_text(self, relpath: str) -> str:
@@ -63,7 +68,9 @@ class Tree:
 
 def _graph_paths(key: str) -> tuple[Path, Path]:
     base = cache_dir() / "graph"
-    return base / f"{key}.graph.pkl", base / f"{key}.resolver.pkl"
+    # the resolver is an object of recon's own classes: one pickled by other code is not reused
+    fp = code_fingerprint("facts", "pyfacts", "indexer", "graph")
+    return base / f"{key}.graph.pkl", base / f"{key}.{fp}.resolver.pkl"
 
 
 def _content_key(index: Index) -> str:
@@ -101,6 +108,9 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
         timings["graph_s"] = time.perf_counter() - t1
         timings["graph"] = how
     tree = Tree(target, index, graph, timings, resolver)
+    tree.key = key
+    # the graph and index live as long as the process: keep the collector from rescanning them
+    gc.freeze()
     return tree
 
 
