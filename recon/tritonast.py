@@ -12,6 +12,9 @@ it evaluates (``ast.parse(src, mode="eval")`` of one line costs microseconds).
 from __future__ import annotations
 
 import ast
+import functools
+import hashlib
+import json
 import re
 from typing import Any, Optional
 
@@ -426,8 +429,46 @@ def file_summary(tree, path: str, memo: Optional[dict] = None) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=65536)
 def parse_expr(src: str) -> Optional[ast.AST]:
+    """One expression's tree, memoized (callers only read it)."""
     try:
         return ast.parse(src, mode="eval").body
     except SyntaxError:
         return None
+
+
+def per_file_memo(tree, name: str, paths, compute, memo: Optional[dict] = None) -> dict:
+    """{path: compute(path)} for ``paths``, kept in ONE cache file per target and ``name``.
+
+    A warm scan loads one small pickle instead of a summary per file; a file whose digest changed
+    is recomputed. ``name`` must change with anything else ``compute`` depends on (its params).
+    """
+    key = ("per_file_memo", name)
+    if memo is not None and key in memo:
+        return memo[key]
+    files = tree.index.files
+    store = cache_dir() / "tritonast" / f"v{SUMMARY_VERSION}" / "memo" / f"{tree.target.key}.{name}.pkl"
+    old = load_pickle(store) or {}
+    out, fresh, changed = {}, {}, False
+    for p in sorted(paths):
+        digest = getattr(files.get(p), "digest", None)
+        hit = old.get(p)
+        if hit is not None and hit[0] == digest:
+            value = hit[1]
+        else:
+            value, changed = compute(p), True
+        fresh[p] = (digest, value)
+        out[p] = value
+    if changed or set(old) != set(fresh):
+        try:
+            save_pickle(store, fresh)
+        except OSError:
+            pass
+    if memo is not None:
+        memo[key] = out
+    return out
+
+
+def params_key(params: dict) -> str:
+    return hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]

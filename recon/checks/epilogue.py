@@ -15,8 +15,9 @@ import ast
 import re
 from typing import Optional
 
+from ..facts import Call
 from ..findings import Evidence, Finding
-from ..tritonast import file_summary, parse_expr
+from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
 from . import CheckContext, check
 from .launches import DEFAULT_SYMBOLS, ShapeEval, Unresolved, model_value
 
@@ -211,7 +212,8 @@ def _kernel_sites(ctx: CheckContext) -> dict[str, dict[str, list[int]]]:
     return ctx.cache[key]
 
 
-def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, site_lines: list[int]) -> Optional[Finding]:
+def _chain(rule, fsum: dict, site_lines: list[int]):
+    """(outputs, allocations, chain statements, ops per line) of a function, from its code alone."""
     stmts = fsum["stmts"]
     sites = sorted(set(site_lines))
     first = sites[0]
@@ -250,7 +252,23 @@ def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, sit
             ast_ops[st["line"]] = ops
         if st.get("k") in ("assign", "aug"):
             tainted |= {t for t in st["targets"] if t}
-    min_ops = int(rule.params.get("min_ops", 3))
+    n_ops = sum(len(v) for v in ast_ops.values())
+    compute = set(rule.params.get("compute_ops", COMPUTE_OPS))
+    if n_ops < int(rule.params.get("min_ops", 3)) or not any(o.strip(".()").rsplit(".", 1)[-1] in compute for v in ast_ops.values() for o in v):
+        return None  # index bookkeeping (+1, .add_) is not an epilogue
+    return outputs, allocs, chain, ast_ops
+
+
+def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, site_lines: list[int]) -> Optional[Finding]:
+    found = _chain(rule, fsum, site_lines)
+    if found is None:
+        return None
+    outputs, allocs, chain, ast_ops = found
+    stmts = fsum["stmts"]
+    sites = sorted(set(site_lines))
+    act = int(rule.params.get("activation_bytes", 2))
+    symbols = rule.params.get("symbols") or DEFAULT_SYMBOLS
+    n_ops = sum(len(v) for v in ast_ops.values())
     # bytes at each decode batch, op by op
     per_batch, per_line = [], {}
     for M in ctx.model.decode_batches:
@@ -278,10 +296,6 @@ def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, sit
             if st.get("k") == "assign" and not st.get("unpack") and st["targets"][0] and shp is not None:
                 sh.vars[st["targets"][0]] = shp
         per_batch.append({"M": M, "bytes": total})
-    n_ops = sum(len(v) for v in ast_ops.values())
-    compute = set(rule.params.get("compute_ops", COMPUTE_OPS))
-    if n_ops < min_ops or not any(o.strip(".()").rsplit(".", 1)[-1] in compute for v in ast_ops.values() for o in v):
-        return None  # index bookkeeping (+1, .add_) is not an epilogue
     for l, v in per_line.items():
         if not v["ops"]:
             v["ops"] = ast_ops.get(l, [])
@@ -318,7 +332,11 @@ def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, sit
 def _ops_on(node, tainted: set) -> list[str]:
     """Elementwise ops in ``node`` that consume a kernel output (or a value computed from one)."""
     out = []
+    # sizes computed for an allocation or read back to the host are bookkeeping, not an epilogue
+    skip = {id(x) for c in ast.walk(node) if isinstance(c, ast.Call) and ast.unparse(c.func).rsplit(".", 1)[-1] in _ALLOC | {"item", "tolist", "cpu"} for x in ast.walk(c)}
     for n in ast.walk(node):
+        if id(n) in skip:
+            continue
         if isinstance(n, ast.Call):
             fn = ast.unparse(n.func)
             last = fn.rsplit(".", 1)[-1]
@@ -344,15 +362,19 @@ def _mb(b: int) -> str:
 @check("eager_epilogue")
 def eager_epilogue(ctx: CheckContext, rule) -> list[Finding]:
     findings = []
-    for path, funcs in sorted(_kernel_sites(ctx).items()):
-        if re.search(rule.params.get("exclude_paths", r"(^|/)(tests?|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$"), path):
+    sites = {p: f for p, f in _kernel_sites(ctx).items() if not re.search(rule.params.get("exclude_paths", r"(^|/)(tests?|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$"), p)}
+
+    def candidates(path):  # content-only, so kept per file digest: a warm scan reads no summaries
+        summary = file_summary(ctx.tree, path)
+        return [q for q, lines in sorted(sites[path].items()) if q in summary["functions"] and _chain(rule, summary["functions"][q], lines)]
+
+    cands = per_file_memo(ctx.tree, f"eager-{params_key(rule.params)}", sites, candidates, ctx.cache)
+    for path, qs in sorted(cands.items()):
+        if not qs:
             continue
         summary = file_summary(ctx.tree, path, ctx.cache)
-        for q, lines in sorted(funcs.items()):
-            fsum = summary["functions"].get(q)
-            if fsum is None:
-                continue
-            f = _epilogue(ctx, rule, path, summary, fsum, lines)
+        for q in qs:
+            f = _epilogue(ctx, rule, path, summary, summary["functions"][q], sites[path][q])
             if f is not None:
                 findings.append(f)
     return findings
@@ -391,7 +413,7 @@ def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
     findings = []
     layers = getattr(ctx.model, "num_moe_layers", None) or getattr(ctx.model, "num_layers", None)
     bw = getattr(ctx.device, "mem_bandwidth_tbs", None)
-    for path in sorted(by_file):
+    def conversions(path):  # content-only, kept per file digest
         facts = ctx.tree.index.facts(path)
         hits = []
         for c in facts.calls:
@@ -412,11 +434,17 @@ def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
             else:
                 target = f".{m.group('m')}()"
                 dst = {"float": 4, "half": 2, "bfloat16": 2}[m.group("m")]
-            hits.append((c, recv, leaf, target, dst))
+            hits.append((tuple(c), recv, leaf, target, dst))
+        return hits
+
+    memo = per_file_memo(ctx.tree, f"conv-{params_key({k: rule.params.get(k) for k in ('function_pattern', 'tensor_pattern')})}", by_file, conversions, ctx.cache)
+    for path in sorted(memo):
+        hits = memo[path]
         if not hits:
             continue
         summary = file_summary(ctx.tree, path, ctx.cache)
         for c, recv, leaf, target, dst in hits:
+            c = Call._make(c)
             fsum = summary["functions"].get(c.scope)
             if fsum is None:
                 continue
