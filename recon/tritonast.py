@@ -20,11 +20,11 @@ from typing import Any, Optional
 
 from .cache import cache_dir, load_pickle, save_pickle
 
-SUMMARY_VERSION = 5  # bump when the summary layout changes: old cache entries are then ignored
+SUMMARY_VERSION = 6  # bump when the summary layout changes: old cache entries are then ignored
 
 _KERNEL_DECO = re.compile(r"(^|\.)(jit|autotune|heuristics)$")
 _DOT = {"dot", "dot_scaled"}
-_BITOPS = (ast.RShift, ast.LShift, ast.BitAnd)
+_BITOPS = (ast.RShift, ast.BitAnd)  # unpacking; << and | pack (seeds, indices)
 DECODE_FUNCS = {"exp2", "where", "ldexp", "bitcast"}  # per-element decode of unpacked bits
 
 
