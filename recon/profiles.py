@@ -99,10 +99,11 @@ class ModelProfile:
     aliases: list[str] = field(default_factory=list)
     notes: str = ""
     source: str = ""
+    num_attention_heads: Optional[int] = None  # query heads at TP=1 (attention kernels' grids use it)
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name, "short": self.short, "aliases": list(self.aliases),
+            "name": self.name, "short": self.short, "num_attention_heads": self.num_attention_heads, "aliases": list(self.aliases),
             "architectures": list(self.architectures), "num_experts": self.num_experts,
             "hidden_size": self.hidden_size, "moe_intermediate_size": self.moe_intermediate_size,
             "top_k": self.top_k, "num_layers": self.num_layers, "num_moe_layers": self.num_moe_layers,
@@ -246,6 +247,7 @@ def model_from_mapping(data: dict, where: str) -> ModelProfile:
         aliases=f.strs("aliases"),
         notes=(f.get("notes", str, required=False, default="") or "").strip(),
         source=where,
+        num_attention_heads=f.get("num_attention_heads", int, required=False),
     )
 
 
@@ -422,4 +424,5 @@ def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
         dense_block_shape=_as_list(block),
         dense_gemm_shapes=[list(s) for s in _dense_shapes(cfg, hidden)] if dq == "fp8" else [],
         source=where,
+        num_attention_heads=cfg.get("num_attention_heads") if isinstance(cfg.get("num_attention_heads"), int) else None,
     )
