@@ -376,5 +376,27 @@ def scan(
         raise typer.Exit(3)
 
 
+@app.command("apply")
+def apply_cmd(
+    path: Path = typer.Option(..., "--path", help="The SGLang checkout to change: a git work tree (the change goes on branch recon/grouped-mxfp4)."),
+    device: Optional[str] = typer.Option(None, "--device", help="Device profile name, alias or file (default: RTX PRO 6000 Blackwell Server Edition)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
+    revert: bool = typer.Option(False, "--revert", help="Take the change out and return to the branch you were on."),
+    force: bool = typer.Option(False, "--force", help="With uncommitted changes: stash them and restore them afterwards."),
+    no_git: bool = typer.Option(False, "--no-git", help="Write the files only, no branch or commit (undo with --no-git --revert)."),
+) -> None:
+    """Put the grouped MXFP4 MoE kernel into an SGLang checkout at the slot-GEMV swap-in point, on its own branch; reversibly."""
+    from .apply import run as run_apply
+
+    try:
+        result = run_apply(path, device, None, dry_run, revert, force, no_git)
+    except ReconError as e:
+        _fail(e)
+    if result.diff:
+        sys.stdout.write(result.diff)
+    for line in result.lines:
+        out.print(line, highlight=False)
+
+
 def main() -> None:  # pragma: no cover - console entry for python -m recon
     app()

@@ -1,0 +1,173 @@
+"""Where the grouped kernel goes: the swap-in point, found from the dispatch graph.
+
+The swap-in point is a call, inside an MXFP4 MoE quant method's ``apply``, to a host function that
+launches a Triton kernel reducing on CUDA cores (``tl.sum`` over a product, no ``tl.dot``): the
+per-(token, expert) slot GEMV. Which part of ``apply`` runs on the device is decided by a backend
+string set under arch gates at load time (:func:`recon.checks.backends.resolve_selections`), so
+only calls on the lines the device really runs count. Nothing here is named by file: a release
+that moved or renamed the files is read the same way, and one without the slot path is refused
+with the path its device takes instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..checks import CheckContext
+from ..checks.backends import resolve_selections
+from ..checks.kernels import kernel_summary
+from ..errors import ReconError
+
+# apply() of a quant method for MXFP4 MoE experts (Mxfp4MarlinMoEMethod, Mxfp4MoEMethod, ...)
+METHOD_PATTERN = re.compile(r"(?i)mxfp4\w*moe\w*\.apply$")
+BUNDLE_PACKAGE = "grouped_mxfp4_moe"  # the package recon apply writes beside the slot kernel
+WRAPPER = "mxfp4_moe_forward_grouped"  # its entry point, called where the slot host function was
+
+
+class NoSwapPoint(ReconError):
+    """The tree has no slot-GEMV MXFP4 MoE path on this device (or it does not fit the kernel)."""
+
+    exit_code = 1
+
+
+@dataclass
+class SwapPoint:
+    method: str  # qualname of the quant method's apply
+    path: str  # the file holding it (target-relative): the dispatch file the codemod rewrites
+    call_line: int  # the call of the host function inside apply
+    host: str  # qualname of the slot host function (mxfp4_moe_forward_triton)
+    host_path: str
+    kernel: str  # the slot kernel it launches
+    kernel_path: str
+    kernel_line: int
+    selection: Optional[str] = None  # e.g. "layer._dsv4_mxfp4_backend == 'sm120_triton'"
+    chain: list = field(default_factory=list)  # (qualname, path, line) from apply to the kernel
+
+    @property
+    def host_name(self) -> str:
+        return self.host.rsplit(".", 1)[1]
+
+    @property
+    def method_scope(self) -> str:
+        """``Class.method`` as written in the dispatch file."""
+        return ".".join(self.method.split(".")[-2:])
+
+    @property
+    def bundle_module(self) -> str:
+        """Dotted name of the package recon writes: a sibling of the slot kernel's module."""
+        return self.host.rsplit(".", 2)[0] + "." + BUNDLE_PACKAGE
+
+    @property
+    def bundle_dir(self) -> str:
+        """Target-relative folder of that package."""
+        return self.host_path.rsplit("/", 1)[0] + "/" + BUNDLE_PACKAGE
+
+
+def _short(q: str) -> str:
+    parts = q.split(".")
+    return ".".join(parts[-2:]) if len(parts) >= 2 else q
+
+
+def _cuda_core_kernel(ctx: CheckContext, node: str) -> bool:
+    k = kernel_summary(ctx, node)
+    return bool(k and k.get("sums") and not k.get("dots"))
+
+
+def _ranges(ctx: CheckContext, device) -> dict[str, list[tuple]]:
+    """{apply method: [(lo, hi, selection text)]}: the lines of each MXFP4 MoE apply the device runs."""
+    G = ctx.tree.graph
+    out: dict[str, list[tuple]] = {}
+    for s in resolve_selections(ctx, {}, device):
+        if s["range"] and METHOD_PATTERN.search(s["taken_in"]):
+            text = f"{s['attribute']} {s['op']} {s['const']!r} ({s['value']!r} on {device.short})"
+            out.setdefault(s["taken_in"], []).append((s["range"][0], s["range"][1], text, bool(s["taken"])))
+    for n, d in G.nodes(data=True):  # an apply with no backend string runs all of its body
+        if d.get("kind") == "function" and METHOD_PATTERN.search(n) and n not in out:
+            out[n] = [(d.get("line", 0), d.get("end_line", 10**9), None, True)]
+    return out
+
+
+def _calls_in(G, meth: str, lo: int, hi: int) -> list[tuple[int, str]]:
+    return sorted({(d.get("line", 0), v) for _, v, d in G.out_edges(meth, data=True)
+                   if d.get("kind") in ("calls", "calls_dynamic") and lo <= d.get("line", 0) <= hi})
+
+
+def applied_sites(tree) -> list[tuple[str, str, int]]:
+    """(caller, path, line) of every call to a bundle recon apply already wrote."""
+    G = tree.graph
+    sites = []
+    for n in G.nodes:
+        if n.endswith(f".{BUNDLE_PACKAGE}.{WRAPPER}"):
+            for u, _, d in G.in_edges(n, data=True):
+                if d.get("kind") in ("calls", "calls_dynamic"):
+                    sites.append((u, d.get("path", ""), d.get("line", 0)))
+    return sorted(set(sites))
+
+
+def grouped_params(source: str) -> set[str]:
+    """Parameter names of ``grouped_mxfp4_moe`` in the kernel's host module (parsed, not imported)."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "grouped_mxfp4_moe":
+            a = node.args
+            return {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+    raise ReconError("reference_impl/moe.py has no grouped_mxfp4_moe: recon is installed incompletely")
+
+
+def find_swap_point(tree, device, model=None, accepted_params: Optional[set] = None) -> SwapPoint:
+    """The one swap-in point on ``device``; raises :class:`NoSwapPoint` saying what runs instead."""
+    ctx = CheckContext(tree, device, model)
+    G = tree.graph
+    ranges = _ranges(ctx, device)
+    found: list[SwapPoint] = []
+    for meth, spans in sorted(ranges.items()):
+        for lo, hi, text, taken in spans:
+            if not taken and text is not None and any(t for *_, t in spans):
+                continue  # the else-part of a comparison when another comparison is taken
+            for line, host in _calls_in(G, meth, lo, hi):
+                for _, k, e in G.out_edges(host, data=True):
+                    if e.get("kind") == "launches" and G.nodes[k].get("kind") == "triton_kernel" and _cuda_core_kernel(ctx, k):
+                        kd, hd, md = G.nodes[k], G.nodes[host], G.nodes[meth]
+                        found.append(SwapPoint(meth, md["path"], line, host, hd["path"], k, kd["path"], kd.get("line", 0), text,
+                                               [(meth, md["path"], md.get("line", 0)), (host, md["path"], line), (k, e.get("path", ""), e.get("line", 0))]))
+    uniq = {(s.method, s.call_line): s for s in found}
+    if not uniq:
+        raise NoSwapPoint(_what_runs_instead(tree, device, ranges))
+    points = sorted(uniq.values(), key=lambda s: (s.method, s.call_line))
+    if len(points) > 1:
+        raise NoSwapPoint("more than one slot-GEMV call to swap on " + device.short + ": "
+                          + "; ".join(f"{_short(p.method)} -> {_short(p.host)} ({p.path}:{p.call_line})" for p in points)
+                          + " — recon apply changes exactly one")
+    sp = points[0]
+    if accepted_params is not None:
+        host_params = [p for p in (G.nodes[sp.host].get("params") or []) if p not in ("self",)]
+        extra = [p for p in host_params if p.lstrip("*") not in accepted_params and not p.startswith("*")]
+        if extra:
+            raise NoSwapPoint(f"{_short(sp.host)} ({sp.host_path}) takes {', '.join(extra)}, which the grouped kernel does not: its contract differs, refusing to swap")
+    return sp
+
+
+def _what_runs_instead(tree, device, ranges: dict) -> str:
+    """One line: the MXFP4 MoE apply methods of this tree and what each runs on ``device``."""
+    G = tree.graph
+    ver = f"SGLang {tree.target.version}" if tree.target.version else tree.target.label
+    parts = []
+    vendor = (getattr(device, "vendor", "") or "").lower()
+    for meth, spans in ranges.items():
+        md = G.nodes[meth]
+        hw = re.search(r"hardware_backend/(\w+)/", md.get("path", ""))
+        if hw and hw.group(1).lower() != vendor:
+            continue  # another vendor's backend (npu, hpu, ...) never runs on this device
+        taken = [s for s in spans if s[3]] or spans
+        lo, hi, text, _ = taken[0]
+        callees = list(dict.fromkeys(_short(v) for _, v in _calls_in(G, meth, lo, hi) if G.nodes[v].get("kind") == "function"))
+        runs = ", ".join(callees[:4]) + (", ..." if len(callees) > 4 else "") if callees else "nothing in the tree"
+        line = f"{_short(meth)} ({md.get('path')}:{md.get('line')})" + (f" takes {text} and" if text else "") + f" runs {runs}"
+        parts.append((text is None, meth, line))
+    parts = [p[2] for p in sorted(parts)]  # methods whose backend string is resolved for the device first
+    if not parts:
+        return f"no MXFP4 MoE quant method (…Mxfp4…MoE…Method.apply) in {ver}: nothing for recon apply to swap"
+    return (f"no slot-GEMV MXFP4 MoE path to swap on {device.short} in {ver} (no apply reaches a Triton kernel that reduces "
+            f"with tl.sum and no tl.dot); the device runs instead: " + "; ".join(parts))
