@@ -398,5 +398,40 @@ def apply_cmd(
         out.print(line, highlight=False)
 
 
+class SpecFmt(str, Enum):
+    md = "md"
+    json = "json"
+
+
+@app.command()
+def spec(
+    path: Optional[Path] = PathOpt,
+    rev: Optional[str] = RevOpt,
+    sglang: Optional[str] = VersionOpt,
+    device: Optional[str] = DeviceOpt,
+    model: Optional[str] = ModelOpt,
+    fmt: SpecFmt = typer.Option(SpecFmt.md, "--format"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
+) -> None:
+    """The optimization spec (Markdown or JSON): MoE dispatch chain, root causes with file:line, missing configs, plan with roofline numbers."""
+    from .cache import atomic_write_bytes
+    from .profiles import load_device, load_model
+    from .spec import render, spec_for, spec_target
+
+    try:
+        dev = load_device(device)
+        mdl = load_model(model)
+        sglang, reason = spec_target(path, rev, sglang)
+        tree = load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json)
+        text = render(spec_for(tree, dev, mdl, target_reason=reason), fmt.value)
+    except ReconError as e:
+        _fail(e)
+    if output:
+        atomic_write_bytes(output, text.encode("utf-8"))
+        err.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
 def main() -> None:  # pragma: no cover - console entry for python -m recon
     app()
