@@ -73,6 +73,59 @@ def load_pickle(path: Path) -> Optional[Any]:
     return obj if fmt == FORMAT else None
 
 
+def _lock_file():
+    return open(cache_dir() / ".writer.lock", "a+b")
+
+
+def write_behind(jobs: list) -> None:
+    """Write ``[(path, obj), ...]`` with :func:`save_pickle` in a forked child, so the caller
+    answers without waiting for large pickles; the child holds an exclusive lock while it writes.
+
+    Readers call :func:`wait_for_writers` first. Without ``fork`` (or with
+    ``RECON_SYNC_WRITES=1``) the writes happen here and now.
+    """
+    if not hasattr(os, "fork") or os.environ.get("RECON_SYNC_WRITES") == "1":
+        for path, obj in jobs:
+            save_pickle(path, obj)
+        return
+    import fcntl
+
+    lock = _lock_file()
+    fcntl.flock(lock, fcntl.LOCK_EX)  # taken before the fork: no reader slips in between
+    pid = os.fork()
+    if pid == 0:  # child: write, release, leave without running the parent's exit handlers
+        code = 0
+        try:
+            for path, obj in jobs:
+                save_pickle(path, obj)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    lock.close()  # the parent's handle; the child keeps the lock until it exits
+    _CHILDREN.append(pid)
+
+
+_CHILDREN: list = []
+
+
+def wait_for_writers() -> None:
+    """Block until no write-behind child (of this process or another) is still writing."""
+    for pid in list(_CHILDREN):
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        _CHILDREN.remove(pid)
+    if not hasattr(os, "fork"):
+        return
+    import fcntl
+
+    with _lock_file() as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def atomic_dir(dest: Path) -> Iterator[Path]:
     """Fill a temporary folder, then move it to ``dest`` in one rename (a racing twin wins or loses whole)."""

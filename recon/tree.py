@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import networkx as nx
 
-from .cache import cache_dir, code_fingerprint, load_pickle, save_pickle
+from .cache import cache_dir, code_fingerprint, load_pickle, save_pickle, wait_for_writers, write_behind
 from .graph import Resolver, build_graph, update_graph
 from .indexer import Index, build_index, load_facts
 from .target import Target
@@ -83,6 +83,7 @@ def _content_key(index: Index) -> str:
 def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) -> Tree:
     """Index ``target`` and return it with its graph, from the cache wherever that is still true."""
     timings: dict = {}
+    wait_for_writers()
     with paused_gc():
         t0 = time.perf_counter()
         index = build_index(target, progress)
@@ -102,9 +103,10 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
             graph.graph["digests"] = {p: m.digest for p, m in index.files.items()}
             how = "built"
         if how != "cached":
-            save_pickle(gpath, (key, graph))
+            jobs = [(gpath, (key, graph))]
             if how == "built":  # a patch keeps the interface, so the stored resolver still holds
-                save_pickle(rpath, resolver)
+                jobs.append((rpath, resolver))
+            write_behind(jobs)
         timings["graph_s"] = time.perf_counter() - t1
         timings["graph"] = how
     tree = Tree(target, index, graph, timings, resolver)
