@@ -604,7 +604,9 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     ctx["reference_kernel"] = _reference_kernel(model, device, rl)
     ctx["plan"] = _plan(ctx, model, device)
     ctx["not_found"] = _not_found(ctx)
-    return ctx
+    # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
+    # the object the templates render are the same data
+    return json.loads(json.dumps(ctx, sort_keys=True))
 
 
 def _by_name(G, name: str) -> list[str]:

@@ -1,0 +1,221 @@
+"""recon spec: the optimization spec on real SGLang trees (0.5.13.post1 and the newest), and its roofline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recon import roofline, spec
+from recon.profiles import load_device, load_model
+
+REPO = Path(__file__).resolve().parent.parent
+KERNEL = "sglang/srt/layers/moe/fused_moe_triton/mxfp4_moe_sm120_triton.py"
+
+
+def _line_of(tree, path: str, needle: str) -> int:
+    """The 1-based line of ``path`` holding ``needle``, read from the tree (so tests follow the code)."""
+    for i, line in enumerate(tree.lines(path), 1):
+        if needle in line:
+            return i
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+def _build(tree, device, model="DeepSeek-V4-Flash"):
+    return spec.spec_for(tree, load_device(device), load_model(model))
+
+
+@pytest.fixture(scope="module")
+def seed(tree_0513):
+    ctx = _build(tree_0513, "rtx-pro-6000")
+    return ctx, spec.render(ctx, "md")
+
+
+@pytest.fixture(scope="module")
+def h200(tree_0513):
+    ctx = _build(tree_0513, "h200")
+    return ctx, spec.render(ctx, "md")
+
+
+@pytest.fixture(scope="module")
+def newest(tree_new):
+    ctx = _build(tree_new, "rtx-pro-6000")
+    return ctx, spec.render(ctx, "md")
+
+
+# --- roofline -----------------------------------------------------------------------------------
+
+
+def test_expert_bytes_match_the_measured_benchmark():
+    m = load_model("DeepSeek-V4-Flash")
+    eb = roofline.model_expert_bytes(m)
+    assert (eb.w13, eb.w13_scale, eb.w2, eb.w2_scale) == (2 * 2048 * 4096 // 2, 2 * 2048 * 128, 4096 * 2048 // 2, 4096 * 64)
+    bench = json.loads((REPO / "bench/reference_impl/results.json").read_text())
+    row = next(r for r in bench["rows"] if r["model"] == "DeepSeek-V4-Flash" and r["M"] == 1)
+    assert row["uniq"] * eb.total == row["bytes"]  # the bytes the kernel benchmark counted
+
+
+def test_unique_experts_formula():
+    assert roofline.unique_experts(1, 8, 256) == pytest.approx(8.0)
+    assert roofline.unique_experts(16, 8, 256) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 16))
+    assert 255 < roofline.unique_experts(1024, 8, 256) <= 256
+
+
+def test_bundled_reference_results_are_the_benchmarks():
+    """The packaged copy must not drift from bench/reference_impl/results.json."""
+    bundled = json.loads((REPO / "recon/data/anchors" / spec.REFERENCE_RESULTS).read_text())
+    assert bundled == json.loads((REPO / "bench/reference_impl/results.json").read_text())
+
+
+def test_slot_gap_is_an_estimate_off_the_measured_device():
+    m = load_model("DeepSeek-V4-Flash")
+    on_h200 = roofline.slot_gap(m, load_device("h200"))
+    on_pro = roofline.slot_gap(m, load_device("rtx-pro-6000"))
+    assert on_h200["estimate"] is False and on_pro["estimate"] is True
+    r1 = next(r for r in on_pro["rows"] if r["M"] == 1)
+    assert r1["slot_layer_ms"] > next(r for r in on_h200["rows"] if r["M"] == 1)["slot_layer_ms"]
+    assert r1["fraction_of_roofline"] < 0.05  # the slot path is a few % of roofline
+
+
+# --- the seed scenario on 0.5.13.post1 ----------------------------------------------------------
+
+
+def test_sections_in_order(seed):
+    _, md = seed
+    pos = [md.index(f"## {i}. {title}") for i, title in enumerate(spec.SECTIONS, 1)]
+    assert pos == sorted(pos)
+
+
+def test_summary_numbers(seed):
+    ctx, md = seed
+    s = ctx["summary"]
+    assert s["batch1"]["experts"] == 8.0 and s["batch1"]["layer_mb"] == 106.95
+    assert s["batch1"]["step_mb"] == pytest.approx(106.95 * 43, rel=1e-3)
+    assert s["batch1"]["floor_ms"] == pytest.approx(106954752 * 43 / 1.79e12 * 1e3, rel=1e-3)
+    assert s["gap"] and "an estimate" in s["gap"]["kind"]
+    assert "0.5.13.post1" in md and "NVIDIA RTX PRO 6000 Blackwell Server Edition" in md
+
+
+def test_key_facts_with_file_line(seed, tree_0513):
+    ctx, md = seed
+    for needle in ("acc += tl.sum(a_even", "acc += tl.sum(a_odd"):
+        assert f"{KERNEL}:{_line_of(tree_0513, KERNEL, needle)}" in md
+    common = "sglang/srt/utils/common.py"
+    assert f"`is_sm120_supported` = **True** (`{common}:{_line_of(tree_0513, common, 'is_sm120_supported =')}`" in md
+    quant = "sglang/srt/layers/quantization/mxfp4_marlin_moe.py"
+    assert ctx["moe_path"]["backend"]["value"] == "sm120_triton"
+    set_line = _line_of(tree_0513, quant, 'layer._dsv4_mxfp4_backend = "sm120_triton"')
+    assert ctx["moe_path"]["backend"]["set_at"] == f"{quant}:{set_line}"
+    assert ctx["integration"]["swap_in"]["symbol"] == "Mxfp4MarlinMoEMethod.apply"
+    fp8 = "sglang/srt/layers/quantization/fp8_kernel.py"
+    assert f"(`{fp8}:{_line_of(tree_0513, fp8, 'json_file_name = f')}`)" in md
+    assert "| `cutlass_fp4_group_mm` | NVFP4 (e2m1) | 16 | E4M3 |" in md
+    assert "the model's experts are MXFP4 (group 32, E8M0 scales)" in md
+    assert ctx["integration"]["in_capture"] is True and "runs **inside** the decode CUDA graph" in md
+    assert any(h["symbol"].endswith("_mxfp4_slot_gemv_kernel") for h in ctx["moe_path"]["chain"])
+    assert "```mermaid" in md and "flowchart TD" in ctx["moe_path"]["mermaid"]
+
+
+def test_weights_as_created(seed, tree_0513):
+    ctx, _ = seed
+    w = {t["name"]: t for t in ctx["moe_path"]["weights"]["tensors"]}
+    assert w["w13_weight"]["shape"] == [256, 4096, 2048] and w["w13_weight"]["dtype"] == "int8"
+    assert w["w2_weight"]["shape"] == [256, 4096, 1024] and w["w2_weight"]["bytes_per_expert"] == 4096 * 1024
+    path, line = w["w13_weight"]["at"].rsplit(":", 1)
+    assert "torch.nn.Parameter" in tree_0513.lines(path)[int(line) - 1]
+
+
+def test_root_causes_ranked(seed):
+    ctx, _ = seed
+    rules = [c["rule"] for c in ctx["moe_path"]["root_causes"]]
+    assert rules[0] == "triton-cuda-core-reduction" and "slot-reread" in rules and "triton-inner-loop-dequant" in rules
+    assert rules.index("slot-reread") < rules.index("triton-inner-loop-dequant")
+
+
+def test_plan_cites_the_measured_kernel(seed):
+    ctx, md = seed
+    tiers = [p["tier"] for p in ctx["plan"]]
+    assert tiers == ["best", "medium", "cheapest"]
+    shipped = [p for p in ctx["plan"] if p["ships"]]
+    assert [p["tier"] for p in shipped] == ["medium"]
+    assert "25.8% of roofline" in shipped[0]["expected"]  # the H200 measurement at M=1, as measured
+    assert "shipped by `recon apply`" in md
+
+
+def test_deterministic_and_json_round_trip(seed, tree_0513):
+    ctx, md = seed
+    again = _build(tree_0513, "rtx-pro-6000")
+    assert spec.render(again, "md") == md
+    assert spec.render(again, "json") == spec.render(ctx, "json")
+    assert json.loads(spec.to_json(ctx)) == ctx
+
+
+# --- other devices ------------------------------------------------------------------------------
+
+
+def test_h200_differs(seed, h200):
+    pro, _ = seed
+    ctx, md = h200
+    assert ctx["device"]["name"] == "NVIDIA H200"
+    assert (ctx["moe_path"]["backend"] or {}).get("value") != "sm120_triton"
+    sm120 = [g for g in ctx["gates"] if g["gate"] == "is_sm120_supported"]
+    assert sm120 and sm120[0]["value"] is False
+    marlin = [b for b in ctx["moe_path"]["backends"] if b["attribute"] == "_dsv4_mxfp4_backend"]
+    assert marlin and marlin[0]["value"] == "marlin"
+    files = lambda c: {m["file"] for d in c["dense_fp8"] for m in d["missing"]}  # noqa: E731
+    assert files(ctx) != files(pro) and all("NVIDIA_H200" in f for f in files(ctx))
+    assert ctx["summary"]["batch1"]["floor_ms"] < pro["summary"]["batch1"]["floor_ms"]  # more bandwidth
+    assert "_mxfp4_slot_gemv_kernel" not in md.split("## 3.")[0].split("## 2.")[1].split("### Weight")[0]
+
+
+# --- no MoE path ----------------------------------------------------------------------------------
+
+
+def test_newest_release_says_what_is_gone(newest):
+    ctx, md = newest
+    assert ctx["moe_path"]["slot_kernel"] is None
+    assert any("per-slot CUDA-core MoE kernel" in n for n in ctx["not_found"])
+    assert "**Not found in this tree**" in md
+    assert not any("_mxfp4_slot_gemv_kernel" in f["message"] for f in ctx["findings"])
+    pos = [md.index(f"## {i}. {title}") for i, title in enumerate(spec.SECTIONS, 1)]
+    assert pos == sorted(pos)
+
+
+def test_synthetic_tree_without_moe(synthetic):
+    from recon.rules import load_rules
+    from recon.scan import run_rules
+
+    tree = synthetic({"sglang/srt/models/tiny.py": "class TinyForCausalLM:\n    def forward(self, x):\n        return x\n\nEntryClass = TinyForCausalLM\n"})
+    dev, mdl = load_device(None), load_model(None)
+    res = run_rules(tree, dev, mdl, load_rules())
+    ctx = spec.build_context(tree, dev, mdl, res.findings, res.errors)
+    md = spec.render(ctx, "md")
+    assert ctx["moe_path"]["found"] is False and ctx["integration"]["swap_in"] is None
+    assert any("DeepseekV4ForCausalLM" in n for n in ctx["not_found"])
+    assert any("dispatch chain" in n for n in ctx["not_found"])
+    assert "No dispatch chain" in md and "## 7. Appendix" in md
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+def test_cli_bad_device_exits_2_and_writes_nothing(tmp_path):
+    from recon.cli import app
+
+    out = tmp_path / "spec.md"
+    r = CliRunner().invoke(app, ["spec", "--device", "no-such-gpu", "-o", str(out)])
+    assert r.exit_code == 2 and "rtx-pro-6000" in r.output and not out.exists()
+    r = CliRunner().invoke(app, ["spec", "--model", "no-such-model", "-o", str(out)])
+    assert r.exit_code == 2 and "DeepSeek-V4-Flash" in r.output and not out.exists()
+
+
+def test_cli_json_to_file(tmp_path, sglang_0513, seed):
+    from recon.cli import app
+
+    out = tmp_path / "spec.json"
+    r = CliRunner().invoke(app, ["spec", "--sglang", "0.5.13.post1", "--format", "json", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["summary"] == seed[0]["summary"] and data["target"]["version"] == "0.5.13.post1"
