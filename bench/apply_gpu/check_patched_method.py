@@ -199,7 +199,9 @@ def main() -> int:
             g.replay()
             sync()
             r["graph_replay_rel_err_vs_eager"] = rel_err(captured, grouped)
-            r["graph_ok"] = r["graph_replay_rel_err_vs_eager"] <= 1e-3
+            # the grouped kernel's default top-k sum uses bf16 atomics, so two runs differ by bf16
+            # rounding (~4e-3 relative); the contract's tolerance (1e-2) is the bar, as for eager
+            r["graph_ok"] = r["graph_replay_rel_err_vs_eager"] <= 1e-2
         r["ok"] = bool(err <= 1e-2 and ran_grouped and exact and r["grouped_finite"] and r.get("graph_ok", True))
         ok_all &= r["ok"]
         results.append(r)
