@@ -19,6 +19,8 @@ FORMAT = 3  # bump when the facts or graph layout changes: old entries are then 
 
 
 _FINGERPRINTS: dict = {}
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def code_fingerprint(*modules: str) -> str:
@@ -50,6 +52,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a written spec should read like any file
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
