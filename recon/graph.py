@@ -295,23 +295,42 @@ def interface(f: FileFacts) -> tuple:
     )
 
 
-def build_graph(facts: Iterable[FileFacts]) -> tuple[nx.MultiDiGraph, Resolver]:
-    """The whole tree's graph and the resolver that made it."""
-    facts = list(facts)
-    py = [f for f in facts if f.kind == "py" and f.error is None]
-    r = Resolver(py)
-    G = nx.MultiDiGraph()
-    G.add_node(MODEL_FORWARD, kind="entry", name="forward", path="", line=0)
-    for f in py:
-        _add_nodes(G, f)
-    for f in facts:
-        if f.kind == "cpp" and f.ops:
+class GraphBuilder:
+    """Builds the graph as facts arrive (symbols and nodes need one file at a time), then the edges,
+    which need every file's symbols, in :meth:`finish`. A cold run feeds it while the workers are
+    still extracting, so only the edges are left once the last file is in."""
+
+    def __init__(self):
+        self.resolver = Resolver(())
+        self.graph = nx.MultiDiGraph()
+        self.graph.add_node(MODEL_FORWARD, kind="entry", name="forward", path="", line=0)
+        self._py: list[FileFacts] = []
+        self.paths: set[str] = set()
+
+    def add(self, f: FileFacts) -> None:
+        self.paths.add(f.path)
+        if f.kind == "py" and f.error is None:
+            self.resolver._collect(f)
+            _add_nodes(self.graph, f)
+            self._py.append(f)
+        elif f.kind == "cpp" and f.ops:
             for name, line in f.ops:
                 node = f"torch.ops.{name}"
-                G.add_node(node, kind="native_op", name=name.rsplit(".", 1)[-1], path=f.path, line=line)
-    for f in py:
-        _add_edges(G, r, f)
-    return G, r
+                self.graph.add_node(node, kind="native_op", name=name.rsplit(".", 1)[-1], path=f.path, line=line)
+
+    def finish(self) -> tuple[nx.MultiDiGraph, Resolver]:
+        self.resolver._resolve_bases()
+        for f in sorted(self._py, key=lambda f: f.path):
+            _add_edges(self.graph, self.resolver, f)
+        return self.graph, self.resolver
+
+
+def build_graph(facts: Iterable[FileFacts]) -> tuple[nx.MultiDiGraph, Resolver]:
+    """The whole tree's graph and the resolver that made it."""
+    b = GraphBuilder()
+    for f in facts:
+        b.add(f)
+    return b.finish()
 
 
 def update_graph(G: nx.MultiDiGraph, r: Resolver, old: FileFacts, new: FileFacts) -> bool:

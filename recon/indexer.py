@@ -238,8 +238,16 @@ def _manifest_path(target_key: str) -> Path:
     return cache_dir() / "index" / f"{target_key}.{code_fingerprint('facts', 'pyfacts', 'indexer')}.manifest.pkl"
 
 
-def build_index(target, progress: Optional[Callable[[int, int], None]] = None, workers: Optional[int] = None) -> Index:
-    """The index of ``target``: manifest entries for unchanged files, fresh facts for the rest."""
+def build_index(
+    target,
+    progress: Optional[Callable[[int, int], None]] = None,
+    workers: Optional[int] = None,
+    on_facts: Optional[Callable[[FileFacts], None]] = None,
+) -> Index:
+    """The index of ``target``: manifest entries for unchanged files, fresh facts for the rest.
+
+    ``on_facts`` sees each freshly extracted file as it arrives (the graph builder uses it to work
+    while the extraction workers are still busy)."""
     source = target.source
     prefix = target.package_prefix
     store = _manifest_path(target.key)
@@ -255,7 +263,9 @@ def build_index(target, progress: Optional[Callable[[int, int], None]] = None, w
     fresh: dict[str, FileFacts] = {}
     if todo:
         for relpath, blob in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
-            fresh[relpath] = _hydrate(relpath, blob, prefix)
+            f = fresh[relpath] = _hydrate(relpath, blob, prefix)
+            if on_facts is not None:
+                on_facts(f)
         for relpath, stamp in todo:
             f = fresh[relpath]
             metas[relpath] = FileMeta(stamp, f.digest, f.kind, f.module, f.error, f.lines)

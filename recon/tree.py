@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import networkx as nx
 
 from .cache import cache_dir, code_fingerprint, load_pickle, save_pickle, wait_for_writers, write_behind
-from .graph import Resolver, build_graph, update_graph
+from .graph import GraphBuilder, Resolver, build_graph, update_graph
 from .indexer import Index, build_index, load_facts
 from .target import Target
 
@@ -84,21 +84,29 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
     """Index ``target`` and return it with its graph, from the cache wherever that is still true."""
     timings: dict = {}
     wait_for_writers()
+    gpath, rpath = _graph_paths(target.key)
+    # no graph cached for this target at all: build it while the workers extract
+    builder = None if gpath.exists() else GraphBuilder()
     with paused_gc():
         t0 = time.perf_counter()
-        index = build_index(target, progress)
+        index = build_index(target, progress, on_facts=builder.add if builder else None)
         timings["index_s"] = time.perf_counter() - t0
         key = _content_key(index)
-        gpath, rpath = _graph_paths(target.key)
         t1 = time.perf_counter()
-        cached = load_pickle(gpath)
+        cached = load_pickle(gpath) if builder is None else None
         graph = resolver = None
         how = "built"
         if cached is not None and cached[0] == key:
             graph, how = cached[1], "cached"
         elif cached is not None:
             graph, resolver, how = _patch(cached, index, rpath)
-        if graph is None:
+        if graph is None and builder is not None:
+            for p in index.files:
+                if p not in builder.paths and (f := index.facts(p)) is not None:
+                    builder.add(f)
+            graph, resolver = builder.finish()
+            graph.graph["digests"] = {p: m.digest for p, m in index.files.items()}
+        elif graph is None:
             graph, resolver = build_graph(index.all_facts())
             graph.graph["digests"] = {p: m.digest for p, m in index.files.items()}
             how = "built"
