@@ -234,7 +234,7 @@ def test_newer_release_refused_with_the_path_it_takes(sglang_new):
 
 
 def test_no_swap_point_in_synthetic_tree(tmp_path):
-    from conftest import make_tree
+    from tests.conftest import make_tree
 
     make_tree(tmp_path / "t", {"sglang/srt/layers/quantization/example.py": "class Mxfp4ExampleMoEMethod:\n    def apply(self, layer, x):\n        return x\n"})
     res = cli("--path", tmp_path / "t", "--dry-run")
