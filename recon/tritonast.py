@@ -19,6 +19,7 @@ import re
 from typing import Any, Optional
 
 from .cache import cache_dir, load_pickle, save_pickle
+from .pyfacts import dotted  # one rendering of dotted names for facts and kernel summaries
 
 SUMMARY_VERSION = 6  # bump when the summary layout changes: old cache entries are then ignored
 
@@ -26,20 +27,6 @@ _KERNEL_DECO = re.compile(r"(^|\.)(jit|autotune|heuristics)$")
 _DOT = {"dot", "dot_scaled"}
 _BITOPS = (ast.RShift, ast.BitAnd)  # unpacking; << and | pack (seeds, indices)
 DECODE_FUNCS = {"exp2", "where", "ldexp", "bitcast"}  # per-element decode of unpacked bits
-
-
-def dotted(node: ast.AST) -> str:
-    """``tl.math.exp2`` for attribute chains, ``f()`` for calls, ``x[]`` for subscripts."""
-    t = type(node)
-    if t is ast.Name:
-        return node.id
-    if t is ast.Attribute:
-        return f"{dotted(node.value)}.{node.attr}"
-    if t is ast.Call:
-        return f"{dotted(node.func)}()"
-    if t is ast.Subscript:
-        return f"{dotted(node.value)}[]"
-    return "?"
 
 
 def _src(node: ast.AST) -> str:
