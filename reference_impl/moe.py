@@ -104,6 +104,21 @@ def _kw(c: dict) -> dict:
     return {k: c[k] for k in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")}
 
 
+def scale_vec_ok(c: dict, K: int) -> bool:
+    """Scales can be read as 32-bit words (pipelined by cp.async like the
+    weights) when every K step covers whole words and each scale row starts on
+    a word: BLOCK_K % 128 == 0 and K/32 % 4 == 0 (DeepSeek-V4: yes; gpt-oss's
+    2880/32 = 90: no, those configs fetch the bytes one K step ahead instead)."""
+    return c["BLOCK_K"] % 128 == 0 and (K // 32) % 4 == 0
+
+
+def _scale_vec(c: dict, K: int) -> bool:
+    # off unless a config asks: on the H200 the word path's unpacked exponents
+    # drag the dequantized tile through a per-element shared-memory conversion
+    # (64 STS.U16 per K step) and ran 1.8x slower than bytes fetched a step ahead
+    return bool(c.get("scale_vec", False)) and scale_vec_ok(c, K) and os.environ.get("REFIMPL_SCALE_VEC", "1") != "0"
+
+
 def grouped_mxfp4_moe(
     hidden_states: torch.Tensor,
     w13_packed: torch.Tensor,
@@ -176,7 +191,8 @@ def grouped_mxfp4_moe(
         S, H, I, NB, topk,
         x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
         float(clamp_limit) if has_clamp else 0.0,
-        HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev), **_kw(c1),
+        HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev),
+        SCALE_VEC=_scale_vec(c1, H), **_kw(c1),
     )
 
     # 3. down GEMM + weighted top-k combine
@@ -200,7 +216,8 @@ def grouped_mxfp4_moe(
             S, H, I, NB, topk,
             act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
             rsf,
-            OUT_MODE=mode, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev), **_kw(c2),
+            OUT_MODE=mode, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev),
+            SCALE_VEC=_scale_vec(c2, I), **_kw(c2),
         )
 
     if mode == 0:

@@ -26,6 +26,7 @@ from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
 from reference_impl.reference import dequant_mxfp4  # noqa: E402
 from reference_impl.configs import config_file_name, get_config  # noqa: E402
+from reference_impl.moe import scale_vec_ok  # noqa: E402
 
 MODELS = {
     "DeepSeek-V4-Flash": dict(E=256, H=4096, I=2048, topk=8, clamp=None, rsf=2.5),
@@ -34,15 +35,18 @@ MODELS = {
 MS = [1, 4, 16, 64, 256, 1024, 4096]
 
 
-def cfg(bm, g1, g2):
+def cfg(bm, g1, g2, vec=None):
     k = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
-    return {"BLOCK_M": bm, "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2))}
+    c = {"BLOCK_M": bm, "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2))}
+    if vec is not None:  # scale exponents as cp.async'd words (True) or bytes fetched a step ahead
+        c["gemm1"]["scale_vec"] = c["gemm2"]["scale_vec"] = vec
+    return c
 
 
-SMALL = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(16, (16, 256, 4, 4), (32, 256, 4, 4)),
-         cfg(16, (32, 128, 4, 5), (64, 128, 4, 5)), cfg(16, (64, 128, 4, 4), (128, 128, 4, 4)),
-         cfg(16, (16, 128, 4, 4), (32, 128, 4, 4)), cfg(16, (32, 256, 8, 4), (64, 256, 8, 4)),
-         cfg(16, (16, 128, 2, 4), (32, 128, 2, 4))]
+SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False), cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), True),
+         cfg(16, (32, 256, 4, 3), (64, 256, 4, 3), False), cfg(16, (32, 256, 8, 3), (64, 256, 8, 3), False),
+         cfg(16, (16, 256, 4, 4), (32, 256, 4, 4), False), cfg(16, (64, 128, 4, 4), (128, 128, 4, 4), False),
+         cfg(16, (32, 128, 4, 6), (64, 128, 4, 6), False), cfg(16, (16, 128, 4, 4), (32, 128, 4, 4), False)]
 MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(32, (32, 256, 4, 4), (64, 256, 4, 4)),
        cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4)),
        cfg(32, (64, 128, 4, 3), (64, 128, 4, 3))]
@@ -164,6 +168,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--slot-module", default=None)
     ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--tune-max-m", type=int, default=1 << 30, help="tune only M up to this; others use the config file")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     ap.add_argument("--slot-max-m", type=int, default=64)
@@ -198,7 +203,10 @@ def main():
             flops = 2 * M * topk * (2 * I * H + H * I)
             row = {"model": mname, "E": E, "H": H, "I": I, "topk": topk, "M": M, "uniq": uniq,
                    "bytes": uniq * exp_bytes, "roofline_ms": roof_ms, "flops": flops}
-            cands = candidates(M) if args.tune else [get_config(M, E, topk, H, I, dev_name)]
+            cands = candidates(M) if args.tune and M <= args.tune_max_m else [get_config(M, E, topk, H, I, dev_name)]
+            # a scale_vec=True candidate the shape cannot take runs as its byte twin: skip it
+            cands = [cf for cf in cands if not (cf["gemm1"].get("scale_vec") and not (
+                scale_vec_ok(cf["gemm1"], H) and scale_vec_ok(cf["gemm2"], I)))]
             best = None
             for cf in cands:
                 try:
@@ -206,6 +214,8 @@ def main():
                 except Exception as ex:  # a config that does not build/fit
                     print("config failed", cf, repr(ex)[:200], flush=True)
                     continue
+                if len(cands) > 1:
+                    print(f"  M={M} {t:.4f} ms {json.dumps(cf)}", flush=True)
                 if best is None or t < best[0]:
                     best = (t, cf)
             t, cf = best

@@ -65,10 +65,12 @@ def loop_mix(sass):
 
 def main():
     fast = dict(DOT_F32=False, FAST_DEQUANT=True)
-    cases = [("gemm1 BN32 BK128", gemm1_swiglu_kernel, SIG1,
-              dict(HAS_CLAMP=False, BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, **fast), 4, 5, 2 * 32 * 128),
-             ("gemm2 BN64 BK128", gemm2_combine_kernel, SIG2,
-              dict(OUT_MODE=0, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, **fast), 4, 5, 64 * 128)]
+    cases = []
+    for vec in (False, True):  # scale exponents: bytes a K step ahead (tuned) / cp.async'd 32-bit words
+        cases += [(f"gemm1 BN32 BK128 scale_vec={vec}", gemm1_swiglu_kernel, SIG1,
+                   dict(HAS_CLAMP=False, BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SCALE_VEC=vec, **fast), 4, 5, 2 * 32 * 128),
+                  (f"gemm2 BN64 BK128 scale_vec={vec}", gemm2_combine_kernel, SIG2,
+                   dict(OUT_MODE=0, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SCALE_VEC=vec, **fast), 4, 5, 64 * 128)]
     for name, fn, sig, consts, nw, ns, values in cases:
         res, sass = compile_sass(fn, sig, consts, nw, ns, f"/tmp/{name.split()[0]}.cubin")
         n, mix = loop_mix(sass)

@@ -82,3 +82,52 @@ def dequant_pair(byte, sexp, FAST: tl.constexpr):
         lo = e2m1_scaled_to_bf16(b & 0xF, s)
         hi = e2m1_scaled_to_bf16(b >> 4, s)
     return lo, hi
+
+
+@triton.jit
+def scale_rows_ptr32(s_ptr, row_off):
+    """int32 view of the scale rows at byte offsets row_off (multiples of 4)."""
+    return s_ptr.to(tl.pointer_type(tl.int32)) + row_off // 4
+
+
+@triton.jit
+def load_scales(s_rows, s_rows32, k0, KG, row_mask, BLOCK_K: tl.constexpr, SCALE_VEC: tl.constexpr):
+    """E8M0 exponents [R, BLOCK_K // 32, 1] (int32) of the K step at k0, in the
+    shape of the [R, G, 16] weight tile they scale.
+
+    SCALE_VEC: read them out of 32-bit words (four groups a word; needs K/32 % 4
+    == 0 and BLOCK_K % 128 == 0). A byte load is too narrow for cp.async, so
+    Triton issues it as a plain LDG whose DRAM latency every K step then waits
+    out; a word load is pipelined through shared memory like the weights.
+    """
+    G: tl.constexpr = BLOCK_K // 32
+    g = tl.arange(0, G)[None, :, None]
+    m = row_mask[:, None, None]
+    if SCALE_VEC:
+        kw = k0 // 128 + g // 4
+        words = tl.load(s_rows32[:, None, None] + kw, mask=m & (kw < KG // 4), other=0x7F7F7F7F)
+        return (words >> ((g % 4) * 8)) & 0xFF
+    else:
+        kg = k0 // 32 + g
+        s = tl.load(s_rows[:, None, None] + kg, mask=m & (kg < KG), other=127)
+        return s.to(tl.int32)
+
+
+@triton.jit
+def dequant_tile(byte, sexp, FAST: tl.constexpr):
+    """Packed bytes [R, G, 16] (uint8) and exponents [R, G, 1] (int32) ->
+    (even-k, odd-k) bf16 tiles [R, G * 16]."""
+    R: tl.constexpr = byte.shape[0]
+    G: tl.constexpr = byte.shape[1]
+    if FAST:
+        sc = scale_to_bf16(sexp)
+        lo = tl.inline_asm_elementwise(ASM_LO, "=r,=r,r", [byte], dtype=tl.bfloat16,
+                                       is_pure=True, pack=4) * sc
+        hi = tl.inline_asm_elementwise(ASM_HI, "=r,=r,r", [byte], dtype=tl.bfloat16,
+                                       is_pure=True, pack=4) * sc
+    else:
+        b = byte.to(tl.int32) & 0xFF
+        s = sexp & 0xFF
+        lo = e2m1_scaled_to_bf16(b & 0xF, s)
+        hi = e2m1_scaled_to_bf16(b >> 4, s)
+    return tl.reshape(lo, [R, G * 16]), tl.reshape(hi, [R, G * 16])

@@ -10,7 +10,7 @@ Output rows are the padded sorted rows: act[row] for row = block * BLOCK_M + r.
 import triton
 import triton.language as tl
 
-from .e2m1 import dequant_pair, transposed as _t
+from .e2m1 import dequant_tile, load_scales, scale_rows_ptr32, transposed as _t
 
 
 @triton.jit
@@ -23,6 +23,7 @@ def gemm1_swiglu_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT_F32: tl.constexpr = False,
     FAST_DEQUANT: tl.constexpr = False,
+    SCALE_VEC: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     b = pid % NB
@@ -49,12 +50,20 @@ def gemm1_swiglu_kernel(
     n3 = offs_n[:, None, None]
     w_g = w_ptr + e * stride_we + n3 * stride_wn + g3 * 16 + j3
     w_u = w_g + I * stride_wn
-    s_g = s_ptr + e * stride_se + n3 * stride_sn + g3
-    s_u = s_g + I * stride_sn
     wmask_n = n3 < I
+    sg_off = e * stride_se + offs_n.to(tl.int64) * stride_sn
+    su_off = sg_off + I * stride_sn
+    s_g, s_u = s_ptr + sg_off, s_ptr + su_off
+    s_g32, s_u32 = scale_rows_ptr32(s_ptr, sg_off), scale_rows_ptr32(s_ptr, su_off)
+    KG = K // 32
 
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if not SCALE_VEC:
+        # byte loads are too narrow for cp.async: Triton issues them as plain
+        # LDGs, so they are fetched one K step ahead and carried in registers
+        sg_n = load_scales(s_g, s_g32, 0, KG, n_ok, BLOCK_K, False)
+        su_n = load_scales(s_u, s_u32, 0, KG, n_ok, BLOCK_K, False)
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(x_rows + k0, mask=row_ok[:, None] & (k0 + offs_k[None, :] < K), other=0.0)
         if DOT_F32:  # the CPU interpreter's bf16 tl.dot is wrong; keep its math in fp32
@@ -63,14 +72,15 @@ def gemm1_swiglu_kernel(
         kmask = wmask_n & (k0 + g3 * 32 < K)
         bg = tl.load(w_g + k0 // 2, mask=kmask, other=0)
         bu = tl.load(w_u + k0 // 2, mask=kmask, other=0)
-        sg = tl.load(s_g + k0 // 32, mask=kmask, other=127)
-        su = tl.load(s_u + k0 // 32, mask=kmask, other=127)
-        g_lo, g_hi = dequant_pair(bg, sg, FAST_DEQUANT)
-        u_lo, u_hi = dequant_pair(bu, su, FAST_DEQUANT)
-        g_lo = tl.reshape(g_lo, [BLOCK_N, BLOCK_K // 2])
-        g_hi = tl.reshape(g_hi, [BLOCK_N, BLOCK_K // 2])
-        u_lo = tl.reshape(u_lo, [BLOCK_N, BLOCK_K // 2])
-        u_hi = tl.reshape(u_hi, [BLOCK_N, BLOCK_K // 2])
+        if SCALE_VEC:
+            sg = load_scales(s_g, s_g32, k0, KG, n_ok, BLOCK_K, True)
+            su = load_scales(s_u, s_u32, k0, KG, n_ok, BLOCK_K, True)
+        else:
+            sg, su = sg_n, su_n
+            sg_n = load_scales(s_g, s_g32, k0 + BLOCK_K, KG, n_ok, BLOCK_K, False)
+            su_n = load_scales(s_u, s_u32, k0 + BLOCK_K, KG, n_ok, BLOCK_K, False)
+        g_lo, g_hi = dequant_tile(bg, sg, FAST_DEQUANT)
+        u_lo, u_hi = dequant_tile(bu, su, FAST_DEQUANT)
         acc_g = tl.dot(a_even, _t(g_lo, DOT_F32), acc_g)
         acc_g = tl.dot(a_odd, _t(g_hi, DOT_F32), acc_g)
         acc_u = tl.dot(a_even, _t(u_lo, DOT_F32), acc_u)

@@ -128,3 +128,23 @@ def test_bad_input_raises_value_error_naming_argument(arg, mutate):
     mutate(p)
     with pytest.raises(ValueError, match=arg):
         grouped_mxfp4_moe(**p)
+
+
+def _cfg(bk1, bk2, vec):
+    g = lambda bn, bk: {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 2, "scale_vec": vec}  # noqa: E731
+    return {"BLOCK_M": 16, "gemm1": g(32, bk1), "gemm2": g(32, bk2)}
+
+
+@pytest.mark.parametrize("H,I,bk1,bk2,vec", [
+    (384, 256, 128, 128, True),    # scales as 32-bit words: 3 and 2 K steps
+    (384, 256, 256, 256, True),    # word path with a K tail (384 = 256 + 128)
+    (384, 256, 128, 128, False),   # the same shapes with bytes fetched a step ahead
+    (160, 96, 128, 64, True),      # K/32 = 5, 3: words impossible, byte path with tails
+])
+def test_scale_paths_agree_with_reference(H, I, bk1, bk2, vec):
+    """Every K step must see its own scale group: the word path unpacks four
+    groups a word; the byte path carries the next step's exponents."""
+    if vec:
+        assert moe_mod.scale_vec_ok(_cfg(bk1, bk2, vec)["gemm1"], H) == (H // 32 % 4 == 0)
+    p = make_problem(5, 4, H, I, 2, device=DEV, seed=H + I + bk1 + vec)
+    check(p, config=_cfg(bk1, bk2, vec), deterministic=True)
