@@ -41,6 +41,7 @@ tree = load(target)
 wall = time.perf_counter() - t
 rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 print(json.dumps({"wall": wall, "rss_mb": rss / 1024, "graph": tree.timings["graph"], "files": tree.index.stats["files"],
+                  "index_s": tree.timings["index_s"], "graph_s": tree.timings["graph_s"],
                   "extracted": tree.index.stats["extracted"], "nodes": tree.graph.number_of_nodes(), "edges": tree.graph.number_of_edges()}))
 """
 
@@ -97,7 +98,9 @@ def main() -> None:
     shutil.copytree(src, tree_dir)
     peer_src = _fetch(a.peer_sglang, fetch_cache)
     rows: dict[str, list[dict]] = {k: [] for k in ("ast.parse", "recon cold", "recon warm", "recon 1 edit", "pyan3 layers", "recon layers")}
-    edit_file = tree_dir / "sglang" / "srt" / "layers" / "quantization" / "fp8_kernel.py"
+    # a file every release has (fp8_kernel.py moved in newer ones): editing must not add a file
+    edit_file = tree_dir / "sglang" / "srt" / "utils" / "common.py"
+    assert edit_file.is_file(), edit_file
     for i in range(a.repeat):
         cache = work / f"cache{i}"
         env = dict(os.environ, RECON_CACHE_DIR=str(cache))

@@ -322,6 +322,7 @@ class GraphBuilder:
         self.resolver._resolve_bases()
         for f in sorted(self._py, key=lambda f: f.path):
             _add_edges(self.graph, self.resolver, f)
+        _done(self.graph)
         return self.graph, self.resolver
 
 
@@ -359,6 +360,7 @@ def update_graph(G: nx.MultiDiGraph, r: Resolver, old: FileFacts, new: FileFacts
         if d["kind"] == "defines":
             d["line"] = G.nodes[v]["line"]
     _add_edges(G, r, new)
+    _done(G)
     return True
 
 
@@ -366,6 +368,7 @@ def _add_nodes(G: nx.MultiDiGraph, f: FileFacts) -> None:
     mod = f.module
     if not mod:
         return
+    add = _edge_adder(G)
     G.add_node(mod, kind="module", name=mod.rsplit(".", 1)[-1], path=f.path, line=1)
     for d in f.defs:
         q = f"{mod}.{d.qualname}"
@@ -388,7 +391,38 @@ def _add_nodes(G: nx.MultiDiGraph, f: FileFacts) -> None:
             attrs["params"] = d.params
         G.add_node(q, **attrs)
         owner = mod + "." + d.qualname.rsplit(".", 1)[0] if "." in d.qualname else mod
-        G.add_edge(owner, q, kind="defines", path=f.path, line=d.line)
+        add(owner, q, kind="defines", path=f.path, line=d.line)
+
+
+def _edge_adder(G: nx.MultiDiGraph):
+    """``G.add_edge`` without its per-call overhead (key search and cache clearing per edge):
+    the same dict layout networkx builds, for the 250k edges of a full tree. Callers clear
+    networkx's cache once when done (:func:`_done`)."""
+    succ, pred = G._succ, G._pred
+
+    def add(u, v, **attr):
+        su = succ.get(u)
+        if su is None:
+            G.add_node(u)
+            su = succ[u]
+        if v not in succ:
+            G.add_node(v)
+        kd = su.get(v)
+        if kd is None:
+            kd = su[v] = {}
+            pred[v][u] = kd
+        k = len(kd)
+        while k in kd:
+            k += 1
+        kd[k] = attr
+
+    return add
+
+
+def _done(G: nx.MultiDiGraph) -> None:
+    clear = getattr(nx, "_clear_cache", None)
+    if clear is not None:
+        clear(G)
 
 
 def _src(mod: str, scope: str) -> str:
@@ -400,7 +434,7 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
     if not mod:
         return
     path = f.path
-    add = G.add_edge
+    add = _edge_adder(G)
     seen_imports = set()
     for imp in f.imports:
         if imp.module in r.modules and imp.module != mod and imp.module not in seen_imports:

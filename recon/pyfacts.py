@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from itertools import accumulate
 from typing import Optional
 
 from .facts import (
@@ -199,7 +200,25 @@ class _Collector:
     def _skip(self, node):
         pass
 
-    def __init__(self, module: str, is_package: bool):
+    def _seg(self, node, limit: int) -> str:
+        """The node's own source text (sliced by offsets: ten times cheaper than ``ast.unparse``)."""
+        try:
+            a = self.starts[node.lineno - 1] + node.col_offset
+            b = self.starts[node.end_lineno - 1] + node.end_col_offset
+            text = self.src[a:b].decode("utf-8")
+        except (IndexError, TypeError, UnicodeDecodeError, AttributeError):
+            return _short_unparse(node, limit)
+        if node.lineno != node.end_lineno:
+            if "#" in text or '"""' in text or "\'\'\'" in text:
+                return _short_unparse(node, limit)  # a comment or long string would break a joined line
+            text = " ".join(text.split())
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    def __init__(self, module: str, is_package: bool, src: bytes = b""):
+        if src.startswith(b"\xef\xbb\xbf"):  # offsets count from after a UTF-8 BOM
+            src = src[3:]
+        self.src = src
+        self.starts = [0, *accumulate(map(len, src.splitlines(keepends=True)))] if src else None
         self.module = module
         self.is_package = is_package
         self.scope: list[str] = []
@@ -334,18 +353,18 @@ class _Collector:
         body_end = node.body[-1].end_lineno if node.body else node.lineno
         else_line = node.orelse[0].lineno if node.orelse else 0
         self.branches.append(
-            Branch(self.cur, node.lineno, body_end, else_line, node.end_lineno, tuple(dict.fromkeys(names)), _short_unparse(node.test, 120))
+            Branch(self.cur, node.lineno, body_end, else_line, node.end_lineno, tuple(dict.fromkeys(names)), self._seg(node.test, 400))
         )
         self.generic_visit(node)
 
     def visit_For(self, node):
-        self.loops.append(Loop(self.cur, node.lineno, node.end_lineno, dotted(node.target), _short_unparse(node.iter, 120)))
+        self.loops.append(Loop(self.cur, node.lineno, node.end_lineno, dotted(node.target), self._seg(node.iter, 120)))
         self.generic_visit(node)
 
     visit_AsyncFor = visit_For
 
     def visit_While(self, node):
-        self.loops.append(Loop(self.cur, node.lineno, node.end_lineno, "", _short_unparse(node.test, 120)))
+        self.loops.append(Loop(self.cur, node.lineno, node.end_lineno, "", self._seg(node.test, 120)))
         self.generic_visit(node)
 
     def visit_With(self, node):
@@ -359,7 +378,7 @@ class _Collector:
         func = node.func
         if type(func) is ast.Subscript:
             # kernel[grid](...): a Triton launch
-            self.launches.append(Launch(self.cur, dotted(func.value), _short_unparse(func.slice, 200), node.lineno))
+            self.launches.append(Launch(self.cur, dotted(func.value), self._seg(func.slice, 200), node.lineno))
         kwargs = []
         for kw in node.keywords:
             if kw.arg is not None:
@@ -401,7 +420,7 @@ class _Collector:
         if t is ast.Compare or (t is ast.Name and sl.id.lower().endswith("mask")) or (
             t is ast.UnaryOp and type(sl.op) is ast.Invert
         ):
-            self.subscripts.append(Subscript(self.cur, dotted(node.value), _short_unparse(sl, 80), node.lineno))
+            self.subscripts.append(Subscript(self.cur, dotted(node.value), self._seg(sl, 80), node.lineno))
         self.generic_visit(node)
 
     def visit_Constant(self, node):
@@ -453,7 +472,7 @@ def extract(relpath: str, module: str, is_package: bool, source: bytes, digest: 
         return FileFacts(relpath, module, "py", digest, lines, f"cannot be decoded: {e}")
     except RecursionError:
         return FileFacts(relpath, module, "py", digest, lines, "too deeply nested to parse")
-    c = _Collector(module, is_package)
+    c = _Collector(module, is_package, source if isinstance(source, bytes) else source.encode("utf-8"))
     try:
         for stmt in tree.body:
             c.visit(stmt)
