@@ -81,15 +81,14 @@ def _lock_file():
 
 
 def write_behind(jobs: list) -> None:
-    """Write ``[(path, obj), ...]`` with :func:`save_pickle` in a forked child, so the caller
+    """Write ``[(path, obj), ...]`` (bytes as they are, anything else pickled) in a forked child, so the caller
     answers without waiting for large pickles; the child holds an exclusive lock while it writes.
 
     Readers call :func:`wait_for_writers` first. Without ``fork`` (or with
     ``RECON_SYNC_WRITES=1``) the writes happen here and now.
     """
     if not hasattr(os, "fork") or os.environ.get("RECON_SYNC_WRITES") == "1":
-        for path, obj in jobs:
-            save_pickle(path, obj)
+        _write_all(jobs)
         return
     import fcntl
 
@@ -99,8 +98,7 @@ def write_behind(jobs: list) -> None:
     if pid == 0:  # child: write, release, leave without running the parent's exit handlers
         code = 0
         try:
-            for path, obj in jobs:
-                save_pickle(path, obj)
+            _write_all(jobs)
         except BaseException:
             code = 1
         finally:
@@ -110,6 +108,17 @@ def write_behind(jobs: list) -> None:
 
 
 _CHILDREN: list = []
+
+
+def _write_all(jobs: list) -> None:
+    for path, obj in jobs:
+        if isinstance(obj, bytes):
+            try:
+                atomic_write_bytes(path, obj)
+            except OSError:
+                pass  # a full or read-only cache costs speed, not results
+        else:
+            save_pickle(path, obj)
 
 
 def wait_for_writers() -> None:

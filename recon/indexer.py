@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Optional
 
-from .cache import atomic_write_bytes, cache_dir, load_pickle, save_pickle
+from .cache import atomic_write_bytes, cache_dir, load_pickle, save_pickle, write_behind
 from .facts import FileFacts, from_plain, to_plain
 from .pyfacts import extract, module_name
 from .sources import MAX_BYTES, DirSource, file_kind
@@ -88,6 +88,10 @@ def store_facts(facts: FileFacts) -> bytes:
     except OSError:
         pass  # a read-only or full cache costs speed, not results
     return blob
+
+
+def _store_job(digest: str, blob: bytes) -> tuple:
+    return _facts_path(digest), _STORE_FORMAT + blob
 
 
 @dataclass
@@ -203,12 +207,15 @@ def index_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str] = 
 
 
 def _from_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str]) -> tuple:
-    """(relpath, marshalled plain facts): bytes cross process boundaries far cheaper than records."""
+    """(relpath, marshalled plain facts, digest, new?): bytes cross process boundaries far cheaper
+    than records. New facts are stored by the caller, behind the answer (one writer, not one per
+    worker per file)."""
     digest = digest or blob_digest(data)
     blob = load_facts_blob(digest)
-    if blob is None:
-        blob = store_facts(index_bytes(relpath, data, prefix, digest))
-    return relpath, blob
+    if blob is not None:
+        return relpath, blob, digest, False
+    facts = index_bytes(relpath, data, prefix, digest)
+    return relpath, marshal.dumps(to_plain(facts)), facts.digest, bool(facts.digest)
 
 
 def _index_path(args) -> tuple:
@@ -218,7 +225,7 @@ def _index_path(args) -> tuple:
             data = f.read(MAX_BYTES + 1)
     except OSError as e:
         err = FileFacts(relpath, "", file_kind(relpath), "", 0, f"unreadable: {e.strerror or e}")
-        return relpath, marshal.dumps(to_plain(err))
+        return relpath, marshal.dumps(to_plain(err)), "", False
     return _from_bytes(relpath, data, prefix, None)
 
 
@@ -243,11 +250,13 @@ def build_index(
     progress: Optional[Callable[[int, int], None]] = None,
     workers: Optional[int] = None,
     on_facts: Optional[Callable[[FileFacts], None]] = None,
+    deferred: Optional[list] = None,
 ) -> Index:
     """The index of ``target``: manifest entries for unchanged files, fresh facts for the rest.
 
     ``on_facts`` sees each freshly extracted file as it arrives (the graph builder uses it to work
-    while the extraction workers are still busy)."""
+    while the extraction workers are still busy). With ``deferred``, new facts to store are appended
+    there for the caller to write with its own (one write-behind child for the whole run)."""
     source = target.source
     prefix = target.package_prefix
     store = _manifest_path(target.key)
@@ -262,10 +271,17 @@ def build_index(
             todo.append((relpath, stamp))
     fresh: dict[str, FileFacts] = {}
     if todo:
-        for relpath, blob in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
+        new_blobs = []
+        for relpath, blob, digest, new in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
             f = fresh[relpath] = _hydrate(relpath, blob, prefix)
+            if new:
+                new_blobs.append(_store_job(digest, blob))
             if on_facts is not None:
                 on_facts(f)
+        if deferred is not None:
+            deferred.extend(new_blobs)
+        elif new_blobs:
+            write_behind(new_blobs)
         for relpath, stamp in todo:
             f = fresh[relpath]
             metas[relpath] = FileMeta(stamp, f.digest, f.kind, f.module, f.error, f.lines)
@@ -289,7 +305,7 @@ def _extract_many(source, todo: list[str], prefix: str, progress, workers: Optio
         try:
             jobs.append((p, source.read(p), prefix, None))
         except Exception:  # a broken object in a repository
-            failed.append((p, marshal.dumps(to_plain(FileFacts(p, "", file_kind(p), "", 0, "unreadable git object")))))
+            failed.append((p, marshal.dumps(to_plain(FileFacts(p, "", file_kind(p), "", 0, "unreadable git object"))), "", False))
     return failed + _run(_index_blob, jobs, workers, progress)
 
 

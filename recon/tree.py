@@ -87,9 +87,10 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
     gpath, rpath = _graph_paths(target.key)
     # no graph cached for this target at all: build it while the workers extract
     builder = None if gpath.exists() else GraphBuilder()
+    jobs: list = []  # cache writes, done behind the answer by one forked child
     with paused_gc():
         t0 = time.perf_counter()
-        index = build_index(target, progress, on_facts=builder.add if builder else None)
+        index = build_index(target, progress, on_facts=builder.add if builder else None, deferred=jobs)
         timings["index_s"] = time.perf_counter() - t0
         key = _content_key(index)
         t1 = time.perf_counter()
@@ -111,9 +112,10 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
             graph.graph["digests"] = {p: m.digest for p, m in index.files.items()}
             how = "built"
         if how != "cached":
-            jobs = [(gpath, (key, graph))]
+            jobs.append((gpath, (key, graph)))
             if how == "built":  # a patch keeps the interface, so the stored resolver still holds
                 jobs.append((rpath, resolver))
+        if jobs:
             write_behind(jobs)
         timings["graph_s"] = time.perf_counter() - t1
         timings["graph"] = how
