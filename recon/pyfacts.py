@@ -177,7 +177,11 @@ class _Collector:
 
     def generic_visit(self, node):
         # Name and Constant leaves are a third of all nodes: handle them inline, not via dispatch.
-        for field in _child_fields(node.__class__):
+        cls = node.__class__
+        fields = _CHILD_FIELDS.get(cls)
+        if fields is None:
+            fields = _child_fields(cls)
+        for field in fields:
             v = getattr(node, field, None)
             if v.__class__ is list:
                 for item in v:
@@ -222,6 +226,7 @@ class _Collector:
         self.module = module
         self.is_package = is_package
         self.scope: list[str] = []
+        self.cur = ""  # qualified name of the enclosing definition, "" at module level
         self.class_depth: list[bool] = []
         self.defs: list = []
         self.imports: list = []
@@ -238,9 +243,13 @@ class _Collector:
         self.refs: list = []
 
     # -- scopes -----------------------------------------------------------------------------
-    @property
-    def cur(self) -> str:
-        return ".".join(self.scope)
+    def _enter(self, name: str) -> None:
+        self.scope.append(name)
+        self.cur = ".".join(self.scope)  # read for every record: kept, not recomputed
+
+    def _leave(self) -> None:
+        self.scope.pop()
+        self.cur = ".".join(self.scope)
 
     def _qual(self, name: str) -> str:
         return f"{self.cur}.{name}" if self.scope else name
@@ -257,10 +266,10 @@ class _Collector:
         for d in (*a.defaults, *a.kw_defaults):
             if d is not None:
                 self.visit(d)
-        self.scope.append(node.name)
+        self._enter(node.name)
         for stmt in node.body:
             self.visit(stmt)
-        self.scope.pop()
+        self._leave()
 
     visit_FunctionDef = _function
     visit_AsyncFunctionDef = _function
@@ -271,10 +280,10 @@ class _Collector:
         self.defs.append(Def("class", self._qual(node.name), node.lineno, node.end_lineno, decos, bases, (), None, (), ()))
         for d in node.decorator_list:
             self.visit(d)
-        self.scope.append(node.name)
+        self._enter(node.name)
         for stmt in node.body:
             self.visit(stmt)
-        self.scope.pop()
+        self._leave()
 
     # -- imports ----------------------------------------------------------------------------
     def visit_Import(self, node):
