@@ -63,12 +63,14 @@ def _fail(e: ReconError) -> None:
     raise typer.Exit(getattr(e, "exit_code", 2))
 
 
-def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str], quiet: bool = False):
+def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str], quiet: bool = False, reason: Optional[str] = None):
     """Resolve and load the target, with a progress bar on a cold index; returns a Tree."""
     from .target import resolve
     from .tree import load
 
     target = resolve(path, rev, sglang)
+    if reason:
+        target.reason = reason
     if not quiet:
         ver = f" (SGLang {target.version})" if target.version else ""
         err.print(f"[dim]target:[/dim] {target.label}{ver} [dim]— {target.reason}[/dim]", highlight=False)
@@ -423,7 +425,7 @@ def spec(
         dev = load_device(device)
         mdl = load_model(model)
         sglang, reason = spec_target(path, rev, sglang)
-        tree = load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json)
+        tree = load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json, reason=reason)
         text = render(spec_for(tree, dev, mdl, target_reason=reason), fmt.value)
     except ReconError as e:
         _fail(e)
