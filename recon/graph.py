@@ -52,6 +52,18 @@ class Resolver:
             self._collect(f)
         self._resolve_bases()
 
+    def __getstate__(self) -> dict:
+        # memos are most of the object and cheap to refill: not worth their pickling and loading
+        state = dict(self.__dict__)
+        for k in ("_memo", "_dyn_memo", "_mro_memo"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._memo = {}
+        self._dyn_memo = {}
+
     def _collect(self, f: FileFacts) -> None:
         mod = f.module
         if not mod:
