@@ -21,7 +21,6 @@ from .kernels.route import route_kernel
 from .kernels.gemm1_swiglu import gemm1_swiglu_kernel
 from .kernels.gemm2_combine import gemm2_combine_kernel
 from .kernels.reduce_topk import reduce_topk_kernel
-from .kernels.gemv import gemv1_swiglu_kernel, gemv2_combine_kernel
 
 ROUTE_KERNEL_MAX_SLOTS = 2048
 _STATE = {"bf16_atomics": True}  # cleared if the bf16 atomic epilogue fails to build
@@ -157,8 +156,6 @@ def grouped_mxfp4_moe(
     cfg = config or _configs.get_config(M, E, topk, H, I, _device_name(dev))
     BM = cfg["BLOCK_M"]
     c1, c2 = cfg["gemm1"], cfg["gemm2"]
-    # "path": "gemv" = the decode kernels (kernels/gemv.py), same routing/buffers
-    gemv = cfg.get("path") == "gemv"
 
     w13 = w13_packed.contiguous().view(torch.uint8)
     w2 = w2_packed.contiguous().view(torch.uint8)
@@ -189,23 +186,14 @@ def grouped_mxfp4_moe(
         act.fill_(float("nan"))
     has_clamp = clamp_limit is not None and clamp_limit > 0
     grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
-    if gemv:
-        gemv1_swiglu_kernel[grid1](
-            x, w13, s13, act, sorted_slots, block_expert,
-            S, H, I, NB, topk,
-            x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            float(clamp_limit) if has_clamp else 0.0,
-            HAS_CLAMP=has_clamp, BLOCK_M=BM, FAST_DEQUANT=_fast_dequant(dev), **_kw(c1),
-        )
-    else:
-        gemm1_swiglu_kernel[grid1](
-            x, w13, s13, act, sorted_slots, block_expert,
-            S, H, I, NB, topk,
-            x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            float(clamp_limit) if has_clamp else 0.0,
-            HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev),
-            SCALE_VEC=_scale_vec(c1, H), **_kw(c1),
-        )
+    gemm1_swiglu_kernel[grid1](
+        x, w13, s13, act, sorted_slots, block_expert,
+        S, H, I, NB, topk,
+        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        float(clamp_limit) if has_clamp else 0.0,
+        HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev),
+        SCALE_VEC=_scale_vec(c1, H), **_kw(c1),
+    )
 
     # 3. down GEMM + weighted top-k combine
     rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
@@ -223,14 +211,6 @@ def grouped_mxfp4_moe(
     grid2 = (NB * triton.cdiv(H, c2["BLOCK_N"]),)
 
     def launch2(mode, buf):
-        if gemv:
-            gemv2_combine_kernel[grid2](
-                act, w2, s2, buf, sorted_slots, block_expert, tw,
-                S, H, I, NB, topk,
-                act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, BLOCK_M=BM, FAST_DEQUANT=_fast_dequant(dev), **_kw(c2),
-            )
-            return
         gemm2_combine_kernel[grid2](
             act, w2, s2, buf, sorted_slots, block_expert, tw,
             S, H, I, NB, topk,

@@ -21,7 +21,6 @@ from triton.compiler import ASTSource
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from reference_impl.kernels.gemm1_swiglu import gemm1_swiglu_kernel  # noqa: E402
 from reference_impl.kernels.gemm2_combine import gemm2_combine_kernel  # noqa: E402
-from reference_impl.kernels.gemv import gemv1_swiglu_kernel, gemv2_combine_kernel  # noqa: E402
 
 CUOBJ = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
 
@@ -67,16 +66,7 @@ def loop_mix(sass):
 def main():
     fast = dict(DOT_F32=False, FAST_DEQUANT=True)
     cases = []
-    if "--gemv" in sys.argv:  # decode path: (BLOCK_M, BLOCK_N gemv1, BLOCK_N gemv2, BLOCK_K, warps, stages)
-        for bm, bn1, bn2, bk, nw, ns in [(1, 16, 32, 256, 4, 1), (2, 16, 32, 256, 4, 1), (4, 16, 32, 256, 4, 1),
-                                         (1, 32, 64, 256, 4, 1), (1, 16, 32, 256, 4, 3)]:
-            cases += [(f"gemv1 BM{bm} BN{bn1} BK{bk} w{nw} s{ns}", gemv1_swiglu_kernel, SIG1,
-                       dict(HAS_CLAMP=False, BLOCK_M=bm, BLOCK_N=bn1, BLOCK_K=bk, FAST_DEQUANT=True), nw, ns,
-                       bn1 * bk),  # one of the two (gate, up) loops
-                      (f"gemv2 BM{bm} BN{bn2} BK{bk} w{nw} s{ns}", gemv2_combine_kernel, SIG2,
-                       dict(OUT_MODE=0, BLOCK_M=bm, BLOCK_N=bn2, BLOCK_K=bk, FAST_DEQUANT=True), nw, ns, bn2 * bk)]
-    # scale exponents: bytes a K step ahead (tuned) / cp.async'd 32-bit words
-    for vec in (() if "--gemv" in sys.argv else (False, True)):
+    for vec in (False, True):  # scale exponents: bytes a K step ahead (tuned) / cp.async'd 32-bit words
         cases += [(f"gemm1 BN32 BK128 scale_vec={vec}", gemm1_swiglu_kernel, SIG1,
                    dict(HAS_CLAMP=False, BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SCALE_VEC=vec, **fast), 4, 5, 2 * 32 * 128),
                   (f"gemm2 BN64 BK128 scale_vec={vec}", gemm2_combine_kernel, SIG2,

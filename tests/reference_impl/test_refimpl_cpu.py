@@ -148,37 +148,3 @@ def test_scale_paths_agree_with_reference(H, I, bk1, bk2, vec):
         assert moe_mod.scale_vec_ok(_cfg(bk1, bk2, vec)["gemm1"], H) == (H // 32 % 4 == 0)
     p = make_problem(5, 4, H, I, 2, device=DEV, seed=H + I + bk1 + vec)
     check(p, config=_cfg(bk1, bk2, vec), deterministic=True)
-
-
-def _gemv_cfg(bm, bn1, bn2, bk):
-    return {"path": "gemv", "BLOCK_M": bm,
-            "gemm1": {"BLOCK_N": bn1, "BLOCK_K": bk, "num_warps": 4, "num_stages": 1},
-            "gemm2": {"BLOCK_N": bn2, "BLOCK_K": bk, "num_warps": 4, "num_stages": 1}}
-
-
-GEMV_CASES = [
-    # M, E, H, I, topk, scale dtype, clamp, rsf, invalid fraction, deterministic, BLOCK_M, BLOCK_K
-    (1, 8, 64, 64, 2, "e8m0", None, None, 0.0, False, 1, 64),
-    (3, 8, 96, 64, 4, "uint8", 0.75, 2.5, 0.25, False, 2, 64),    # K tail (96 % 64), clamp, -1 slots
-    (4, 6, 160, 96, 4, "float32", None, 0.5, 0.1, True, 2, 128),  # K tails both GEMMs, deterministic
-    (5, 4, 96, 96, 3, "e8m0", 1.0, 2.5, 0.0, True, 4, 64),        # several blocks per expert
-]
-
-
-@pytest.mark.parametrize("M,E,H,I,topk,sd,clamp,rsf,inv,det,bm,bk", GEMV_CASES)
-def test_gemv_path_matches_reference(M, E, H, I, topk, sd, clamp, rsf, inv, det, bm, bk):
-    """Decode path: K not a multiple of BLOCK_K (gpt-oss's 2880 = 90 groups of
-    32 has the same kind of tail), I not a multiple of BLOCK_N, -1 slots,
-    clamp, routed scale, atomic and deterministic combine."""
-    p = make_problem(M, E, H, I, topk, device=DEV, seed=77 * M + E, scale_dtype=sd, invalid_frac=inv)
-    check(p, clamp_limit=clamp, routed_scaling_factor=rsf, deterministic=det, config=_gemv_cfg(bm, 32, 64, bk))
-
-
-def test_gemv_deterministic_is_bitwise_repeatable_and_matches_grouped():
-    p = make_problem(4, 8, 96, 64, 4, device=DEV, seed=5, invalid_frac=0.1)
-    cfg = _gemv_cfg(2, 16, 32, 64)
-    a = check(p, config=cfg, deterministic=True, routed_scaling_factor=2.5)
-    b = grouped_mxfp4_moe(**p, config=cfg, deterministic=True, routed_scaling_factor=2.5)
-    assert torch.equal(a, b)
-    g = grouped_mxfp4_moe(**p, deterministic=True, routed_scaling_factor=2.5)
-    assert rel(a, g) <= TOL
