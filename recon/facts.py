@@ -45,8 +45,9 @@ class Call(NamedTuple):
 class Assign(NamedTuple):
     scope: str
     target: str  # dotted target ("layer._dsv4_mxfp4_backend", "x")
-    value: str  # dotted value, repr of a constant, comma-joined names of a list/tuple, or ""
-    value_kind: str  # "const" | "name" | "call" | "names" | "other"
+    value: str  # dotted value, repr of a constant, comma-joined names of a list/tuple,
+    #             "a|b" for a conditional alias (a if cond else b), or ""
+    value_kind: str  # "const" | "name" | "call" | "names" | "choice" | "other"
     line: int
 
 

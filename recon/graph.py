@@ -99,8 +99,10 @@ class Resolver:
                 self.local_imports[(mod, imp.scope)][imp.local] = target
                 self.scoped_names[mod].add(imp.local)
         for a in f.assigns:
-            if a.scope == "" and a.value_kind == "name" and "." not in a.target and a.target not in syms:
-                syms[a.target] = "=" + a.value  # alias, resolved lazily in this module
+            if a.scope == "" and a.value_kind in ("name", "choice") and "." not in a.target and a.target not in syms:
+                # alias, resolved lazily in this module; a conditional alias (`A if cond else B`)
+                # follows its first branch, the one taken when the condition holds (CUDA in practice)
+                syms[a.target] = "=" + a.value.split("|", 1)[0]
             elif a.value_kind == "call" and a.target.startswith("self.") and a.target.count(".") == 1 and "." in a.scope:
                 owner = a.scope.rsplit(".", 1)[0]
                 if owner in class_names:
@@ -303,7 +305,7 @@ def interface(f: FileFacts) -> tuple:
     return (
         tuple((d.kind, d.qualname, d.bases, d.wraps) for d in f.defs),
         tuple(i for i in f.imports if i.scope == ""),
-        tuple((a.scope, a.target, a.value) for a in f.assigns if (a.scope == "" and a.value_kind in ("name", "names")) or a.target.startswith("self.")),
+        tuple((a.scope, a.target, a.value) for a in f.assigns if (a.scope == "" and a.value_kind in ("name", "names", "choice")) or a.target.startswith("self.")),
     )
 
 

@@ -313,6 +313,9 @@ class _Collector:
             return dotted(value), "call"
         if t in (ast.List, ast.Tuple) and value.elts and all(type(e) in (ast.Name, ast.Attribute) for e in value.elts):
             return ",".join(dotted(e) for e in value.elts), "names"
+        if t is ast.IfExp and type(value.body) in (ast.Name, ast.Attribute) and type(value.orelse) in (ast.Name, ast.Attribute):
+            # X = CudaX if _is_cuda else OtherX: a conditional alias (the branch taken first, then the other)
+            return f"{dotted(value.body)}|{dotted(value.orelse)}", "choice"
         return "", "other"
 
     def visit_Assign(self, node):

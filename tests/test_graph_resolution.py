@@ -120,3 +120,19 @@ def test_capture_site_links_model_forward(synthetic):
     hops = query.path(tree.graph, "Runner.capture", "ToyForCausalLM.forward")
     assert [h.kind for h in hops] == ["function", "capture_site", "entry", "function"]
     assert hops[1].at == "sglang/srt/runner.py:5"
+
+
+def test_conditional_alias_follows_its_first_branch(synthetic):
+    tree = synthetic(
+        {
+            "sglang/srt/layers.py": (
+                "_is_cuda = True\n"
+                "class CudaLayer:\n    def forward(self, x):\n        return x\n"
+                "class OtherLayer:\n    def forward(self, x):\n        return x\n"
+                "Layer = CudaLayer if _is_cuda else OtherLayer\n"
+                "def build():\n    return Layer()\n"
+            )
+        }
+    )
+    assert _edge(tree.graph, "layers.build", "CudaLayer")
+    assert not _edge(tree.graph, "layers.build", "OtherLayer")

@@ -115,3 +115,13 @@ def test_new_version_says_nothing_stale(tree_new):
         for e in f.evidence:
             assert tree_new.index.files.get(e.path) is not None
         assert "mxfp4_moe_sm120_triton" not in str(f.data)  # removed in newer releases
+
+
+def test_moe_runs_inside_capture_on_newer_release(tree_new):
+    # 0.5.23 builds its decoder layers through a conditional alias
+    # (`DeepseekV4DecoderLayer = CudaLayer if _is_cuda else PlatformLayer`): the graph follows it
+    moe = [f for f in _scan(tree_new) if f.message.startswith("MoE kernel path")]
+    assert moe and "runs inside the CUDA-graph capture" in moe[0].message
+    assert "mxfp4_moe_sm120_triton" not in " ".join(e.path for f in moe for e in f.evidence)
+    for ev in moe[0].evidence:
+        assert 1 <= ev.line <= len(tree_new.lines(ev.path))
