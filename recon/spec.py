@@ -14,14 +14,12 @@ Findings are cached per (tree content, device, model, rules, checks code), so a 
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import math
 from pathlib import Path
 from typing import Any, Optional
 
 from . import roofline
-from .cache import cache_dir, code_fingerprint, load_pickle, save_pickle
 from .errors import ReconError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -54,35 +52,13 @@ ROOT_CAUSE_ORDER = [
 # --- findings, cached ---------------------------------------------------------------------------
 
 
-def _findings_key(tree, device, model, rules) -> str:
-    from .tree import _content_key
-
-    checks = sorted(p.stem for p in (Path(__file__).parent / "checks").glob("*.py"))
-    code = code_fingerprint("scan", "findings", "rules", "profiles", "tritonast", "tunedconfigs", *(f"checks/{c}" for c in checks))
-    h = hashlib.sha1(_content_key(tree.index).encode())
-    h.update(code.encode())
-    h.update(json.dumps(device.to_dict(), sort_keys=True).encode())
-    h.update(json.dumps(model.to_dict(), sort_keys=True).encode())
-    for r in sorted(rules, key=lambda r: r.id):
-        h.update(json.dumps([r.id, r.check, r.severity, r.title, r.params], sort_keys=True, default=str).encode())
-    return h.hexdigest()[:20]
-
-
 def scan(tree, device, model, rules=None):
-    """``recon.scan.run_rules`` with its result cached on disk: findings depend only on the tree's
-    content, the device and model profiles, the rules, and recon's own checks code."""
+    """The findings the spec is built from: ``recon.scan.run_rules``, whose results are cached on
+    disk by the tree's content, recon's code, the rules, the device and the model."""
     from .rules import load_rules
-    from .scan import ScanResult, run_rules
+    from .scan import run_rules
 
-    rules = load_rules() if rules is None else rules
-    path = cache_dir() / "findings" / f"{tree.target.key}.{_findings_key(tree, device, model, rules)}.pkl"
-    cached = load_pickle(path)
-    if cached is not None:
-        findings, errors = cached
-        return ScanResult(findings, errors)
-    res = run_rules(tree, device, model, rules)
-    save_pickle(path, (res.findings, res.errors))
-    return res
+    return run_rules(tree, device, model, load_rules() if rules is None else rules)
 
 
 # --- small helpers ------------------------------------------------------------------------------

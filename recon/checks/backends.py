@@ -95,7 +95,6 @@ def _chain(ctx, start: str, lo: int, hi: int, depth: int = 3) -> list[tuple]:
         if v in seen:
             continue
         seen.add(v)
-        path = G.nodes[v].get("path", "")
         chain.append((v, G.nodes[start].get("path", ""), line))
         frontier.append(v)
     # follow each callee down to the kernels it launches (a few levels, calls inside the tree)

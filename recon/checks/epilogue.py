@@ -19,7 +19,7 @@ from ..facts import Call
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
 from . import CheckContext, check
-from .launches import DEFAULT_SYMBOLS, ShapeEval, Unresolved, model_value
+from .launches import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 
 DTYPE_BYTES = {
     "float32": 4, "float": 4, "float64": 8, "double": 8, "bfloat16": 2, "float16": 2, "half": 2,
@@ -217,8 +217,6 @@ def _chain(rule, fsum: dict, site_lines: list[int]):
     stmts = fsum["stmts"]
     sites = sorted(set(site_lines))
     first = sites[0]
-    act = int(rule.params.get("activation_bytes", 2))
-    symbols = rule.params.get("symbols") or DEFAULT_SYMBOLS
     # kernel outputs: buffers allocated here and passed to a launch, or results of a native call
     outputs: set[str] = set()
     allocs: dict[str, dict] = {}
