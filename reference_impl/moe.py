@@ -22,6 +22,11 @@ from .kernels.gemm1_swiglu import gemm1_swiglu_kernel
 from .kernels.gemm2_combine import gemm2_combine_kernel
 from .kernels.reduce_topk import reduce_topk_kernel
 
+try:  # the decode path is written in Gluon (explicit layouts); absent from some Triton builds
+    from .kernels import decode_mma as _decode_mma
+except Exception:  # pragma: no cover - depends on the installed Triton
+    _decode_mma = None
+
 ROUTE_KERNEL_MAX_SLOTS = 2048
 _STATE = {"bf16_atomics": True}  # cleared if the bf16 atomic epilogue fails to build
 
@@ -33,6 +38,17 @@ def _interpreting() -> bool:
 def _fast_dequant(dev) -> bool:
     """PTX e2m1 path (mul.bf16x2 needs sm_90); REFIMPL_FAST_DEQUANT=0 turns it off."""
     if _interpreting() or os.environ.get("REFIMPL_FAST_DEQUANT", "1") == "0":
+        return False
+    return torch.cuda.get_device_capability(dev) >= (9, 0)
+
+
+def _mma_path(cfg: dict, dev) -> bool:
+    """The Gluon decode path (mma.sync fed straight from the e2m1 words) where a
+    config asks for it and the device can run it (bf16x2 PTX: sm_90+);
+    REFIMPL_DECODE_MMA=0 turns it off."""
+    if cfg.get("path") != "mma" or _decode_mma is None or _interpreting():
+        return False
+    if os.environ.get("REFIMPL_DECODE_MMA", "1") == "0" or dev.type != "cuda":
         return False
     return torch.cuda.get_device_capability(dev) >= (9, 0)
 
@@ -154,7 +170,10 @@ def grouped_mxfp4_moe(
     topk = topk_ids.shape[1]
     S = M * topk
     cfg = config or _configs.get_config(M, E, topk, H, I, _device_name(dev))
-    BM = cfg["BLOCK_M"]
+    mma = _mma_path(cfg, dev)
+    if not mma and cfg.get("path") == "mma":  # this device/Triton cannot: the tl.dot kernels' defaults
+        cfg = _configs.default_config(M, E, topk, H, I)
+    BM = _decode_mma.BLOCK_M if mma else cfg["BLOCK_M"]
     c1, c2 = cfg["gemm1"], cfg["gemm2"]
 
     w13 = w13_packed.contiguous().view(torch.uint8)
@@ -185,15 +204,24 @@ def grouped_mxfp4_moe(
     if _poison:
         act.fill_(float("nan"))
     has_clamp = clamp_limit is not None and clamp_limit > 0
-    grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
-    gemm1_swiglu_kernel[grid1](
-        x, w13, s13, act, sorted_slots, block_expert,
-        S, H, I, NB, topk,
-        x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-        float(clamp_limit) if has_clamp else 0.0,
-        HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev),
-        SCALE_VEC=_scale_vec(c1, H), **_kw(c1),
-    )
+    clamp = float(clamp_limit) if has_clamp else 0.0
+    if mma:
+        x32, w13_32 = x.view(torch.int32), w13.view(torch.int32)
+        _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
+            x32, w13_32, s13, act, sorted_slots, block_expert,
+            S, H, I, NB, topk,
+            x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], num_warps=c1["num_warps"],
+        )
+    else:
+        grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
+        gemm1_swiglu_kernel[grid1](
+            x, w13, s13, act, sorted_slots, block_expert,
+            S, H, I, NB, topk,
+            x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+            clamp, HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev),
+            SCALE_VEC=_scale_vec(c1, H), **_kw(c1),
+        )
 
     # 3. down GEMM + weighted top-k combine
     rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
@@ -208,10 +236,17 @@ def grouped_mxfp4_moe(
     else:
         mode = 0
         buf = torch.zeros(M, H, dtype=torch.bfloat16, device=dev)
-    grid2 = (NB * triton.cdiv(H, c2["BLOCK_N"]),)
 
     def launch2(mode, buf):
-        gemm2_combine_kernel[grid2](
+        if mma:
+            _decode_mma.decode_gemm2_combine_kernel[(NB * triton.cdiv(H, 16 * c2["Q"]),)](
+                act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
+                S, H, I, NB, topk,
+                act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
+                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], num_warps=c2["num_warps"],
+            )
+            return
+        gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](
             act, w2, s2, buf, sorted_slots, block_expert, tw,
             S, H, I, NB, topk,
             act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),

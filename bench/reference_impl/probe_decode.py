@@ -1,0 +1,69 @@
+"""Quick device probe of the decode (mma) path: correctness against the reference
+and time against the tuned tl.dot path, for a few configs. Prints one line each.
+
+  python bench/reference_impl/probe_decode.py [--ms 1,64] [--models ...]
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench", "reference_impl"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference_impl"))
+from refimpl_data import make_problem  # noqa: E402
+from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
+from reference_impl.configs import get_config  # noqa: E402
+from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
+
+
+def mma(g1, g2):
+    keys = ("Q", "num_warps")
+    return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
+
+
+CANDS = [mma((1, 4), (1, 4)), mma((1, 4), (2, 4)), mma((2, 4), (2, 4)), mma((1, 8), (1, 8)), mma((1, 2), (1, 2)),
+         mma((1, 8), (2, 8)), mma((2, 2), (2, 2)), mma((1, 4), (4, 4)), mma((1, 1), (1, 1))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ms", default="1,4,16,64,256")
+    ap.add_argument("--models", default=",".join(MODELS))
+    args = ap.parse_args()
+    bw = copy_bw()
+    print(f"copy {bw / 1e12:.2f} TB/s", flush=True)
+    dev = torch.cuda.get_device_name()
+    for mname in args.models.split(","):
+        c = MODELS[mname]
+        E, H, I, topk = c["E"], c["H"], c["I"], c["topk"]
+        kw = dict(clamp_limit=c["clamp"], routed_scaling_factor=c["rsf"])
+        exp_bytes = (2 * I * H // 2 + 2 * I * H // 32) + (H * I // 2 + H * I // 32)
+        base = make_problem(1, E, H, I, topk, device="cuda", seed=1)
+        for M in map(int, args.ms.split(",")):
+            q = make_problem(M, E, H, I, topk, device="cuda", seed=100 + M, invalid_frac=0.05)
+            p = dict(base, hidden_states=q["hidden_states"], topk_ids=q["topk_ids"], topk_weights=q["topk_weights"])
+            uniq = int(torch.unique(p["topk_ids"][p["topk_ids"] >= 0]).numel())
+            roof = uniq * exp_bytes / bw * 1e3
+            ref = reference_mxfp4_moe(**p, **kw)
+            dot = get_config(M, E, topk, H, I, dev)
+            t_dot = time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
+            print(f"{mname} M={M} roof {roof:.4f} ms  dot {t_dot:.4f} ms ({roof / t_dot:.1%})", flush=True)
+            for cf in CANDS:
+                try:
+                    out = grouped_mxfp4_moe(**p, config=cf, _poison=True, **kw)
+                    outd = grouped_mxfp4_moe(**p, config=cf, deterministic=True, _poison=True, **kw)
+                    torch.cuda.synchronize()
+                    e, ed = rel(out, ref), rel(outd, ref)
+                    t = time_graph(lambda: grouped_mxfp4_moe(**p, config=cf, **kw))
+                    print(f"   {json.dumps(cf)} err {e:.2e}/{ed:.2e} {t:.4f} ms ({roof / t:.1%}, x{t_dot / t:.2f} vs dot)",
+                          flush=True)
+                except Exception as ex:
+                    print(f"   {json.dumps(cf)} FAILED {repr(ex)[:300]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Decode path of the grouped MXFP4 MoE (Gluon, sm_90+): e2m1 words dequantized
+straight into mma.sync fragments, no shared memory on the weight path.
+
+Why: the tl.dot kernels dequantize a weight tile into registers and then let the
+compiler move it into the MMA operand layout through shared memory (about four
+times the packed bytes each way per K step, plus ~6 instructions per weight
+value); at decode sizes that, not DRAM, set the time. Here the layout is explicit:
+
+* lane = 4 * g + t4, the roles of one m16n8k16 MMA. For weight rows r and r + 8
+  of a 16-row tile, a lane loads one whole 32-value scale group (16 bytes, one
+  128-bit load): group 4c + t4 of the chunk c its warp is on. Wide loads matter:
+  with 4-byte loads the L1 spent a cycle per row touched for 16 bytes, and that,
+  not DRAM, capped the first version of this kernel at ~1.3 TB/s.
+* A word's nibbles pair up as (k, k + 4) at bit offsets (p, p + 16), so each
+  bf16x2 register of the A fragment is two shifts and two masks away from the
+  word, with no byte permute; the activations (the B fragment, token g of the
+  block) are paired the same way with PRMTs. The sum over k does not depend on
+  its order, so this permutation changes nothing but the rounding.
+* The magnitude bits land in bf16 as value * 2**-126 (0.5 becomes a subnormal);
+  one bf16x2 multiply by 2**(s - 64) applies the E8M0 scale s and most of the
+  bias, the activations carry 2**64, and the product is 2x the true one, halved
+  in the epilogue. Exact for E8M0 exponents 65..191 (scales 2**-62 .. 2**64);
+  smaller ones lose precision as bf16 subnormals, larger ones overflow.
+* A program = BLOCK_M = 8 sorted slots (the MMA's n8) x Q tiles of 16 rows; its
+  NW warps take interleaved 128-value chunks of K and meet once at the end.
+
+Tensors are [NW, Q, 32, 4, 4] = (warp, tile, lane, word of the group, fragment
+register): the last dim is what one inline-asm call packs (pack=4), so a call
+gets the four B/C registers of one MMA pair and returns its four D registers.
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+BLOCK_M = 8  # the mma's n: tokens per block
+
+# dequant one word (8 nibbles) into A pairs (k0,k4) (k1,k5) (k2,k6) (k3,k7), times the scale pair
+_DQ = """
+shl.b32 m, {w}, 6; shl.b32 s, {w}, 12; and.b32 m, m, 0x01C001C0; and.b32 s, s, 0x80008000; or.b32 {o}0, m, s;
+shl.b32 m, {w}, 2; shl.b32 s, {w}, 8; and.b32 m, m, 0x01C001C0; and.b32 s, s, 0x80008000; or.b32 {o}1, m, s;
+shr.u32 m, {w}, 2; shl.b32 s, {w}, 4; and.b32 m, m, 0x01C001C0; and.b32 s, s, 0x80008000; or.b32 {o}2, m, s;
+shr.u32 m, {w}, 6; and.b32 m, m, 0x01C001C0; and.b32 s, {w}, 0x80008000; or.b32 {o}3, m, s;
+mul.rn.bf16x2 {o}0, {o}0, {sc}; mul.rn.bf16x2 {o}1, {o}1, {sc};
+mul.rn.bf16x2 {o}2, {o}2, {sc}; mul.rn.bf16x2 {o}3, {o}3, {sc};
+"""
+_MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+# pack=4 operands: $0..$3 D out; $4..$7 word of row r (same value x4); $8..$11 word of row r+8;
+# $12..$15 scale pair of row r; $16..$19 of row r+8; $20..$23 B pairs; $24..$27 C in
+MMA_PAIR_ASM = gl.constexpr(
+    "{\n.reg .b32 m, s, l0, l1, l2, l3, h0, h1, h2, h3;\n"
+    + _DQ.format(w="$4", o="l", sc="$12") + _DQ.format(w="$8", o="h", sc="$16")
+    + f"{_MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{$20,$21}}, {{$24,$25,$26,$27}};\n"
+    + f"{_MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{$22,$23}}, {{$0,$1,$2,$3}};\n}}"
+)
+# pack=4: activation words (k0,k1) (k2,k3) (k4,k5) (k6,k7) -> B pairs (k0,k4) (k1,k5) (k2,k6) (k3,k7), x 2**64
+B_PAIRS_ASM = gl.constexpr(
+    "{\n.reg .b32 k;\nmov.b32 k, 0x5F805F80;\n"
+    "prmt.b32 $0, $4, $6, 0x5410;\nprmt.b32 $1, $4, $6, 0x7632;\n"
+    "prmt.b32 $2, $5, $7, 0x5410;\nprmt.b32 $3, $5, $7, 0x7632;\n"
+    "mul.rn.bf16x2 $0, $0, k;\nmul.rn.bf16x2 $1, $1, k;\n"
+    "mul.rn.bf16x2 $2, $2, k;\nmul.rn.bf16x2 $3, $3, k;\n}"
+)
+HALF = gl.constexpr(0.5)  # the products carry 2**126 * 2**-64 * 2**-64 * 2 = 2
+
+
+@gluon.constexpr_function
+def _layout(NW, Q):
+    return gl.BlockedLayout([1, Q, 1, 4, 4], [1, 1, 32, 1, 1], [NW, 1, 1, 1, 1], [4, 3, 2, 1, 0])
+
+
+@gluon.jit
+def _ids(NW: gl.constexpr, Q: gl.constexpr):
+    """Index tensors (warp, tile, lane, word) of the weight tiles, in the layout of
+    a [NW, Q, 32, 4] load (one 128-bit vector a lane), and the register index i."""
+    L: gl.constexpr = _layout(NW, Q)
+    W: gl.constexpr = gl.SliceLayout(4, L)  # dims (0, 1, 2, 3)
+    A: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, W))  # dims (0, 1)
+    B: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, W))  # dims (2, 3)
+    w = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, A)), 1), 2), 3)
+    q = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.arange(0, Q, layout=gl.SliceLayout(0, A)), 0), 2), 3)
+    lane = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(1, B)), 1), 0), 1)
+    m = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, B)), 0), 0), 1)
+    i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L)))))
+    i = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(i, 0), 1), 2), 3)
+    return w, q, lane, m, i
+
+
+@gluon.jit
+def _out_ids(NW: gl.constexpr, Q: gl.constexpr):
+    """(tile, lane, register) index tensors in the layout of _total's result."""
+    S: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(3, _layout(NW, Q)))  # dims (1, 2, 4)
+    q = gl.expand_dims(gl.expand_dims(gl.arange(0, Q, layout=gl.SliceLayout(1, gl.SliceLayout(2, S))), 1), 2)
+    lane = gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, S))), 0), 2)
+    i = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, S))), 0), 1)
+    return q, lane, i
+
+
+@gluon.jit
+def _total(x):
+    """Sum a fragment over the warps' K chunks and the group's words -> [Q, 32, 4]."""
+    return gl.sum(gl.sum(x, 3), 0)
+
+
+@gluon.jit
+def _scale_pair(s):
+    """E8M0 byte s -> bf16x2 of 2**(s - 64) in both halves."""
+    bits = (s.to(gl.int32) + 63) << 7
+    return bits | (bits << 16)
+
+
+@gluon.jit
+def _load_act(a_rows, c, ok):
+    """Activation words of each lane's 32-value group in chunk c -> [NW, 1, 32, 4, 4] B pairs."""
+    a = gl.load(a_rows + gl.expand_dims(c * 64, 4), mask=gl.expand_dims(ok, 4), other=0)
+    return gl.inline_asm_elementwise(B_PAIRS_ASM, "=r,=r,=r,=r,r,r,r,r", [a], dtype=gl.int32, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok):
+    """Words of rows r / r + 8 (one group per lane, 128-bit loads) and their scale pairs."""
+    wl = gl.load(w_lo + c * 16, mask=ok, other=0)
+    wh = gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0)
+    sl = _scale_pair(gl.load(s_lo + c * 4, mask=ok, other=127))
+    sh = _scale_pair(gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127))
+    return gl.expand_dims(wl, 4), gl.expand_dims(wh, 4), gl.expand_dims(sl, 4), gl.expand_dims(sh, 4)
+
+
+@gluon.jit
+def _mma_tile(t, b, acc):
+    """acc += (dequantized tile t, scaled) @ B pairs b, one MMA pair per call."""
+    wl, wh, sl, sh = t
+    return gl.inline_asm_elementwise(
+        MMA_PAIR_ASM, "=f,=f,=f,=f," + "r," * 20 + "f,f,f,f", [wl, wh, sl, sh, b, acc],
+        dtype=gl.float32, is_pure=True, pack=4)
+
+
+@gluon.jit
+def decode_gemm1_swiglu_kernel(
+    x_ptr, w_ptr, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
+    S, K, I, NB, TOPK,
+    stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
+    clamp_limit,
+    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr,
+):
+    """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
+    x_ptr/w_ptr are int32 views (2 bf16 / 4 e2m1 bytes a word); strides are in
+    elements of the underlying bf16 / uint8 tensors."""
+    pid = gl.program_id(0)
+    b = pid % NB
+    nt = pid // NB
+    e = gl.load(block_expert_ptr + b)
+    if e < 0:
+        return
+    e = e.to(gl.int64)
+    w, q, lane, m, i = _ids(NW, Q)
+    g = lane // 4
+    t4 = lane % 4
+    KG = K // 32
+
+    # B operand: token g of the block, the 32 activations of group 4c + t4
+    slot_b = gl.load(sorted_ptr + b * 8 + g)
+    tok_ok = slot_b < S
+    a_rows = gl.expand_dims(x_ptr + (slot_b // TOPK).to(gl.int64) * (stride_xm // 2) + t4 * 16 + m * 4, 4) + i
+
+    # A operand: gate rows r (+8) and the matching up rows (+I); lane t4 takes group 4c + t4
+    r = nt * (16 * Q) + q * 16 + g
+    row_ok = r < I
+    rw = stride_wn // 4
+    g_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
+    u_lo = g_lo + I * rw
+    sg_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+    su_lo = sg_lo + I * stride_sn
+
+    zero = gl.zeros([NW, Q, 32, 4, 4], gl.float32, layout=_layout(NW, Q))
+    gacc = zero
+    uacc = zero
+    for c0 in range(0, gl.cdiv(K, 128), NW):
+        c = c0 + w
+        kin = (c * 4 + t4) < KG
+        bp = _load_act(a_rows, c, tok_ok & kin)
+        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin), bp, gacc)
+        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin), bp, uacc)
+
+    oq, olane, oi = _out_ids(NW, Q)
+    orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
+    otok = (olane % 4) * 2 + oi % 2
+    gate = _total(gacc) * HALF
+    up = _total(uacc) * HALF
+    if HAS_CLAMP:
+        gate = gl.minimum(gate, clamp_limit)
+        up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
+    h = gate / (1.0 + gl.exp(-gate)) * up
+    dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + orow
+    gl.store(dst, h.to(gl.bfloat16), mask=orow < I)
+
+
+@gluon.jit
+def decode_gemm2_combine_kernel(
+    a_ptr, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
+    S, N, K, NB, TOPK,
+    stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
+    scale_factor,
+    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr,
+):
+    """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
+    as in gemm2_combine). a_ptr/w_ptr are int32 views; strides in bf16 / uint8 elements."""
+    pid = gl.program_id(0)
+    b = pid % NB
+    nt = pid // NB
+    e = gl.load(block_expert_ptr + b)
+    if e < 0:
+        return
+    e = e.to(gl.int64)
+    w, q, lane, m, i = _ids(NW, Q)
+    g = lane // 4
+    t4 = lane % 4
+    KG = K // 32
+
+    a_rows = gl.expand_dims(a_ptr + (b * 8 + g).to(gl.int64) * (stride_am // 2) + t4 * 16 + m * 4, 4) + i
+    r = nt * (16 * Q) + q * 16 + g
+    row_ok = r < N
+    rw = stride_wn // 4
+    w_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
+    s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+
+    acc = gl.zeros([NW, Q, 32, 4, 4], gl.float32, layout=_layout(NW, Q))
+    for c0 in range(0, gl.cdiv(K, 128), NW):
+        c = c0 + w
+        kin = (c * 4 + t4) < KG
+        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin), _load_act(a_rows, c, kin), acc)
+
+    oq, olane, oi = _out_ids(NW, Q)
+    col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
+    slot = gl.load(sorted_ptr + b * 8 + (olane % 4) * 2 + oi % 2)
+    ok = (slot < S) & (col < N)
+    wt = gl.load(topk_w_ptr + slot, mask=ok, other=0.0).to(gl.float32) * (scale_factor * HALF)
+    v = _total(acc) * wt
+    if OUT_MODE == 2:
+        gl.store(out_ptr + slot.to(gl.int64) * stride_om + col, v, mask=ok)
+    else:
+        tok = (slot // TOPK).to(gl.int64)
+        gl.atomic_add(out_ptr + tok * stride_om + col, v.to(out_ptr.dtype.element_ty), mask=ok, sem="relaxed")
