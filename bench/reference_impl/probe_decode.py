@@ -21,12 +21,12 @@ from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
 def mma(g1, g2):
-    keys = ("Q", "num_warps")
+    keys = ("Q", "num_warps", "J", "prefetch")
     return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
 
 
-CANDS = [mma((1, 4), (1, 4)), mma((1, 4), (2, 4)), mma((2, 4), (2, 4)), mma((1, 8), (1, 8)), mma((1, 2), (1, 2)),
-         mma((1, 8), (2, 8)), mma((2, 2), (2, 2)), mma((1, 4), (4, 4)), mma((1, 1), (1, 1))]
+CANDS = [mma(g, g) for g in [(1, 2, 1, 0), (1, 2, 2, 0), (1, 2, 4, 0), (1, 1, 2, 0), (1, 1, 4, 0),
+                             (1, 2, 1, 1), (1, 1, 1, 1), (1, 4, 1, 1), (1, 4, 2, 0)]]
 
 
 def main():

@@ -22,7 +22,8 @@ value); at decode sizes that, not DRAM, set the time. Here the layout is explici
   in the epilogue. Exact for E8M0 exponents 65..191 (scales 2**-62 .. 2**64);
   smaller ones lose precision as bf16 subnormals, larger ones overflow.
 * A program = BLOCK_M = 8 sorted slots (the MMA's n8) x Q tiles of 16 rows; its
-  NW warps take interleaved 128-value chunks of K and meet once at the end.
+  NW warps take interleaved 128-value chunks of K (J of them per loop trip, so
+  their loads are in flight together) and meet once at the end.
 
 Tensors are [NW, Q, 32, 4, 4] = (warp, tile, lane, word of the group, fragment
 register): the last dim is what one inline-asm call packs (pack=4), so a call
@@ -109,25 +110,29 @@ def _scale_pair(s):
 
 @gluon.jit
 def _load_act(a_rows, c, ok):
-    """Activation words of each lane's 32-value group in chunk c -> [NW, 1, 32, 4, 4] B pairs."""
-    a = gl.load(a_rows + gl.expand_dims(c * 64, 4), mask=gl.expand_dims(ok, 4), other=0)
+    """Activation words of each lane's 32-value group in chunk c: [NW, 1, 32, 4, 4]."""
+    return gl.load(a_rows + gl.expand_dims(c * 64, 4), mask=gl.expand_dims(ok, 4), other=0)
+
+
+@gluon.jit
+def _b_pairs(a):
     return gl.inline_asm_elementwise(B_PAIRS_ASM, "=r,=r,=r,=r,r,r,r,r", [a], dtype=gl.int32, is_pure=True, pack=4)
 
 
 @gluon.jit
 def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok):
-    """Words of rows r / r + 8 (one group per lane, 128-bit loads) and their scale pairs."""
-    wl = gl.load(w_lo + c * 16, mask=ok, other=0)
-    wh = gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0)
-    sl = _scale_pair(gl.load(s_lo + c * 4, mask=ok, other=127))
-    sh = _scale_pair(gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127))
-    return gl.expand_dims(wl, 4), gl.expand_dims(wh, 4), gl.expand_dims(sl, 4), gl.expand_dims(sh, 4)
+    """Words of rows r / r + 8 (one group per lane, 128-bit loads) and their E8M0 bytes."""
+    return (gl.load(w_lo + c * 16, mask=ok, other=0), gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0),
+            gl.load(s_lo + c * 4, mask=ok, other=127), gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127))
 
 
 @gluon.jit
 def _mma_tile(t, b, acc):
     """acc += (dequantized tile t, scaled) @ B pairs b, one MMA pair per call."""
-    wl, wh, sl, sh = t
+    wl = gl.expand_dims(t[0], 4)
+    wh = gl.expand_dims(t[1], 4)
+    sl = gl.expand_dims(_scale_pair(t[2]), 4)
+    sh = gl.expand_dims(_scale_pair(t[3]), 4)
     return gl.inline_asm_elementwise(
         MMA_PAIR_ASM, "=f,=f,=f,=f," + "r," * 20 + "f,f,f,f", [wl, wh, sl, sh, b, acc],
         dtype=gl.float32, is_pure=True, pack=4)
@@ -139,7 +144,7 @@ def decode_gemm1_swiglu_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
-    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr,
+    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, J: gl.constexpr, PREFETCH: gl.constexpr,
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr/w_ptr are int32 views (2 bf16 / 4 e2m1 bytes a word); strides are in
@@ -173,12 +178,29 @@ def decode_gemm1_swiglu_kernel(
     zero = gl.zeros([NW, Q, 32, 4, 4], gl.float32, layout=_layout(NW, Q))
     gacc = zero
     uacc = zero
-    for c0 in range(0, gl.cdiv(K, 128), NW):
-        c = c0 + w
+    NCH = gl.cdiv(K, 128)
+    if PREFETCH:  # registers carry the next trip's loads while this trip's MMAs run
+        c = w
         kin = (c * 4 + t4) < KG
-        bp = _load_act(a_rows, c, tok_ok & kin)
-        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin), bp, gacc)
-        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin), bp, uacc)
+        nxt = (_load_act(a_rows, c, tok_ok & kin), _load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin),
+               _load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin))
+        for c0 in range(0, NCH, NW):
+            cur = nxt
+            c = c0 + NW + w
+            kin = (c * 4 + t4) < KG
+            nxt = (_load_act(a_rows, c, tok_ok & kin), _load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin),
+                   _load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin))
+            bp = _b_pairs(cur[0])
+            gacc = _mma_tile(cur[1], bp, gacc)
+            uacc = _mma_tile(cur[2], bp, uacc)
+    else:
+        for c0 in range(0, NCH, NW * J):
+            for jj in gl.static_range(J):  # J chunks per warp per trip: their loads overlap
+                c = c0 + jj * NW + w
+                kin = (c * 4 + t4) < KG
+                bp = _b_pairs(_load_act(a_rows, c, tok_ok & kin))
+                gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin), bp, gacc)
+                uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin), bp, uacc)
 
     oq, olane, oi = _out_ids(NW, Q)
     orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
@@ -199,7 +221,7 @@ def decode_gemm2_combine_kernel(
     S, N, K, NB, TOPK,
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
-    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr,
+    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, J: gl.constexpr, PREFETCH: gl.constexpr,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). a_ptr/w_ptr are int32 views; strides in bf16 / uint8 elements."""
@@ -223,10 +245,24 @@ def decode_gemm2_combine_kernel(
     s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
 
     acc = gl.zeros([NW, Q, 32, 4, 4], gl.float32, layout=_layout(NW, Q))
-    for c0 in range(0, gl.cdiv(K, 128), NW):
-        c = c0 + w
+    NCH = gl.cdiv(K, 128)
+    if PREFETCH:
+        c = w
         kin = (c * 4 + t4) < KG
-        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin), _load_act(a_rows, c, kin), acc)
+        nxt = (_load_act(a_rows, c, kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
+        for c0 in range(0, NCH, NW):
+            cur = nxt
+            c = c0 + NW + w
+            kin = (c * 4 + t4) < KG
+            nxt = (_load_act(a_rows, c, kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
+            acc = _mma_tile(cur[1], _b_pairs(cur[0]), acc)
+    else:
+        for c0 in range(0, NCH, NW * J):
+            for jj in gl.static_range(J):
+                c = c0 + jj * NW + w
+                kin = (c * 4 + t4) < KG
+                acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin),
+                                _b_pairs(_load_act(a_rows, c, kin)), acc)
 
     oq, olane, oi = _out_ids(NW, Q)
     col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
