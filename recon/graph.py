@@ -28,7 +28,12 @@ from .facts import FileFacts
 _JIT = re.compile(r"(^|\.)(jit|autotune|heuristics)(\(\))?$")
 _NATIVE_PREFIXES = ("torch.ops.", "sgl_kernel.", "torch._C.", "flashinfer.", "deep_gemm.", "triton_kernels.")
 DYNAMIC_CAP = 120  # an untyped receiver's method links to at most this many same-named methods
-_CAPTURE_CTX = re.compile(r"(^|\.)\w*graph\w*\(\)$", re.I)  # with torch.cuda.graph(...), graph_ctx(...), ...
+# with torch.cuda.graph(...), graph_ctx(...), ...: searched in a With's contexts joined by newlines
+_CAPTURE_CTX = re.compile(r"(^|\.)\w*graph\w*\(\)$", re.I | re.M)
+
+
+_MISS = object()
+_SCOPED = object()  # a name whose meaning depends on the enclosing scope, not the module alone
 
 
 class Resolver:
@@ -48,6 +53,8 @@ class Resolver:
         self.scoped_names: dict[str, set] = defaultdict(set)  # module -> names bound inside functions
         self._memo: dict = {}
         self._dyn_memo: dict = {}
+        self._head_memo: dict = {}  # (module, name) -> (binding, in-tree target) at module level
+        self._class_memo: dict = {}  # (module, scope) -> enclosing class
         for f in files:
             self._collect(f)
         self._resolve_bases()
@@ -55,7 +62,7 @@ class Resolver:
     def __getstate__(self) -> dict:
         # memos are most of the object and cheap to refill: not worth their pickling and loading
         state = dict(self.__dict__)
-        for k in ("_memo", "_dyn_memo", "_mro_memo"):
+        for k in ("_memo", "_dyn_memo", "_mro_memo", "_head_memo", "_class_memo", "_owner_memo"):
             state.pop(k, None)
         return state
 
@@ -63,6 +70,8 @@ class Resolver:
         self.__dict__.update(state)
         self._memo = {}
         self._dyn_memo = {}
+        self._head_memo = {}
+        self._class_memo = {}
 
     def _collect(self, f: FileFacts) -> None:
         mod = f.module
@@ -119,6 +128,9 @@ class Resolver:
             self.bases[cls] = out
         # answers computed while the hierarchy was incomplete may be wrong: forget them
         self._memo.clear()
+        self._head_memo.clear()
+        self._class_memo.clear()
+        self.__dict__.pop("_owner_memo", None)
         self.__dict__.pop("_mro_memo", None)
 
     def _module_of(self, qual: str) -> str:
@@ -205,18 +217,29 @@ class Resolver:
 
     def resolve(self, mod: str, scope: str, dotted: str, depth: int = 0) -> Optional[str]:
         """Qualified name of the in-tree symbol ``dotted`` refers to in (module, scope), or None."""
-        if depth > 12 or not dotted or "(" in dotted or "[" in dotted or "?" in dotted:
+        if depth > 12:
+            return None
+        # a remembered answer first (only module-level names are remembered: see below)
+        hit = self._memo.get((mod, dotted), _MISS)
+        if hit is not _MISS:
+            return hit
+        if not dotted or "(" in dotted or "[" in dotted or "?" in dotted:
             return None
         head = dotted.split(".", 1)[0]
         if head in ("self", "cls") or head in self.scoped_names.get(mod, ()):
             return self._resolve(mod, scope, dotted, depth)
         # the answer depends on the module alone: remember it (most names repeat within a file)
-        key = (mod, dotted)
-        try:
-            return self._memo[key]
-        except KeyError:
-            r = self._memo[key] = self._resolve(mod, "", dotted, depth)
-            return r
+        r = self._memo[(mod, dotted)] = self._resolve(mod, "", dotted, depth)
+        return r
+
+    def module_target(self, mod: str, dotted: str):
+        """:meth:`resolve` where the module alone decides the answer, else ``_SCOPED``."""
+        if not dotted or "(" in dotted or "[" in dotted or "?" in dotted:
+            return None
+        head = dotted.split(".", 1)[0]
+        if head in ("self", "cls") or head in self.scoped_names.get(mod, ()):
+            return _SCOPED
+        return self.resolve(mod, "", dotted)
 
     def _resolve(self, mod: str, scope: str, dotted: str, depth: int) -> Optional[str]:
         parts = dotted.split(".")
@@ -245,36 +268,64 @@ class Resolver:
                 break
             s = s.rsplit(".", 1)[0] if "." in s else ""
         if target is None:
-            t = self.symbols.get(mod, {}).get(head)
-            if t is None:
-                for star in self.star.get(mod, ()):
-                    r = self._lookup_module(star, head, depth + 1)
-                    if r:
-                        t = r
-                        break
-            if t is None:
+            # bound at module level: what the head names depends on the module alone
+            key = (mod, head)
+            hit = self._head_memo.get(key)
+            if hit is None:
+                self._head_memo[key] = (None, None)  # a cycle of aliases names nothing
+                hit = self._head_memo[key] = self._module_head(mod, head, depth)
+            t, target = hit
+            if target is None or (t[0] == "=" and t[1:] == dotted):  # an alias of itself: a = a.b
                 return None
-            if t.startswith("="):
-                if t[1:] == dotted:
-                    return None
-                r = self.resolve(mod, "", t[1:], depth + 1)
-                if r is None:
-                    return None
-                target = r
-            else:
-                target = t
-        target = self.canonical(target, depth + 1)
-        if target is None:
-            return None
+        else:
+            target = self.canonical(target, depth + 1)
+            if target is None:
+                return None
         return self._attr(target, parts[1:], depth + 1) if len(parts) > 1 else target
 
+    def _module_head(self, mod: str, head: str, depth: int) -> tuple:
+        """(binding, canonical in-tree target or None) of a name bound at module level."""
+        t = self.symbols.get(mod, {}).get(head)
+        if t is None:
+            for star in self.star.get(mod, ()):
+                r = self._lookup_module(star, head, depth + 1)
+                if r:
+                    t = r
+                    break
+        if t is None:
+            return None, None
+        if t.startswith("="):
+            if t[1:] == head:
+                return t, None
+            r = self.resolve(mod, "", t[1:], depth + 1)
+            if r is None:
+                return t, None
+            return t, self.canonical(r, depth + 1)
+        return t, self.canonical(t, depth + 1)
+
     def _enclosing_class(self, mod: str, scope: str) -> Optional[str]:
+        key = (mod, scope)
+        try:
+            return self._class_memo[key]
+        except KeyError:
+            pass
         parts = scope.split(".")
+        found = None
         for i in range(len(parts), 0, -1):
             q = f"{mod}.{'.'.join(parts[:i])}"
             if self.nodes.get(q) == "class":
-                return q
-        return None
+                found = q
+                break
+        self._class_memo[key] = found
+        return found
+
+    def owners_named(self, name: str) -> list:
+        """(method qualname, its class's short name lower-cased) of every in-tree method ``name``."""
+        memo = self.__dict__.setdefault("_owner_memo", {})
+        hit = memo.get(name)
+        if hit is None:
+            hit = memo[name] = [(m, m.rsplit(".", 2)[-2].lower()) for m in self.by_name.get(name, ())]
+        return hit
 
     def attr_classes(self, cls: str, attr: str) -> list[str]:
         """In-tree classes assigned to ``self.attr`` in ``cls`` or its bases."""
@@ -470,37 +521,46 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
                     if bq:
                         add(mq, bq, kind="overrides", path=path, line=G.nodes[mq]["line"])
                         break
-    capture_withs = [w for w in f.withs if any(_CAPTURE_CTX.search(c) for c in w.ctx)]
+    capture_withs = [w for w in f.withs if _CAPTURE_CTX.search("\n".join(w.ctx))] if f.withs else ()
     resolved: dict[int, list] = {}  # call index -> targets, kept only for files with capture blocks
     keep = bool(capture_withs)
+    nodes = G._node
+    srcs: dict = {}
+    by_func: dict = {}  # callee -> its target when the module alone decides it, else _SCOPED
     for i, c in enumerate(f.calls):
-        src = _src(mod, c.scope)
-        func = c.func
-        target = r.resolve(mod, c.scope, func)
+        scope, func, line = c[0], c[1], c[2]  # Call.scope, .func, .line (plain tuples too)
+        src = srcs.get(scope)
+        if src is None:
+            src = srcs[scope] = f"{mod}.{scope}" if scope else mod
+        target = by_func.get(func, _MISS)
+        if target is _MISS:
+            target = by_func[func] = r.module_target(mod, func)
+        if target is _SCOPED:
+            target = r.resolve(mod, scope, func)
         if target is not None:
-            kind = G.nodes[target].get("kind") if target in G else None
+            attrs = nodes.get(target)
+            kind = attrs.get("kind") if attrs is not None else None
             if kind == "class":
-                add(src, target, kind="calls", path=path, line=c.line)
+                add(src, target, kind="calls", path=path, line=line)
                 init = r.method(target, "__init__")
                 if init:
-                    add(src, init, kind="calls", path=path, line=c.line, via="__init__")
+                    add(src, init, kind="calls", path=path, line=line, via="__init__")
                 if keep:
                     resolved[i] = [target]
             elif kind is not None and kind != "module":
-                add(src, target, kind="calls", path=path, line=c.line)
+                add(src, target, kind="calls", path=path, line=line)
                 if keep:
                     resolved[i] = [target]
             continue
-        nat = _native(func)
-        if nat:
-            if nat not in G:
-                G.add_node(nat, kind="native_op", name=nat.rsplit(".", 1)[-1], path=path, line=c.line)
-            add(src, nat, kind="calls", path=path, line=c.line)
+        if func.startswith(_NATIVE_PREFIXES):
+            if func not in nodes:
+                G.add_node(func, kind="native_op", name=func.rsplit(".", 1)[-1], path=path, line=line)
+            add(src, func, kind="calls", path=path, line=line)
             if keep:
-                resolved[i] = [nat]
+                resolved[i] = [func]
             continue
         if func.startswith("self."):
-            hits = _dynamic(G, r, mod, c, src, path)
+            hits = _dynamic(G, r, mod, c, src, path, add)
             if hits and keep:
                 resolved[i] = hits
     for ln in f.launches:
@@ -533,20 +593,23 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
             add(_src(mod, fs.scope), node, kind="reads_config", path=path, line=fs.line)
 
 
-def _dynamic(G, r: Resolver, mod: str, c, src: str, path: str) -> list:
+def _dynamic(G, r: Resolver, mod: str, c, src: str, path: str, add=None) -> list:
     """Edges for calls whose receiver is an attribute of ``self``: typed when we can, else by name."""
-    parts = c.func.split(".")
-    if parts[0] != "self" or len(parts) < 2 or not c.scope or "(" in c.func or "[" in c.func:
+    scope, func, line = c[0], c[1], c[2]  # Call.scope, .func, .line
+    parts = func.split(".")
+    if parts[0] != "self" or len(parts) < 2 or not scope or "(" in func or "[" in func:
         return []
-    cls = r._enclosing_class(mod, c.scope)
+    cls = r._enclosing_class(mod, scope)
     if cls is None:
         return []
+    if add is None:
+        add = _edge_adder(G)
     hits: list = []
     if len(parts) == 2:  # self.layer(...) -> the layer's forward / __call__
         for t in r.attr_classes(cls, parts[1]):
             m = r.method(t, "forward") or r.method(t, "__call__")
             if m:
-                G.add_edge(src, m, kind="calls", path=path, line=c.line, via=f"self.{parts[1]}")
+                add(src, m, kind="calls", path=path, line=line, via=f"self.{parts[1]}")
                 hits.append(m)
         return hits
     if len(parts) == 3:  # self.attr.method(...)
@@ -554,7 +617,7 @@ def _dynamic(G, r: Resolver, mod: str, c, src: str, path: str) -> list:
         hits = [m for t in typed if (m := r.method(t, parts[2]))]
         if hits:
             for m in hits:
-                G.add_edge(src, m, kind="calls", path=path, line=c.line, via=f"self.{parts[1]}")
+                add(src, m, kind="calls", path=path, line=line, via=f"self.{parts[1]}")
             return hits
         # untyped receiver: same-named methods of classes whose name echoes the attribute
         # (self.quant_method.apply -> *Method.apply, self.runner.run -> *Runner.run)
@@ -562,9 +625,9 @@ def _dynamic(G, r: Resolver, mod: str, c, src: str, path: str) -> list:
         cands = r._dyn_memo.get(key)
         if cands is None:
             tokens = [t for t in parts[1].lower().split("_") if len(t) >= 4]
-            cands = r._dyn_memo[key] = [m for m in r.by_name.get(parts[2], ()) if any(t in m.rsplit(".", 2)[-2].lower() for t in tokens)]
+            cands = r._dyn_memo[key] = [m for m, owner in r.owners_named(parts[2]) if any(t in owner for t in tokens)] if tokens else []
         if 0 < len(cands) <= DYNAMIC_CAP:
             for m in cands:
-                G.add_edge(src, m, kind="calls_dynamic", path=path, line=c.line, via=c.func)
+                add(src, m, kind="calls_dynamic", path=path, line=line, via=func)
             return list(cands)
     return hits
