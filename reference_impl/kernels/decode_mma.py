@@ -60,6 +60,7 @@ B_PAIRS_ASM = gl.constexpr(
     "mul.rn.bf16x2 $0, $0, k;\nmul.rn.bf16x2 $1, $1, k;\n"
     "mul.rn.bf16x2 $2, $2, k;\nmul.rn.bf16x2 $3, $3, k;\n}"
 )
+LIFT = gl.constexpr(1.8446744073709552e19)  # 2**64
 HALF = gl.constexpr(0.5)  # the products carry 2**126 * 2**-64 * 2**-64 * 2 = 2
 
 
@@ -211,8 +212,10 @@ def decode_gemm1_swiglu_kernel(
         gate = gl.minimum(gate, clamp_limit)
         up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
     h = gate / (1.0 + gl.exp(-gate)) * up
-    dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + orow
-    gl.store(dst, h.to(gl.bfloat16), mask=orow < I)
+    # stored as the down GEMM's B pairs: within each 8 values k0 k4 k1 k5 k2 k6 k3 k7, times 2**64
+    pcol = (orow & ~7) | ((orow & 3) << 1) | ((orow >> 2) & 1)
+    dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + pcol
+    gl.store(dst, (h * LIFT).to(gl.bfloat16), mask=orow < I)
 
 
 @gluon.jit
@@ -224,7 +227,8 @@ def decode_gemm2_combine_kernel(
     OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, J: gl.constexpr, PREFETCH: gl.constexpr,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
-    as in gemm2_combine). a_ptr/w_ptr are int32 views; strides in bf16 / uint8 elements."""
+    as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
+    order and 2**64 lift). a_ptr/w_ptr are int32 views; strides in bf16 / uint8 elements."""
     pid = gl.program_id(0)
     b = pid % NB
     nt = pid // NB
@@ -255,14 +259,14 @@ def decode_gemm2_combine_kernel(
             c = c0 + NW + w
             kin = (c * 4 + t4) < KG
             nxt = (_load_act(a_rows, c, kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
-            acc = _mma_tile(cur[1], _b_pairs(cur[0]), acc)
+            acc = _mma_tile(cur[1], cur[0], acc)
     else:
         for c0 in range(0, NCH, NW * J):
             for jj in gl.static_range(J):
                 c = c0 + jj * NW + w
                 kin = (c * 4 + t4) < KG
                 acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin),
-                                _b_pairs(_load_act(a_rows, c, kin)), acc)
+                                _load_act(a_rows, c, kin), acc)
 
     oq, olane, oi = _out_ids(NW, Q)
     col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
