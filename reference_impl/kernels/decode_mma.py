@@ -242,6 +242,8 @@ def decode_gemm2_combine_kernel(
     KG = K // 32
 
     a_rows = gl.expand_dims(a_ptr + (b * 8 + g).to(gl.int64) * (stride_am // 2) + t4 * 16 + m * 4, 4) + i
+    # padding rows of the block hold zeros: not loading them saves most of the B traffic at decode
+    tok_ok = gl.load(sorted_ptr + b * 8 + g) < S
     r = nt * (16 * Q) + q * 16 + g
     row_ok = r < N
     rw = stride_wn // 4
@@ -253,12 +255,12 @@ def decode_gemm2_combine_kernel(
     if PREFETCH:
         c = w
         kin = (c * 4 + t4) < KG
-        nxt = (_load_act(a_rows, c, kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
+        nxt = (_load_act(a_rows, c, tok_ok & kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
         for c0 in range(0, NCH, NW):
             cur = nxt
             c = c0 + NW + w
             kin = (c * 4 + t4) < KG
-            nxt = (_load_act(a_rows, c, kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
+            nxt = (_load_act(a_rows, c, tok_ok & kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
             acc = _mma_tile(cur[1], cur[0], acc)
     else:
         for c0 in range(0, NCH, NW * J):
@@ -266,7 +268,7 @@ def decode_gemm2_combine_kernel(
                 c = c0 + jj * NW + w
                 kin = (c * 4 + t4) < KG
                 acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin),
-                                _load_act(a_rows, c, kin), acc)
+                                _load_act(a_rows, c, tok_ok & kin), acc)
 
     oq, olane, oi = _out_ids(NW, Q)
     col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8

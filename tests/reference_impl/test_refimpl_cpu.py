@@ -148,3 +148,14 @@ def test_scale_paths_agree_with_reference(H, I, bk1, bk2, vec):
         assert moe_mod.scale_vec_ok(_cfg(bk1, bk2, vec)["gemm1"], H) == (H // 32 % 4 == 0)
     p = make_problem(5, 4, H, I, 2, device=DEV, seed=H + I + bk1 + vec)
     check(p, config=_cfg(bk1, bk2, vec), deterministic=True)
+
+
+def test_decode_config_runs_or_falls_back():
+    """A decode-path config ("path": "mma", Gluon kernels) runs where they can (sm_90+),
+    and elsewhere (the CPU interpreter here) falls back to the tl.dot kernels, same result."""
+    cfg = {"path": "mma", "gemm1": {"Q": 1, "num_warps": 2}, "gemm2": {"Q": 1, "num_warps": 2}}
+    p = make_problem(5, 4, 256, 128, 2, device=DEV, seed=11, invalid_frac=0.2)
+    check(p, config=cfg, routed_scaling_factor=1.5)
+    can = DEV == "cuda" and torch.cuda.get_device_capability() >= (9, 0) and moe_mod._decode_mma is not None
+    assert moe_mod._mma_path(cfg, torch.device(DEV)) == can
+    assert not moe_mod._mma_path({"BLOCK_M": 16}, torch.device(DEV))
