@@ -24,7 +24,7 @@ from typing import Callable, Iterator, NamedTuple, Optional
 
 from .cache import atomic_write_bytes, cache_dir, load_pickle, save_pickle, write_behind
 from .facts import FileFacts, from_plain, to_plain
-from .pyfacts import extract, module_name
+from .pyfacts import extract_plain, module_name
 from .sources import MAX_BYTES, DirSource, file_kind
 
 # Registrations of native ops in C++/CUDA: m.def("name(...)" / m.def("name", &fn) / TORCH_LIBRARY(ns, m)
@@ -62,8 +62,12 @@ def _facts_path(digest: str) -> Path:
 
 
 def load_facts_blob(digest: str) -> Optional[bytes]:
+    return _read_blob(_facts_path(digest))
+
+
+def _read_blob(path) -> Optional[bytes]:
     try:
-        with open(_facts_path(digest), "rb") as f:
+        with open(path, "rb") as f:
             data = f.read()
     except OSError:
         return None
@@ -90,8 +94,9 @@ def store_facts(facts: FileFacts) -> bytes:
     return blob
 
 
-def _store_job(digest: str, blob: bytes) -> tuple:
-    return _facts_path(digest), _STORE_FORMAT + blob
+def _store_job(digest: str, blob: bytes, facts_dir: Optional[Path] = None) -> tuple:
+    path = _facts_path(digest) if facts_dir is None else facts_dir / digest[:2] / f"{digest}.bin"
+    return path, _STORE_FORMAT + blob
 
 
 @dataclass
@@ -177,61 +182,66 @@ def _cpp_facts(relpath: str, text: str, digest: str, lines: int) -> FileFacts:
 
 def index_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str] = None) -> FileFacts:
     """Facts of one file from its bytes."""
+    return from_plain(index_plain(relpath, data, prefix, digest))
+
+
+def index_plain(relpath: str, data: bytes, prefix: str, digest: Optional[str] = None) -> tuple:
+    """:func:`index_bytes` as nested plain tuples (:func:`recon.facts.to_plain`)."""
     digest = digest or blob_digest(data)
     kind = file_kind(relpath)
     lines = data.count(b"\n") + 1
     module = _module_for(relpath, prefix)[0] if kind == "py" else ""
     if len(data) > MAX_BYTES:
-        return FileFacts(relpath, module, kind, digest, lines, f"skipped: larger than the {MAX_BYTES // 1048576} MiB limit")
+        return to_plain(FileFacts(relpath, module, kind, digest, lines, f"skipped: larger than the {MAX_BYTES // 1048576} MiB limit"))
     if b"\0" in data[:8192]:
-        return FileFacts(relpath, module, kind, digest, lines, "skipped: binary content")
+        return to_plain(FileFacts(relpath, module, kind, digest, lines, "skipped: binary content"))
     if kind == "py":
         module, is_pkg = _module_for(relpath, prefix)
-        facts = extract(relpath, module, is_pkg, data, digest)
-        if facts.error:
+        facts = extract_plain(relpath, module, is_pkg, data, digest)
+        if facts[5]:  # FileFacts.error
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError:
                 # not UTF-8 and no coding cookie: read it as Latin-1 so its facts are not lost
-                again = extract(relpath, module, is_pkg, data.decode("latin-1").encode("utf-8"), digest)
-                return again if again.error is None else facts._replace(error="not UTF-8, and does not parse as Latin-1")
+                again = extract_plain(relpath, module, is_pkg, data.decode("latin-1").encode("utf-8"), digest)
+                return again if again[5] is None else (*facts[:5], "not UTF-8, and does not parse as Latin-1", *facts[6:])
         return facts
     text = data.decode("utf-8", "replace")
     if kind == "json":
         try:
             json.loads(text)
         except ValueError as e:
-            return FileFacts(relpath, "", "json", digest, lines, f"invalid JSON: {e}")
-        return FileFacts(relpath, "", "json", digest, lines, None)
-    return _cpp_facts(relpath, text, digest, lines)
+            return to_plain(FileFacts(relpath, "", "json", digest, lines, f"invalid JSON: {e}"))
+        return to_plain(FileFacts(relpath, "", "json", digest, lines, None))
+    return to_plain(_cpp_facts(relpath, text, digest, lines))
 
 
-def _from_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str]) -> tuple:
+def _from_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str], facts_dir: str) -> tuple:
     """(relpath, marshalled plain facts, digest, new?): bytes cross process boundaries far cheaper
     than records. New facts are stored by the caller, behind the answer (one writer, not one per
     worker per file)."""
     digest = digest or blob_digest(data)
-    blob = load_facts_blob(digest)
+    blob = _read_blob(os.path.join(facts_dir, digest[:2], f"{digest}.bin"))
     if blob is not None:
         return relpath, blob, digest, False
-    facts = index_bytes(relpath, data, prefix, digest)
-    return relpath, marshal.dumps(to_plain(facts)), facts.digest, bool(facts.digest)
+    plain = index_plain(relpath, data, prefix, digest)
+    return relpath, marshal.dumps(plain), plain[3], bool(plain[3])
 
 
 def _index_path(args) -> tuple:
-    root, relpath, prefix = args
+    root, relpath, prefix, facts_dir = args
     try:
         with open(os.path.join(root, relpath), "rb") as f:
             data = f.read(MAX_BYTES + 1)
     except OSError as e:
         err = FileFacts(relpath, "", file_kind(relpath), "", 0, f"unreadable: {e.strerror or e}")
         return relpath, marshal.dumps(to_plain(err)), "", False
-    return _from_bytes(relpath, data, prefix, None)
+    return _from_bytes(relpath, data, prefix, None, facts_dir)
 
 
 def _index_blob(args) -> tuple:
-    relpath, data, prefix, digest = args
-    return _from_bytes(relpath, data, prefix, digest)
+    relpath, data, prefix, digest, facts_dir = args
+    return _from_bytes(relpath, data, prefix, digest, facts_dir)
 
 
 def _hydrate(relpath: str, blob: bytes, prefix: str) -> FileFacts:
@@ -272,10 +282,11 @@ def build_index(
     fresh: dict[str, FileFacts] = {}
     if todo:
         new_blobs = []
+        facts_dir = cache_dir() / "facts"
         for relpath, blob, digest, new in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
             f = fresh[relpath] = _hydrate(relpath, blob, prefix)
             if new:
-                new_blobs.append(_store_job(digest, blob))
+                new_blobs.append(_store_job(digest, blob, facts_dir))
             if on_facts is not None:
                 on_facts(f)
         if deferred is not None:
@@ -296,36 +307,39 @@ def build_index(
     return index
 
 
-def _extract_many(source, todo: list[str], prefix: str, progress, workers: Optional[int]) -> list[tuple]:
+def _extract_many(source, todo: list[str], prefix: str, progress, workers: Optional[int]) -> Iterator[tuple]:
+    """(relpath, marshalled plain facts, digest, new?) of every file in ``todo``, in order, each as
+    soon as it is ready: the caller builds the graph while the workers are still extracting."""
     workers = workers or os.cpu_count() or 1
+    facts_dir = str(cache_dir() / "facts")
     if isinstance(source, DirSource):
-        return _run(_index_path, [(str(source.root), p, prefix) for p in todo], workers, progress)
-    jobs, failed = [], []
+        yield from _run(_index_path, [(str(source.root), p, prefix, facts_dir) for p in todo], workers, progress)
+        return
+    jobs = []
     for p in todo:
         try:
-            jobs.append((p, source.read(p), prefix, None))
+            jobs.append((p, source.read(p), prefix, None, facts_dir))
         except Exception:  # a broken object in a repository
-            failed.append((p, marshal.dumps(to_plain(FileFacts(p, "", file_kind(p), "", 0, "unreadable git object"))), "", False))
-    return failed + _run(_index_blob, jobs, workers, progress)
+            yield p, marshal.dumps(to_plain(FileFacts(p, "", file_kind(p), "", 0, "unreadable git object"))), "", False
+    yield from _run(_index_blob, jobs, workers, progress)
 
 
-def _run(fn, jobs: list, workers: int, progress) -> list[tuple]:
+def _run(fn, jobs: list, workers: int, progress) -> Iterator[tuple]:
     total = len(jobs)
-    if workers <= 1 or total < _PARALLEL_MIN:
-        out = []
-        for i, job in enumerate(jobs):
-            out.append(fn(job))
-            if progress and (i % 50 == 0 or i == total - 1):
-                progress(i + 1, total)
-        return out
-    out = []
-    chunk = max(4, total // (workers * 32))
-    try:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for i, facts in enumerate(pool.map(fn, jobs, chunksize=chunk)):
-                out.append(facts)
-                if progress and (i % 50 == 0 or i == total - 1):
-                    progress(i + 1, total)
-    except (OSError, RuntimeError):  # no process pool here (sandbox, frozen app): one process then
-        return [fn(job) for job in jobs]
-    return out
+    done = 0
+    if workers > 1 and total >= _PARALLEL_MIN:
+        chunk = max(4, total // (workers * 32))
+        try:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                for facts in pool.map(fn, jobs, chunksize=chunk):
+                    done += 1
+                    if progress and (done % 50 == 1 or done == total):
+                        progress(done, total)
+                    yield facts
+        except (OSError, RuntimeError):  # no process pool here (sandbox, frozen app): the rest in this one
+            pass
+    for job in jobs[done:]:  # below this many files one process is faster than a pool
+        done += 1
+        yield fn(job)
+        if progress and (done % 50 == 1 or done == total):
+            progress(done, total)

@@ -12,20 +12,7 @@ import re
 from itertools import accumulate
 from typing import Optional
 
-from .facts import (
-    Assign,
-    Branch,
-    Call,
-    Compare,
-    Def,
-    FileFacts,
-    FString,
-    Import,
-    Launch,
-    Loop,
-    Subscript,
-    With,
-)
+from .facts import FileFacts, from_plain, to_plain
 
 _CMP = {
     ast.Eq: "==",
@@ -126,24 +113,76 @@ def _unwrap_callable(node: ast.AST):
     return dotted(node), tuple(kwargs)
 
 
-# Fields that never hold child nodes, skipped by the walk (``ctx`` alone is a third of all nodes).
-_LEAF_FIELDS = frozenset(
-    {"ctx", "id", "attr", "arg", "name", "level", "module", "is_async", "conversion", "kind", "type_comment", "simple"}
-)
-_CHILD_FIELDS: dict = {}
-
-
-def _child_fields(cls) -> tuple:
-    fields = _CHILD_FIELDS.get(cls)
-    if fields is None:
-        fields = _CHILD_FIELDS[cls] = tuple(f for f in cls._fields if f not in _LEAF_FIELDS)
-    return fields
-
-
-_AST = ast.AST
+# -- the walk ---------------------------------------------------------------------------------
+# Each node class gets a function that visits exactly its child-node fields (generated once from
+# the class's field list), so the walk does no per-node loop over field names, no getattr and no
+# isinstance. Fields that can hold no node (``ctx``, names, numbers, operators) are left out.
 _Name = ast.Name
-_Constant = ast.Constant
 _Attribute = ast.Attribute
+_NODE_TYPE_NAMES = frozenset(n for n, v in vars(ast).items() if isinstance(v, type) and issubclass(v, ast.AST))
+_LEAF_FIELDS = frozenset({"ctx", "op", "ops"})  # contexts and operators: singletons with nothing inside
+_FIELD_SPEC = re.compile(r"(\w+)([*?]?) (\w+)")
+
+
+def _child_fields(cls) -> Optional[list]:
+    """[(field, is_list), ...] of the fields of ``cls`` that can hold nodes; None when unknown."""
+    doc = cls.__doc__ or ""
+    spec = {name: (typ, mark) for typ, mark, name in _FIELD_SPEC.findall(doc[doc.find("(") + 1 :])} if "(" in doc else {}
+    out = []
+    for f in cls._fields:
+        if f not in spec:
+            return None
+        typ, mark = spec[f]
+        if f in _LEAF_FIELDS or typ not in _NODE_TYPE_NAMES:
+            continue
+        out.append((f, mark == "*"))
+    return out
+
+
+def _generic(c, node):
+    """The walk for a class whose fields could not be read from its signature: slower, same result."""
+    for f in node._fields:
+        if f in _LEAF_FIELDS:
+            continue
+        v = getattr(node, f, None)
+        for item in v if v.__class__ is list else (v,):
+            fn = _VISIT[item.__class__]
+            if fn is not None:
+                fn(c, item)
+
+
+def _make_walker(cls):
+    fields = _child_fields(cls)
+    if fields is None:
+        return _generic
+    if not fields:
+        return None
+    lines = ["def walk(c, node):"]
+    for f, is_list in fields:
+        if is_list:
+            lines += [f"    for v in node.{f}:", "        fn = V[v.__class__]", "        if fn is not None:", "            fn(c, v)"]
+        else:
+            lines += [f"    v = node.{f}", "    fn = V[v.__class__]", "    if fn is not None:", "        fn(c, v)"]
+    ns = {"V": _VISIT}
+    exec("\n".join(lines), ns)  # noqa: S102 - code built here from the ast module's own field lists
+    return ns["walk"]
+
+
+class _Table(dict):
+    """class -> function(collector, node) or None, filled on first sight of a class."""
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, cls):
+        fn = self[cls] = self._make(cls) if isinstance(cls, type) and issubclass(cls, ast.AST) else None
+        return fn
+
+
+_WALK = _Table(_make_walker)  # class -> visit its children (what a handler calls after its own work)
+_HANDLERS: dict = {}  # class -> handler, filled below
+_VISIT = _Table(lambda cls: _HANDLERS.get(cls) or _WALK[cls])  # class -> handler, else the walk
 
 
 def _test_names(node, out: list) -> None:
@@ -166,49 +205,22 @@ def _test_names(node, out: list) -> None:
 
 
 class _Collector:
-    """A faster ``ast.NodeVisitor``: dispatch by exact type, and no descent into leaf fields."""
+    """Collects one module's facts as plain tuples, laid out as the records of :mod:`recon.facts`."""
 
     def visit(self, node):
-        handler = self._dispatch.get(node.__class__)
-        if handler is None:
-            self.generic_visit(node)
-        else:
-            handler(self, node)
-
-    def generic_visit(self, node):
-        # Name and Constant leaves are a third of all nodes: handle them inline, not via dispatch.
-        cls = node.__class__
-        fields = _CHILD_FIELDS.get(cls)
-        if fields is None:
-            fields = _child_fields(cls)
-        for field in fields:
-            v = getattr(node, field, None)
-            if v.__class__ is list:
-                for item in v:
-                    c = item.__class__
-                    if c is _Name:
-                        continue
-                    if c is _Constant:
-                        self.visit_Constant(item)
-                    elif isinstance(item, _AST):
-                        self.visit(item)
-            elif v is not None:
-                c = v.__class__
-                if c is _Name:
-                    continue
-                if c is _Constant:
-                    self.visit_Constant(v)
-                elif isinstance(v, _AST):
-                    self.visit(v)
-
-    def _skip(self, node):
-        pass
+        fn = _VISIT[node.__class__]
+        if fn is not None:
+            fn(self, node)
 
     def _seg(self, node, limit: int) -> str:
         """The node's own source text (sliced by offsets: ten times cheaper than ``ast.unparse``)."""
+        starts = self.starts
+        if starts is None:
+            src = self.src
+            starts = self.starts = [0, *accumulate(map(len, src.splitlines(keepends=True)))] if src else []
         try:
-            a = self.starts[node.lineno - 1] + node.col_offset
-            b = self.starts[node.end_lineno - 1] + node.end_col_offset
+            a = starts[node.lineno - 1] + node.col_offset
+            b = starts[node.end_lineno - 1] + node.end_col_offset
             text = self.src[a:b].decode("utf-8")
         except (IndexError, TypeError, UnicodeDecodeError, AttributeError):
             return _short_unparse(node, limit)
@@ -222,12 +234,11 @@ class _Collector:
         if src.startswith(b"\xef\xbb\xbf"):  # offsets count from after a UTF-8 BOM
             src = src[3:]
         self.src = src
-        self.starts = [0, *accumulate(map(len, src.splitlines(keepends=True)))] if src else None
+        self.starts = None  # offsets of line starts, computed when a source slice is first needed
         self.module = module
         self.is_package = is_package
         self.scope: list[str] = []
         self.cur = ""  # qualified name of the enclosing definition, "" at module level
-        self.class_depth: list[bool] = []
         self.defs: list = []
         self.imports: list = []
         self.calls: list = []
@@ -258,9 +269,7 @@ class _Collector:
         a = node.args
         params = tuple(p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
         decos = tuple(dotted(d) for d in node.decorator_list)
-        self.defs.append(
-            Def("function", self._qual(node.name), node.lineno, node.end_lineno, decos, (), params, None, (), ())
-        )
+        self.defs.append(("function", self._qual(node.name), node.lineno, node.end_lineno, decos, (), params, None, (), ()))
         for d in node.decorator_list:
             self.visit(d)
         for d in (*a.defaults, *a.kw_defaults):
@@ -277,7 +286,7 @@ class _Collector:
     def visit_ClassDef(self, node):
         decos = tuple(dotted(d) for d in node.decorator_list)
         bases = tuple(dotted(b) for b in node.bases)
-        self.defs.append(Def("class", self._qual(node.name), node.lineno, node.end_lineno, decos, bases, (), None, (), ()))
+        self.defs.append(("class", self._qual(node.name), node.lineno, node.end_lineno, decos, bases, (), None, (), ()))
         for d in node.decorator_list:
             self.visit(d)
         self._enter(node.name)
@@ -289,18 +298,18 @@ class _Collector:
     def visit_Import(self, node):
         for alias in node.names:
             if alias.asname:
-                self.imports.append(Import(self.cur, alias.asname, alias.name, None, node.lineno))
+                self.imports.append((self.cur, alias.asname, alias.name, None, node.lineno))
             else:
                 top = alias.name.split(".")[0]
-                self.imports.append(Import(self.cur, top, top, None, node.lineno))
+                self.imports.append((self.cur, top, top, None, node.lineno))
 
     def visit_ImportFrom(self, node):
         mod = _resolve_relative(self.module, self.is_package, node.level, node.module)
         for alias in node.names:
             if alias.name == "*":
-                self.imports.append(Import(self.cur, "*", mod, "*", node.lineno))
+                self.imports.append((self.cur, "*", mod, "*", node.lineno))
                 continue
-            self.imports.append(Import(self.cur, alias.asname or alias.name, mod, alias.name, node.lineno))
+            self.imports.append((self.cur, alias.asname or alias.name, mod, alias.name, node.lineno))
 
     # -- statements -------------------------------------------------------------------------
     def _assign_value(self, value):
@@ -325,20 +334,8 @@ class _Collector:
         if wrapped is not None:
             simple = [n for n in names if "." not in n and "[" not in n]
             for n in simple:
-                self.defs.append(
-                    Def(
-                        "callable_assign",
-                        self._qual(n),
-                        node.lineno,
-                        node.end_lineno,
-                        (),
-                        (),
-                        (),
-                        wrapped[0],
-                        wrapped[1],
-                        tuple(self._qual(o) for o in simple if o != n),
-                    )
-                )
+                aliases = tuple(self._qual(o) for o in simple if o != n)
+                self.defs.append(("callable_assign", self._qual(n), node.lineno, node.end_lineno, (), (), (), wrapped[0], wrapped[1], aliases))
         v, kind = self._assign_value(value)
         in_function = bool(self.scope)
         for n in names:
@@ -346,7 +343,7 @@ class _Collector:
             # self.x = Layer(...)); plain locals bound to expressions are most of the volume
             if in_function and kind != "const" and "." not in n:
                 continue
-            self.assigns.append(Assign(self.cur, n, v, kind, node.lineno))
+            self.assigns.append((self.cur, n, v, kind, node.lineno))
         # chained aliases: a = b = value  -> a and b are the same object
         self.visit(value)
         for t in node.targets:
@@ -356,7 +353,7 @@ class _Collector:
     def visit_AnnAssign(self, node):
         if node.value is not None:
             v, kind = self._assign_value(node.value)
-            self.assigns.append(Assign(self.cur, dotted(node.target), v, kind, node.lineno))
+            self.assigns.append((self.cur, dotted(node.target), v, kind, node.lineno))
             self.visit(node.value)
 
     def visit_If(self, node):
@@ -365,54 +362,54 @@ class _Collector:
         body_end = node.body[-1].end_lineno if node.body else node.lineno
         else_line = node.orelse[0].lineno if node.orelse else 0
         self.branches.append(
-            Branch(self.cur, node.lineno, body_end, else_line, node.end_lineno, tuple(dict.fromkeys(names)), self._seg(node.test, 400))
+            (self.cur, node.lineno, body_end, else_line, node.end_lineno, tuple(dict.fromkeys(names)), self._seg(node.test, 400))
         )
-        self.generic_visit(node)
+        _walk_If(self, node)
 
     def visit_For(self, node):
-        self.loops.append(Loop(self.cur, node.lineno, node.end_lineno, dotted(node.target), self._seg(node.iter, 120)))
-        self.generic_visit(node)
+        self.loops.append((self.cur, node.lineno, node.end_lineno, dotted(node.target), self._seg(node.iter, 120)))
+        _WALK[node.__class__](self, node)
 
     visit_AsyncFor = visit_For
 
     def visit_While(self, node):
-        self.loops.append(Loop(self.cur, node.lineno, node.end_lineno, "", self._seg(node.test, 120)))
-        self.generic_visit(node)
+        self.loops.append((self.cur, node.lineno, node.end_lineno, "", self._seg(node.test, 120)))
+        _walk_While(self, node)
 
     def visit_With(self, node):
-        self.withs.append(With(self.cur, tuple(dotted(i.context_expr) for i in node.items), node.lineno, node.end_lineno))
-        self.generic_visit(node)
+        self.withs.append((self.cur, tuple(dotted(i.context_expr) for i in node.items), node.lineno, node.end_lineno))
+        _WALK[node.__class__](self, node)
 
     visit_AsyncWith = visit_With
 
     # -- expressions ------------------------------------------------------------------------
     def visit_Call(self, node):
         func = node.func
-        if type(func) is ast.Subscript:
+        if func.__class__ is ast.Subscript:
             # kernel[grid](...): a Triton launch
-            self.launches.append(Launch(self.cur, dotted(func.value), self._seg(func.slice, 200), node.lineno))
+            self.launches.append((self.cur, dotted(func.value), self._seg(func.slice, 200), node.lineno))
         kwargs = []
         for kw in node.keywords:
             if kw.arg is not None:
                 lit = _literal(kw.value)
                 kwargs.append((kw.arg, lit if lit is not None else dotted(kw.value)))
-        args = tuple(dotted(a) for a in node.args if type(a) in (ast.Name, ast.Attribute, ast.Constant))
-        self.calls.append(Call(self.cur, dotted(func), node.lineno, node.end_lineno, tuple(kwargs), args))
-        self.generic_visit(node)
+        args = tuple([dotted(a) for a in node.args if a.__class__ in _ARG_TYPES])
+        self.calls.append((self.cur, dotted(func), node.lineno, node.end_lineno, tuple(kwargs), args))
+        _walk_Call(self, node)
 
     def visit_Compare(self, node):
         if len(node.ops) == 1:
             right = node.comparators[0]
             lt, rt = type(node.left), type(right)
             if rt is ast.Constant and lt is not ast.Constant:
-                self.compares.append(Compare(self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), repr(right.value), node.lineno))
+                self.compares.append((self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), repr(right.value), node.lineno))
             elif rt in (ast.Tuple, ast.List, ast.Set) and lt is not ast.Constant:
                 lit = _literal(right) if rt is not ast.Set else _literal(ast.Tuple(elts=right.elts))
                 if lit is not None:
-                    self.compares.append(Compare(self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), lit, node.lineno))
+                    self.compares.append((self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), lit, node.lineno))
             elif lt is ast.Constant and rt is not ast.Constant:
-                self.compares.append(Compare(self.cur, dotted(right), _CMP.get(type(node.ops[0]), "?"), repr(node.left.value), node.lineno))
-        self.generic_visit(node)
+                self.compares.append((self.cur, dotted(right), _CMP.get(type(node.ops[0]), "?"), repr(node.left.value), node.lineno))
+        _walk_Compare(self, node)
 
     def visit_JoinedStr(self, node):
         parts = []
@@ -423,8 +420,8 @@ class _Collector:
                 parts.append("{" + dotted(v.value) + "}")
         text = "".join(parts)
         if "=" in text or ".json" in text:
-            self.fstrings.append(FString(self.cur, text, node.lineno))
-        self.generic_visit(node)
+            self.fstrings.append((self.cur, text, node.lineno))
+        _walk_JoinedStr(self, node)
 
     def visit_Subscript(self, node):
         sl = node.slice
@@ -432,16 +429,13 @@ class _Collector:
         if t is ast.Compare or (t is ast.Name and sl.id.lower().endswith("mask")) or (
             t is ast.UnaryOp and type(sl.op) is ast.Invert
         ):
-            self.subscripts.append(Subscript(self.cur, dotted(node.value), self._seg(sl, 80), node.lineno))
-        self.generic_visit(node)
+            self.subscripts.append((self.cur, dotted(node.value), self._seg(sl, 80), node.lineno))
+        _walk_Subscript(self, node)
 
     def visit_Constant(self, node):
         v = node.value
-        if v.__class__ is str and len(v) < 65 and _IDENT_STR.match(v):
+        if v.__class__ is str and len(v) < 65 and _ident_str(v):
             self.strings.append((node.lineno, v))
-
-    def visit_Name(self, node):
-        pass
 
     def visit_Attribute(self, node):
         if node.attr == "forward":
@@ -452,16 +446,22 @@ class _Collector:
                 self.refs.append((self.cur, dotted(value), value.lineno))
             value = value.value
         if value.__class__ is not _Name:
-            self.visit(value)
+            fn = _VISIT[value.__class__]
+            if fn is not None:
+                fn(self, value)
 
 
-_Collector._dispatch = {
-    getattr(ast, name[len("visit_"):]): fn
-    for name, fn in vars(_Collector).items()
-    if name.startswith("visit_") and hasattr(ast, name[len("visit_"):])
-}
+_ARG_TYPES = (ast.Name, ast.Attribute, ast.Constant)
+_ident_str = _IDENT_STR.match
+_HANDLERS.update(
+    {getattr(ast, name[len("visit_") :]): fn for name, fn in vars(_Collector).items() if name.startswith("visit_") and hasattr(ast, name[len("visit_") :])}
+)
+_VISIT[ast.Name] = None  # a bare name records nothing (a third of all nodes)
 for _cls in (ast.Global, ast.Nonlocal, ast.Pass, ast.Break, ast.Continue):
-    _Collector._dispatch[_cls] = _Collector._skip
+    _VISIT[_cls] = None
+_walk_If, _walk_While, _walk_Call, _walk_Compare, _walk_JoinedStr, _walk_Subscript = (
+    _WALK[c] for c in (ast.If, ast.While, ast.Call, ast.Compare, ast.JoinedStr, ast.Subscript)
+)
 
 
 def module_name(relpath: str) -> tuple[str, bool]:
@@ -475,22 +475,28 @@ def module_name(relpath: str) -> tuple[str, bool]:
 
 def extract(relpath: str, module: str, is_package: bool, source: bytes, digest: str) -> FileFacts:
     """Parse ``source`` and collect its facts; a file that does not parse becomes a diagnostic."""
+    return from_plain(extract_plain(relpath, module, is_package, source, digest))
+
+
+def extract_plain(relpath: str, module: str, is_package: bool, source: bytes, digest: str) -> tuple:
+    """:func:`extract` as nested plain tuples (:func:`recon.facts.to_plain`): what the workers
+    ship and the store keeps, made without building a record object per fact."""
     lines = source.count(b"\n") + 1
     try:
         tree = ast.parse(source, filename=relpath)
     except SyntaxError as e:
-        return FileFacts(relpath, module, "py", digest, lines, f"does not parse: {e.msg} (line {e.lineno})")
+        return to_plain(FileFacts(relpath, module, "py", digest, lines, f"does not parse: {e.msg} (line {e.lineno})"))
     except (ValueError, UnicodeDecodeError) as e:
-        return FileFacts(relpath, module, "py", digest, lines, f"cannot be decoded: {e}")
+        return to_plain(FileFacts(relpath, module, "py", digest, lines, f"cannot be decoded: {e}"))
     except RecursionError:
-        return FileFacts(relpath, module, "py", digest, lines, "too deeply nested to parse")
+        return to_plain(FileFacts(relpath, module, "py", digest, lines, "too deeply nested to parse"))
     c = _Collector(module, is_package, source if isinstance(source, bytes) else source.encode("utf-8"))
     try:
         for stmt in tree.body:
             c.visit(stmt)
     except RecursionError:
-        return FileFacts(relpath, module, "py", digest, lines, "too deeply nested to index")
-    return FileFacts(
+        return to_plain(FileFacts(relpath, module, "py", digest, lines, "too deeply nested to index"))
+    return (
         relpath,
         module,
         "py",
