@@ -25,7 +25,9 @@ def mma(g1, g2):
     return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
 
 
-CANDS = [mma(g, g) for g in [(1, 2, 1, 0), (1, 1, 1, 0), (2, 2, 1, 0), (1, 4, 1, 0)]]
+G1 = (1, 2, 1, 0)
+CANDS = [mma(G1, g) for g in [(1, 2, 1, 0), (2, 2, 1, 0), (1, 2, 2, 0), (2, 1, 1, 0), (4, 2, 1, 0), (2, 4, 1, 0),
+                              (1, 4, 1, 0)]]
 
 
 def kernel_times(fn, reps=10):
