@@ -211,7 +211,7 @@ def grouped_mxfp4_moe(
             x32, w13_32, s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
             x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], J=c1.get("J", 1), PREFETCH=bool(c1.get("prefetch", False)), num_warps=c1["num_warps"],
+            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], num_warps=c1["num_warps"],
         )
     else:
         grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
@@ -243,7 +243,7 @@ def grouped_mxfp4_moe(
                 act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], J=c2.get("J", 1), PREFETCH=bool(c2.get("prefetch", False)), num_warps=c2["num_warps"],
+                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], num_warps=c2["num_warps"],
             )
             return
         gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](

@@ -22,8 +22,9 @@ value); at decode sizes that, not DRAM, set the time. Here the layout is explici
   in the epilogue. Exact for E8M0 exponents 65..191 (scales 2**-62 .. 2**64);
   smaller ones lose precision as bf16 subnormals, larger ones overflow.
 * A program = BLOCK_M = 8 sorted slots (the MMA's n8) x Q tiles of 16 rows; its
-  NW warps take interleaved 128-value chunks of K (J of them per loop trip, so
-  their loads are in flight together) and meet once at the end.
+  NW warps take interleaved 128-value chunks of K and meet once at the end.
+  (Register prefetch, several chunks per trip and register caps were measured and
+  lost: bench/NOTES.md, v6.)
 
 Tensors are [NW, Q, 32, 4, 4] = (warp, tile, lane, word of the group, fragment
 register): the last dim is what one inline-asm call packs (pack=4), so a call
@@ -145,7 +146,7 @@ def decode_gemm1_swiglu_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
-    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, J: gl.constexpr, PREFETCH: gl.constexpr,
+    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr,
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr/w_ptr are int32 views (2 bf16 / 4 e2m1 bytes a word); strides are in
@@ -179,29 +180,12 @@ def decode_gemm1_swiglu_kernel(
     zero = gl.zeros([NW, Q, 32, 4, 4], gl.float32, layout=_layout(NW, Q))
     gacc = zero
     uacc = zero
-    NCH = gl.cdiv(K, 128)
-    if PREFETCH:  # registers carry the next trip's loads while this trip's MMAs run
-        c = w
+    for c0 in range(0, gl.cdiv(K, 128), NW):
+        c = c0 + w
         kin = (c * 4 + t4) < KG
-        nxt = (_load_act(a_rows, c, tok_ok & kin), _load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin),
-               _load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin))
-        for c0 in range(0, NCH, NW):
-            cur = nxt
-            c = c0 + NW + w
-            kin = (c * 4 + t4) < KG
-            nxt = (_load_act(a_rows, c, tok_ok & kin), _load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin),
-                   _load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin))
-            bp = _b_pairs(cur[0])
-            gacc = _mma_tile(cur[1], bp, gacc)
-            uacc = _mma_tile(cur[2], bp, uacc)
-    else:
-        for c0 in range(0, NCH, NW * J):
-            for jj in gl.static_range(J):  # J chunks per warp per trip: their loads overlap
-                c = c0 + jj * NW + w
-                kin = (c * 4 + t4) < KG
-                bp = _b_pairs(_load_act(a_rows, c, tok_ok & kin))
-                gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin), bp, gacc)
-                uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin), bp, uacc)
+        bp = _b_pairs(_load_act(a_rows, c, tok_ok & kin))
+        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin), bp, gacc)
+        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin), bp, uacc)
 
     oq, olane, oi = _out_ids(NW, Q)
     orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
@@ -224,7 +208,7 @@ def decode_gemm2_combine_kernel(
     S, N, K, NB, TOPK,
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
-    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, J: gl.constexpr, PREFETCH: gl.constexpr,
+    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
@@ -251,24 +235,10 @@ def decode_gemm2_combine_kernel(
     s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
 
     acc = gl.zeros([NW, Q, 32, 4, 4], gl.float32, layout=_layout(NW, Q))
-    NCH = gl.cdiv(K, 128)
-    if PREFETCH:
-        c = w
+    for c0 in range(0, gl.cdiv(K, 128), NW):
+        c = c0 + w
         kin = (c * 4 + t4) < KG
-        nxt = (_load_act(a_rows, c, tok_ok & kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
-        for c0 in range(0, NCH, NW):
-            cur = nxt
-            c = c0 + NW + w
-            kin = (c * 4 + t4) < KG
-            nxt = (_load_act(a_rows, c, tok_ok & kin), _load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin))
-            acc = _mma_tile(cur[1], cur[0], acc)
-    else:
-        for c0 in range(0, NCH, NW * J):
-            for jj in gl.static_range(J):
-                c = c0 + jj * NW + w
-                kin = (c * 4 + t4) < KG
-                acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin),
-                                _load_act(a_rows, c, tok_ok & kin), acc)
+        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin), _load_act(a_rows, c, tok_ok & kin), acc)
 
     oq, olane, oi = _out_ids(NW, Q)
     col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
