@@ -2,7 +2,8 @@
 
 Pipeline (one fixed grid per batch size, no host sync -> CUDA-graph safe):
   1. route        slots sorted by expert, padded to BLOCK_M (kernels/route.py for
-                  decode-sized batches, routing.route_torch beyond)
+                  decode-sized batches, routing.route_torch beyond); on the decode
+                  path prep_act also lays the hidden states out as MMA B pairs
   2. gemm1_swiglu act[row] = silu(clamp(x @ W13_gate^T)) * clamp(x @ W13_up^T)
   3. gemm2_combine out[token] += w * rsf * act[row] @ W2^T   (atomics, or a
                   per-slot buffer + reduce_topk when deterministic=True)
@@ -21,6 +22,7 @@ from .kernels.route import route_kernel
 from .kernels.gemm1_swiglu import gemm1_swiglu_kernel
 from .kernels.gemm2_combine import gemm2_combine_kernel
 from .kernels.reduce_topk import reduce_topk_kernel
+from .kernels.prep_act import prep_act_kernel
 
 try:  # the decode path is written in Gluon (explicit layouts); absent from some Triton builds
     from .kernels import decode_mma as _decode_mma
@@ -199,6 +201,21 @@ def grouped_mxfp4_moe(
     else:
         sorted_slots, block_expert = route_torch(ids, E, BM)
 
+    # the down GEMM's output: per-slot rows (deterministic) or the atomics' target,
+    # zeroed by a memset, or by prep_act_kernel on the decode path
+    alloc = torch.empty if mma else torch.zeros
+    if deterministic:
+        mode = 2
+        buf = torch.empty(S, H, dtype=torch.float32, device=dev)
+        if _poison:
+            buf.fill_(float("nan"))
+    elif _interpreting() or not _STATE["bf16_atomics"] or torch.cuda.get_device_capability(dev) < (9, 0):
+        mode = 1  # no bf16 atomics: accumulate in float32, then cast
+        buf = alloc(M, H, dtype=torch.float32, device=dev)
+    else:
+        mode = 0
+        buf = alloc(M, H, dtype=torch.bfloat16, device=dev)
+
     # 2. gate/up GEMM + SwiGLU
     act = torch.empty(P, I, dtype=torch.bfloat16, device=dev)
     if _poison:
@@ -206,12 +223,17 @@ def grouped_mxfp4_moe(
     has_clamp = clamp_limit is not None and clamp_limit > 0
     clamp = float(clamp_limit) if has_clamp else 0.0
     if mma:
-        x32, w13_32 = x.view(torch.int32), w13.view(torch.int32)
+        xb = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
+        n = M * H
+        prep_act_kernel[(triton.cdiv(n, 1024),)](
+            x, xb, buf, n, H, x.stride(0), xb.stride(0), buf.stride(0), ZERO_OUT=mode != 2, BLOCK=1024,
+        )
         _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
-            x32, w13_32, s13, act, sorted_slots, block_expert,
+            xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
-            x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], num_warps=c1["num_warps"],
+            xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"],
+            MASK=not (H % 128 == 0 and I % (16 * c1["Q"]) == 0), num_warps=c1["num_warps"],
         )
     else:
         grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
@@ -225,17 +247,6 @@ def grouped_mxfp4_moe(
 
     # 3. down GEMM + weighted top-k combine
     rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
-    if deterministic:
-        mode = 2
-        buf = torch.empty(S, H, dtype=torch.float32, device=dev)
-        if _poison:
-            buf.fill_(float("nan"))
-    elif _interpreting() or not _STATE["bf16_atomics"] or torch.cuda.get_device_capability(dev) < (9, 0):
-        mode = 1  # no bf16 atomics: accumulate in float32, then cast
-        buf = torch.zeros(M, H, dtype=torch.float32, device=dev)
-    else:
-        mode = 0
-        buf = torch.zeros(M, H, dtype=torch.bfloat16, device=dev)
 
     def launch2(mode, buf):
         if mma:
@@ -243,7 +254,8 @@ def grouped_mxfp4_moe(
                 act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], num_warps=c2["num_warps"],
+                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"],
+                MASK=not (I % 128 == 0 and H % (16 * c2["Q"]) == 0), num_warps=c2["num_warps"],
             )
             return
         gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](

@@ -14,8 +14,9 @@ value); at decode sizes that, not DRAM, set the time. Here the layout is explici
 * A word's nibbles pair up as (k, k + 4) at bit offsets (p, p + 16), so each
   bf16x2 register of the A fragment is two shifts and two masks away from the
   word, with no byte permute; the activations (the B fragment, token g of the
-  block) are paired the same way with PRMTs. The sum over k does not depend on
-  its order, so this permutation changes nothing but the rounding.
+  block) are stored in that order once (prep_act_kernel for the hidden states,
+  the gate/up epilogue for the down GEMM's input). The sum over k does not
+  depend on its order, so this permutation changes nothing but the rounding.
 * The magnitude bits land in bf16 as value * 2**-126 (0.5 becomes a subnormal);
   one bf16x2 multiply by 2**(s - 64) applies the E8M0 scale s and most of the
   bias, the activations carry 2**64, and the product is 2x the true one, halved
@@ -52,14 +53,6 @@ MMA_PAIR_ASM = gl.constexpr(
     + _DQ.format(w="$4", o="l", sc="$12") + _DQ.format(w="$8", o="h", sc="$16")
     + f"{_MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{$20,$21}}, {{$24,$25,$26,$27}};\n"
     + f"{_MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{$22,$23}}, {{$0,$1,$2,$3}};\n}}"
-)
-# pack=4: activation words (k0,k1) (k2,k3) (k4,k5) (k6,k7) -> B pairs (k0,k4) (k1,k5) (k2,k6) (k3,k7), x 2**64
-B_PAIRS_ASM = gl.constexpr(
-    "{\n.reg .b32 k;\nmov.b32 k, 0x5F805F80;\n"
-    "prmt.b32 $0, $4, $6, 0x5410;\nprmt.b32 $1, $4, $6, 0x7632;\n"
-    "prmt.b32 $2, $5, $7, 0x5410;\nprmt.b32 $3, $5, $7, 0x7632;\n"
-    "mul.rn.bf16x2 $0, $0, k;\nmul.rn.bf16x2 $1, $1, k;\n"
-    "mul.rn.bf16x2 $2, $2, k;\nmul.rn.bf16x2 $3, $3, k;\n}"
 )
 LIFT = gl.constexpr(1.8446744073709552e19)  # 2**64
 HALF = gl.constexpr(0.5)  # the products carry 2**126 * 2**-64 * 2**-64 * 2 = 2
@@ -117,15 +110,16 @@ def _load_act(a_rows, c, ok):
 
 
 @gluon.jit
-def _b_pairs(a):
-    return gl.inline_asm_elementwise(B_PAIRS_ASM, "=r,=r,=r,=r,r,r,r,r", [a], dtype=gl.int32, is_pure=True, pack=4)
-
-
-@gluon.jit
-def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok):
-    """Words of rows r / r + 8 (one group per lane, 128-bit loads) and their E8M0 bytes."""
-    return (gl.load(w_lo + c * 16, mask=ok, other=0), gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0),
-            gl.load(s_lo + c * 4, mask=ok, other=127), gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127))
+def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr):
+    """Words of rows r / r + 8 (one group per lane, 128-bit loads) and their E8M0 bytes.
+    MASK=False where K % 128 == 0 and the rows fill the tiles: no predicates, no zero fill."""
+    if MASK:
+        return (gl.load(w_lo + c * 16, mask=ok, other=0),
+                gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0),
+                gl.load(s_lo + c * 4, mask=ok, other=127), gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127))
+    else:
+        return (gl.load(w_lo + c * 16), gl.load(w_lo + 8 * row_stride_w + c * 16),
+                gl.load(s_lo + c * 4), gl.load(s_lo + 8 * row_stride_s + c * 4))
 
 
 @gluon.jit
@@ -146,11 +140,12 @@ def decode_gemm1_swiglu_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
-    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr,
+    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
-    x_ptr/w_ptr are int32 views (2 bf16 / 4 e2m1 bytes a word); strides are in
-    elements of the underlying bf16 / uint8 tensors."""
+    x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32
+    views (2 bf16 / 4 e2m1 bytes a word); strides are in elements of the underlying
+    bf16 / uint8 tensors."""
     pid = gl.program_id(0)
     b = pid % NB
     nt = pid // NB
@@ -183,9 +178,9 @@ def decode_gemm1_swiglu_kernel(
     for c0 in range(0, gl.cdiv(K, 128), NW):
         c = c0 + w
         kin = (c * 4 + t4) < KG
-        bp = _b_pairs(_load_act(a_rows, c, tok_ok & kin))
-        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin), bp, gacc)
-        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin), bp, uacc)
+        bp = _load_act(a_rows, c, tok_ok & kin)
+        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK), bp, gacc)
+        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK), bp, uacc)
 
     oq, olane, oi = _out_ids(NW, Q)
     orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
@@ -208,7 +203,7 @@ def decode_gemm2_combine_kernel(
     S, N, K, NB, TOPK,
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
-    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr,
+    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
@@ -238,7 +233,8 @@ def decode_gemm2_combine_kernel(
     for c0 in range(0, gl.cdiv(K, 128), NW):
         c = c0 + w
         kin = (c * 4 + t4) < KG
-        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin), _load_act(a_rows, c, tok_ok & kin), acc)
+        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK), _load_act(a_rows, c, tok_ok & kin),
+                        acc)
 
     oq, olane, oi = _out_ids(NW, Q)
     col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8

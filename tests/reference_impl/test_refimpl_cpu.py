@@ -159,3 +159,19 @@ def test_decode_config_runs_or_falls_back():
     can = DEV == "cuda" and torch.cuda.get_device_capability() >= (9, 0) and moe_mod._decode_mma is not None
     assert moe_mod._mma_path(cfg, torch.device(DEV)) == can
     assert not moe_mod._mma_path({"BLOCK_M": 16}, torch.device(DEV))
+
+
+def test_prep_act_lays_out_b_pairs_and_zeroes_output():
+    """prep_act_kernel (decode path): within every 8 values the order k0 k4 k1 k5 k2 k6
+    k3 k7, times 2**64 (exact in bf16), and the output buffer zeroed."""
+    from reference_impl.kernels.prep_act import prep_act_kernel
+    M, H = 3, 96
+    g = torch.Generator(device=DEV).manual_seed(5)
+    x = torch.randn(M, H, generator=g, device=DEV).to(torch.bfloat16)
+    xb = torch.full((M, H), float("nan"), dtype=torch.bfloat16, device=DEV)
+    out = torch.full((M, H), 7.0, dtype=torch.float32, device=DEV)
+    prep_act_kernel[(2,)](x, xb, out, M * H, H, x.stride(0), xb.stride(0), out.stride(0), ZERO_OUT=True, BLOCK=256)
+    order = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7], device=DEV)
+    want = (x.float() * 2.0 ** 64).view(M, H // 8, 8)[:, :, order].reshape(M, H)
+    assert torch.equal(xb.float(), want)
+    assert torch.count_nonzero(out) == 0
