@@ -27,7 +27,8 @@ def mma(g1, g2):
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
 # knobs: chunks per trip, register prefetch, register caps; bench/NOTES.md, v6)
-CANDS = [mma((1, 2), (1, 2)), mma((1, 2), (2, 1)), mma((1, 4), (1, 4))]
+CANDS = [mma((1, 2), (1, 2)), mma((1, 2), (2, 2)), mma((2, 2), (2, 2)), mma((1, 4), (1, 4)), mma((1, 2), (2, 1)),
+         mma((1, 1), (1, 1))]
 
 
 def kernel_times(fn, reps=10):

@@ -27,9 +27,11 @@ value); at decode sizes that, not DRAM, set the time. Here the layout is explici
   (Register prefetch, several chunks per trip and register caps were measured and
   lost: bench/NOTES.md, v6.)
 
-Tensors are [NW, Q, 32, 4, 4] = (warp, tile, lane, word of the group, fragment
-register): the last dim is what one inline-asm call packs (pack=4), so a call
-gets the four B/C registers of one MMA pair and returns its four D registers.
+Weight tiles are [NW, Q, 32, 4] = (warp, tile, lane, word of the group); one
+inline-asm call packs the 4 words (pack=4), dequantizes them and chains the
+group's eight MMAs into the tile's fragment, which is also [NW, Q, 32, 4] (the
+last dim then being the fragment register): one accumulator per tile, not per
+word, so the kernel fits in fewer registers and more warps stay resident.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -46,14 +48,23 @@ mul.rn.bf16x2 {o}0, {o}0, {sc}; mul.rn.bf16x2 {o}1, {o}1, {sc};
 mul.rn.bf16x2 {o}2, {o}2, {sc}; mul.rn.bf16x2 {o}3, {o}3, {sc};
 """
 _MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-# pack=4 operands: $0..$3 D out; $4..$7 word of row r (same value x4); $8..$11 word of row r+8;
-# $12..$15 scale pair of row r; $16..$19 of row r+8; $20..$23 B pairs; $24..$27 C in
-MMA_PAIR_ASM = gl.constexpr(
-    "{\n.reg .b32 m, s, l0, l1, l2, l3, h0, h1, h2, h3;\n"
-    + _DQ.format(w="$4", o="l", sc="$12") + _DQ.format(w="$8", o="h", sc="$16")
-    + f"{_MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{$20,$21}}, {{$24,$25,$26,$27}};\n"
-    + f"{_MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{$22,$23}}, {{$0,$1,$2,$3}};\n}}"
-)
+
+
+def _group_asm():
+    """pack=4 over the group's 4 words m. Operands: $0..$3 D (the fragment), $4+m word m
+    of row r, $8+m of row r + 8, $12 / $16 scale pairs of rows r / r + 8 (x4),
+    $20+m .. $32+m the B pairs (k0,k4) (k1,k5) (k2,k6) (k3,k7) of word m, $36..$39 C."""
+    body = ["{", ".reg .b32 m, s, l0, l1, l2, l3, h0, h1, h2, h3;"]
+    for w in range(4):
+        body.append(_DQ.format(w=f"${4 + w}", o="l", sc="$12") + _DQ.format(w=f"${8 + w}", o="h", sc="$16"))
+        c = "$36,$37,$38,$39" if w == 0 else "$0,$1,$2,$3"
+        body.append(f"{_MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{${20 + w},${24 + w}}}, {{{c}}};")
+        body.append(f"{_MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{${28 + w},${32 + w}}}, {{$0,$1,$2,$3}};")
+    body.append("}")
+    return "\n".join(body)
+
+
+GROUP_ASM = gl.constexpr(_group_asm())
 LIFT = gl.constexpr(1.8446744073709552e19)  # 2**64
 HALF = gl.constexpr(0.5)  # the products carry 2**126 * 2**-64 * 2**-64 * 2 = 2
 
@@ -83,7 +94,7 @@ def _ids(NW: gl.constexpr, Q: gl.constexpr):
 @gluon.jit
 def _out_ids(NW: gl.constexpr, Q: gl.constexpr):
     """(tile, lane, register) index tensors in the layout of _total's result."""
-    S: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(3, _layout(NW, Q)))  # dims (1, 2, 4)
+    S: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(4, _layout(NW, Q)))  # dims (1, 2, 3)
     q = gl.expand_dims(gl.expand_dims(gl.arange(0, Q, layout=gl.SliceLayout(1, gl.SliceLayout(2, S))), 1), 2)
     lane = gl.expand_dims(gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, S))), 0), 2)
     i = gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, S))), 0), 1)
@@ -92,8 +103,8 @@ def _out_ids(NW: gl.constexpr, Q: gl.constexpr):
 
 @gluon.jit
 def _total(x):
-    """Sum a fragment over the warps' K chunks and the group's words -> [Q, 32, 4]."""
-    return gl.sum(gl.sum(x, 3), 0)
+    """Sum a fragment over the warps' K chunks -> [Q, 32, 4]."""
+    return gl.sum(x, 0)
 
 
 @gluon.jit
@@ -105,8 +116,19 @@ def _scale_pair(s):
 
 @gluon.jit
 def _load_act(a_rows, c, ok):
-    """Activation words of each lane's 32-value group in chunk c: [NW, 1, 32, 4, 4]."""
-    return gl.load(a_rows + gl.expand_dims(c * 64, 4), mask=gl.expand_dims(ok, 4), other=0)
+    """B pairs of each lane's 32-value group in chunk c: one 4 x 128-bit load, split into
+    the four pair registers i, each [NW, 1, 32, 4] over the words m."""
+    W: gl.constexpr = gl.SliceLayout(4, a_rows.type.layout)
+    # the rows carry no tile dim: a layout with one register along it, so split sees no
+    # duplicated registers (a tile dim of Q > 1 registers made its layout inference fail)
+    NW: gl.constexpr = gl.num_warps()
+    A: gl.constexpr = gl.BlockedLayout([1, 1, 1, 4, 4], [1, 1, 32, 1, 1], [NW, 1, 1, 1, 1], [4, 3, 2, 1, 0])
+    ptr = gl.convert_layout(a_rows + gl.expand_dims(c * 64, 4), A)
+    a = gl.load(ptr, mask=gl.convert_layout(gl.expand_dims(ok, 4), A), other=0)
+    lo, hi = gl.split(gl.reshape(a, [NW, 1, 32, 4, 2, 2]))  # i = 2 * i_hi + i_lo
+    b0, b2 = gl.split(lo)
+    b1, b3 = gl.split(hi)
+    return (gl.convert_layout(b0, W), gl.convert_layout(b1, W), gl.convert_layout(b2, W), gl.convert_layout(b3, W))
 
 
 @gluon.jit
@@ -124,13 +146,11 @@ def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr
 
 @gluon.jit
 def _mma_tile(t, b, acc):
-    """acc += (dequantized tile t, scaled) @ B pairs b, one MMA pair per call."""
-    wl = gl.expand_dims(t[0], 4)
-    wh = gl.expand_dims(t[1], 4)
-    sl = gl.expand_dims(_scale_pair(t[2]), 4)
-    sh = gl.expand_dims(_scale_pair(t[3]), 4)
+    """acc (the tile's fp32 fragment, [NW, Q, 32, 4]) += dequantized, scaled group t @ B pairs b:
+    eight chained MMAs in one call."""
     return gl.inline_asm_elementwise(
-        MMA_PAIR_ASM, "=f,=f,=f,=f," + "r," * 20 + "f,f,f,f", [wl, wh, sl, sh, b, acc],
+        GROUP_ASM, "=f,=f,=f,=f," + "r," * 32 + "f,f,f,f",
+        [t[0], t[1], _scale_pair(t[2]), _scale_pair(t[3]), b[0], b[1], b[2], b[3], acc],
         dtype=gl.float32, is_pure=True, pack=4)
 
 
@@ -172,7 +192,7 @@ def decode_gemm1_swiglu_kernel(
     sg_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
     su_lo = sg_lo + I * stride_sn
 
-    zero = gl.zeros([NW, Q, 32, 4, 4], gl.float32, layout=_layout(NW, Q))
+    zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     gacc = zero
     uacc = zero
     for c0 in range(0, gl.cdiv(K, 128), NW):
@@ -229,7 +249,7 @@ def decode_gemm2_combine_kernel(
     w_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
     s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
 
-    acc = gl.zeros([NW, Q, 32, 4, 4], gl.float32, layout=_layout(NW, Q))
+    acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     for c0 in range(0, gl.cdiv(K, 128), NW):
         c = c0 + w
         kin = (c * 4 + t4) < KG
