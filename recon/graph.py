@@ -34,6 +34,7 @@ _CAPTURE_CTX = re.compile(r"(^|\.)\w*graph\w*\(\)$", re.I | re.M)
 
 _MISS = object()
 _SCOPED = object()  # a name whose meaning depends on the enclosing scope, not the module alone
+_NOTHING = object()  # a callee that makes no edge
 
 
 class Resolver:
@@ -74,48 +75,54 @@ class Resolver:
         self._class_memo = {}
 
     def _collect(self, f: FileFacts) -> None:
+        # records are read by position: they may be the plain tuples of the store (see facts.to_plain)
         mod = f.module
         if not mod:
             return
         self.modules.add(mod)
         syms = self.symbols[mod]
         class_names = set()
-        for d in f.defs:
-            q = f"{mod}.{d.qualname}"
-            self.nodes[q] = d.kind
-            if "." not in d.qualname:
-                syms[d.qualname] = q
+        nodes, classes = self.nodes, self.classes
+        scoped = None
+        for kind, qualname, _line, _end, _decos, bases, *_ in f.defs:
+            q = f"{mod}.{qualname}"
+            nodes[q] = kind
+            if "." not in qualname:
+                syms[qualname] = q
             else:
-                self.scoped_names[mod].add(d.qualname.rsplit(".", 1)[1])
-            if d.kind == "class":
-                class_names.add(d.qualname)
-                self.classes[q] = list(d.bases)
-        for d in f.defs:
-            if d.kind != "class" and "." in d.qualname:
-                owner, name = d.qualname.rsplit(".", 1)
-                if owner in class_names:
-                    q = f"{mod}.{d.qualname}"
-                    self.methods[f"{mod}.{owner}"][name] = q
-                    self.by_name[name].append(q)
-        for imp in f.imports:
-            target = f"{imp.module}.{imp.name}" if imp.name else imp.module
-            if imp.name == "*":
-                self.star[mod].append(imp.module)
+                if scoped is None:
+                    scoped = self.scoped_names[mod]
+                scoped.add(qualname.rsplit(".", 1)[1])
+            if kind == "class":
+                class_names.add(qualname)
+                classes[q] = list(bases)
+        if class_names:
+            for kind, qualname, *_ in f.defs:
+                if kind != "class" and "." in qualname:
+                    owner, name = qualname.rsplit(".", 1)
+                    if owner in class_names:
+                        q = f"{mod}.{qualname}"
+                        self.methods[f"{mod}.{owner}"][name] = q
+                        self.by_name[name].append(q)
+        for scope, local, module, name, _line in f.imports:
+            if name == "*":
+                self.star[mod].append(module)
                 continue
-            if imp.scope == "":
-                syms.setdefault(imp.local, target)
+            target = f"{module}.{name}" if name else module
+            if scope == "":
+                syms.setdefault(local, target)
             else:
-                self.local_imports[(mod, imp.scope)][imp.local] = target
-                self.scoped_names[mod].add(imp.local)
-        for a in f.assigns:
-            if a.scope == "" and a.value_kind in ("name", "choice") and "." not in a.target and a.target not in syms:
+                self.local_imports[(mod, scope)][local] = target
+                self.scoped_names[mod].add(local)
+        for scope, target, value, value_kind, _line in f.assigns:
+            if scope == "" and value_kind in ("name", "choice") and "." not in target and target not in syms:
                 # alias, resolved lazily in this module; a conditional alias (`A if cond else B`)
                 # follows its first branch, the one taken when the condition holds (CUDA in practice)
-                syms[a.target] = "=" + a.value.split("|", 1)[0]
-            elif a.value_kind == "call" and a.target.startswith("self.") and a.target.count(".") == 1 and "." in a.scope:
-                owner = a.scope.rsplit(".", 1)[0]
+                syms[target] = "=" + value.split("|", 1)[0]
+            elif value_kind == "call" and target.startswith("self.") and target.count(".") == 1 and "." in scope:
+                owner = scope.rsplit(".", 1)[0]
                 if owner in class_names:
-                    self.attr_types.setdefault(f"{mod}.{owner}", {}).setdefault(a.target[5:], set()).add((mod, a.scope, a.value[:-2] if a.value.endswith("()") else a.value))
+                    self.attr_types.setdefault(f"{mod}.{owner}", {}).setdefault(target[5:], set()).add((mod, scope, value[:-2] if value.endswith("()") else value))
 
     def _resolve_bases(self) -> None:
         for cls, raw in self.classes.items():
@@ -236,10 +243,25 @@ class Resolver:
         """:meth:`resolve` where the module alone decides the answer, else ``_SCOPED``."""
         if not dotted or "(" in dotted or "[" in dotted or "?" in dotted:
             return None
-        head = dotted.split(".", 1)[0]
+        head, _, rest = dotted.partition(".")
         if head in ("self", "cls") or head in self.scoped_names.get(mod, ()):
             return _SCOPED
-        return self.resolve(mod, "", dotted)
+        # resolve(mod, "", dotted) without its generic steps: the memo, then the head's binding
+        key = (mod, dotted)
+        r = self._memo.get(key, _MISS)
+        if r is not _MISS:
+            return r
+        hit = self._head_memo.get((mod, head))
+        if hit is None:
+            self._head_memo[(mod, head)] = (None, None)  # a cycle of aliases names nothing
+            hit = self._head_memo[(mod, head)] = self._module_head(mod, head, 0)
+        t, target = hit
+        if target is None or (t[0] == "=" and t[1:] == dotted):
+            r = None
+        else:
+            r = self._attr(target, rest.split("."), 1) if rest else target
+        self._memo[key] = r
+        return r
 
     def _resolve(self, mod: str, scope: str, dotted: str, depth: int) -> Optional[str]:
         parts = dotted.split(".")
@@ -372,7 +394,10 @@ class GraphBuilder:
         self._py: list[FileFacts] = []
         self.paths: set[str] = set()
 
-    def add(self, f: FileFacts) -> None:
+    def add(self, f) -> None:
+        """One file's facts: a FileFacts, or the plain tuples of the store (not turned into records)."""
+        if f.__class__ is tuple:
+            f = FileFacts._make(f)
         self.paths.add(f.path)
         if f.kind == "py" and f.error is None:
             self.resolver._collect(f)
@@ -434,29 +459,37 @@ def _add_nodes(G: nx.MultiDiGraph, f: FileFacts) -> None:
     if not mod:
         return
     add = _edge_adder(G)
-    G.add_node(mod, kind="module", name=mod.rsplit(".", 1)[-1], path=f.path, line=1)
-    for d in f.defs:
-        q = f"{mod}.{d.qualname}"
-        if d.kind == "class":
+    path = f.path
+    succ, pred, nodes = G._succ, G._pred, G._node
+    G.add_node(mod, kind="module", name=mod.rsplit(".", 1)[-1], path=path, line=1)
+    for dkind, qualname, line, end_line, decorators, _bases, params, wraps, wrap_kwargs, aliases in f.defs:
+        q = f"{mod}.{qualname}"
+        if dkind == "class":
             kind = "class"
-        elif d.kind == "function" and _kernel(d.decorators):
+        elif dkind == "function" and _kernel(decorators):
             kind = "triton_kernel"
         else:
             kind = "function"
-        attrs = dict(kind=kind, name=d.qualname.rsplit(".", 1)[-1], qualname=d.qualname, path=f.path, line=d.line, end_line=d.end_line)
-        if d.decorators:
-            attrs["decorators"] = d.decorators
-        if d.kind == "callable_assign":
+        attrs = {"kind": kind, "name": qualname.rsplit(".", 1)[-1], "qualname": qualname, "path": path, "line": line, "end_line": end_line}
+        if decorators:
+            attrs["decorators"] = decorators
+        if dkind == "callable_assign":
             attrs["defined_by"] = "assignment"
-            attrs["wraps"] = d.wraps
-            attrs["wrap_kwargs"] = d.wrap_kwargs
-            if d.aliases:
-                attrs["aliases"] = d.aliases
-        if d.kind == "function":
-            attrs["params"] = d.params
-        G.add_node(q, **attrs)
-        owner = mod + "." + d.qualname.rsplit(".", 1)[0] if "." in d.qualname else mod
-        add(owner, q, kind="defines", path=f.path, line=d.line)
+            attrs["wraps"] = wraps
+            attrs["wrap_kwargs"] = wrap_kwargs
+            if aliases:
+                attrs["aliases"] = aliases
+        if dkind == "function":
+            attrs["params"] = params
+        # G.add_node(q, **attrs) without its per-call overhead (same layout; cache cleared by _done)
+        if q in succ:
+            nodes[q].update(attrs)
+        else:
+            succ[q] = {}
+            pred[q] = {}
+            nodes[q] = attrs
+        owner = mod + "." + qualname.rsplit(".", 1)[0] if "." in qualname else mod
+        add(owner, q, kind="defines", path=path, line=line)
 
 
 def _edge_adder(G: nx.MultiDiGraph):
@@ -501,27 +534,30 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
     path = f.path
     add = _edge_adder(G)
     seen_imports = set()
-    for imp in f.imports:
-        if imp.module in r.modules and imp.module != mod and imp.module not in seen_imports:
-            seen_imports.add(imp.module)
-            add(mod, imp.module, kind="imports", path=path, line=imp.line)
-    for d in f.defs:
-        q = f"{mod}.{d.qualname}"
-        if d.kind == "callable_assign" and d.wraps:
-            scope = d.qualname.rsplit(".", 1)[0] if "." in d.qualname else ""
-            w = r.resolve(mod, scope, d.wraps)
+    # records are read by position: they may be the plain tuples of the store (see facts.to_plain)
+    for _scope, _local, module, _name, line in f.imports:
+        if module in r.modules and module != mod and module not in seen_imports:
+            seen_imports.add(module)
+            add(mod, module, kind="imports", path=path, line=line)
+    for dkind, qualname, line, _end, _decos, _bases, _params, wraps, *_ in f.defs:
+        if dkind == "callable_assign" and wraps:
+            q = f"{mod}.{qualname}"
+            scope = qualname.rsplit(".", 1)[0] if "." in qualname else ""
+            w = r.resolve(mod, scope, wraps)
             if w:
-                add(q, w, kind="wraps", path=path, line=d.line)
-        elif d.kind == "class":
+                add(q, w, kind="wraps", path=path, line=line)
+        elif dkind == "class":
+            q = f"{mod}.{qualname}"
             for b in r.bases.get(q, ()):
-                add(q, b, kind="inherits", path=path, line=d.line)
-            for name, mq in r.methods.get(q, {}).items():
-                for base in r.mro(q)[1:]:
+                add(q, b, kind="inherits", path=path, line=line)
+            above = r.mro(q)[1:]
+            for name, mq in r.methods.get(q, {}).items() if above else ():
+                for base in above:
                     bq = r.methods.get(base, {}).get(name)
                     if bq:
                         add(mq, bq, kind="overrides", path=path, line=G.nodes[mq]["line"])
                         break
-    capture_withs = [w for w in f.withs if _CAPTURE_CTX.search("\n".join(w.ctx))] if f.withs else ()
+    capture_withs = [w for w in f.withs if _CAPTURE_CTX.search("\n".join(w[1]))] if f.withs else ()  # With.ctx
     resolved: dict[int, list] = {}  # call index -> targets, kept only for files with capture blocks
     keep = bool(capture_withs)
     nodes = G._node
@@ -529,12 +565,17 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
     by_func: dict = {}  # callee -> its target when the module alone decides it, else _SCOPED
     for i, c in enumerate(f.calls):
         scope, func, line = c[0], c[1], c[2]  # Call.scope, .func, .line (plain tuples too)
+        target = by_func.get(func, _MISS)
+        if target is _MISS:
+            target = r.module_target(mod, func)
+            if target is None and not func.startswith(_NATIVE_PREFIXES):
+                target = _NOTHING  # no in-tree target, not a native op, not self.x: no edge
+            by_func[func] = target
+        if target is _NOTHING:
+            continue
         src = srcs.get(scope)
         if src is None:
             src = srcs[scope] = f"{mod}.{scope}" if scope else mod
-        target = by_func.get(func, _MISS)
-        if target is _MISS:
-            target = by_func[func] = r.module_target(mod, func)
         if target is _SCOPED:
             target = r.resolve(mod, scope, func)
         if target is not None:
@@ -563,34 +604,34 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
             hits = _dynamic(G, r, mod, c, src, path, add)
             if hits and keep:
                 resolved[i] = hits
-    for ln in f.launches:
-        k = r.resolve(mod, ln.scope, ln.kernel)
+    for scope, kernel, grid, line in f.launches:
+        k = r.resolve(mod, scope, kernel)
         if k is not None and k in G:
-            add(_src(mod, ln.scope), k, kind="launches", path=path, line=ln.line, grid=ln.grid)
-    for a in f.assigns:
-        if a.scope == "" and a.target == "EntryClass":
-            for name in a.value.split(","):
+            add(_src(mod, scope), k, kind="launches", path=path, line=line, grid=grid)
+    for scope, target, value, _kind, line in f.assigns:
+        if scope == "" and target == "EntryClass":
+            for name in value.split(","):
                 cls = r.resolve(mod, "", name) if name else None
                 fwd = r.method(cls, "forward") if cls else None
                 if fwd:
-                    add(MODEL_FORWARD, fwd, kind="calls_dynamic", path=path, line=a.line, via="EntryClass")
+                    add(MODEL_FORWARD, fwd, kind="calls_dynamic", path=path, line=line, via="EntryClass")
     model_refs = any("model" in ref[1].lower() for ref in f.refs)
-    for w in capture_withs:
-        site = f"capture@{path}:{w.line}"
-        src = _src(mod, w.scope)
-        G.add_node(site, kind="capture_site", name=" + ".join(w.ctx), path=path, line=w.line, end_line=w.end_line, scope=src)
-        add(src, site, kind="captures", path=path, line=w.line)
+    for wscope, ctx, wline, wend in capture_withs:
+        site = f"capture@{path}:{wline}"
+        src = _src(mod, wscope)
+        G.add_node(site, kind="capture_site", name=" + ".join(ctx), path=path, line=wline, end_line=wend, scope=src)
+        add(src, site, kind="captures", path=path, line=wline)
         for i, c in enumerate(f.calls):
-            if c.scope == w.scope and w.line < c.line <= w.end_line:
+            if c[0] == wscope and wline < c[2] <= wend:  # Call.scope, Call.line
                 for t in resolved.get(i, ()):
-                    add(site, t, kind="captures", path=path, line=c.line)
+                    add(site, t, kind="captures", path=path, line=c[2])
         if model_refs:
-            add(site, MODEL_FORWARD, kind="captures", path=path, line=w.line, via="model.forward")
-    for fs in f.fstrings:
-        if "device_name" in fs.template and ".json" in fs.template:
-            node = f"config@{path}:{fs.line}"
-            G.add_node(node, kind="config_template", name=fs.template, template=fs.template, path=path, line=fs.line)
-            add(_src(mod, fs.scope), node, kind="reads_config", path=path, line=fs.line)
+            add(site, MODEL_FORWARD, kind="captures", path=path, line=wline, via="model.forward")
+    for scope, template, line in f.fstrings:
+        if "device_name" in template and ".json" in template:
+            node = f"config@{path}:{line}"
+            G.add_node(node, kind="config_template", name=template, template=template, path=path, line=line)
+            add(_src(mod, scope), node, kind="reads_config", path=path, line=line)
 
 
 def _dynamic(G, r: Resolver, mod: str, c, src: str, path: str, add=None) -> list:

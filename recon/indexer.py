@@ -105,6 +105,7 @@ class Index:
     package_prefix: str
     stats: dict = field(default_factory=dict)
     _loaded: dict = field(default_factory=dict, repr=False)
+    _plain: dict = field(default_factory=dict, repr=False)  # relpath -> plain facts not yet made records
 
     @property
     def diagnostics(self) -> list[tuple[str, str]]:
@@ -114,6 +115,10 @@ class Index:
         """Facts of one file, loaded from the store on first use."""
         f = self._loaded.get(relpath)
         if f is not None:
+            return f
+        plain = self._plain.pop(relpath, None)
+        if plain is not None:  # extracted in this run
+            f = self._loaded[relpath] = from_plain(plain)
             return f
         meta = self.files.get(relpath)
         if meta is None:
@@ -264,7 +269,8 @@ def build_index(
 ) -> Index:
     """The index of ``target``: manifest entries for unchanged files, fresh facts for the rest.
 
-    ``on_facts`` sees each freshly extracted file as it arrives (the graph builder uses it to work
+    ``on_facts`` sees each freshly extracted file as it arrives, as plain tuples in the layout of
+    :class:`FileFacts` (see :func:`recon.facts.to_plain`) (the graph builder uses it to work
     while the extraction workers are still busy). With ``deferred``, new facts to store are appended
     there for the caller to write with its own (one write-behind child for the whole run)."""
     source = target.source
@@ -279,12 +285,15 @@ def build_index(
             metas[relpath] = hit
         else:
             todo.append((relpath, stamp))
-    fresh: dict[str, FileFacts] = {}
+    fresh: dict[str, tuple] = {}  # relpath -> plain facts (made records only when asked for)
     if todo:
         new_blobs = []
         facts_dir = cache_dir() / "facts"
         for relpath, blob, digest, new in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
-            f = fresh[relpath] = _hydrate(relpath, blob, prefix)
+            f = marshal.loads(blob)
+            if f[0] != relpath:  # the same content stored under another path (another version, a copy)
+                f = (relpath, _module_for(relpath, prefix)[0] if f[2] == "py" else "", *f[2:])
+            fresh[relpath] = f
             if new:
                 new_blobs.append(_store_job(digest, blob, facts_dir))
             if on_facts is not None:
@@ -294,14 +303,14 @@ def build_index(
         elif new_blobs:
             write_behind(new_blobs)
         for relpath, stamp in todo:
-            f = fresh[relpath]
-            metas[relpath] = FileMeta(stamp, f.digest, f.kind, f.module, f.error, f.lines)
+            f = fresh[relpath]  # FileFacts layout: path, module, kind, digest, lines, error, ...
+            metas[relpath] = FileMeta(stamp, f[3], f[2], f[1], f[5], f[4])
     changed = bool(todo) or len(cached) != len(metas)
     ordered = {p: metas[p] for p in sorted(metas)}
     if changed:
         save_pickle(store, ordered)
     index = Index(ordered, prefix, {"files": len(ordered), "extracted": len(todo), "reused": len(ordered) - len(todo)})
-    index._loaded.update(fresh)
+    index._plain.update(fresh)
     index.stats["_source"] = source
     index.stats["changed"] = sorted(fresh) + sorted(set(cached) - set(metas))
     return index

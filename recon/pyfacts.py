@@ -28,20 +28,24 @@ _CMP = {
 }
 _WRAPPERS = {"partial", "functools.partial", "lru_cache", "functools.lru_cache", "cache", "functools.cache"}
 _IDENT_STR = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{1,63}$")
+_Name, _Attribute, _Call, _Subscript, _Constant = ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant
 
 
 def dotted(node: ast.AST) -> str:
     """A short dotted rendering of an expression: enough to resolve names, cheap to compute."""
-    t = type(node)
-    if t is ast.Name:
+    t = node.__class__
+    if t is _Name:
         return node.id
-    if t is ast.Attribute:
-        return f"{dotted(node.value)}.{node.attr}"
-    if t is ast.Call:
+    if t is _Attribute:
+        v = node.value
+        if v.__class__ is _Name:  # a.b: most of them, one call less
+            return f"{v.id}.{node.attr}"
+        return f"{dotted(v)}.{node.attr}"
+    if t is _Call:
         return f"{dotted(node.func)}()"
-    if t is ast.Subscript:
+    if t is _Subscript:
         return f"{dotted(node.value)}[]"
-    if t is ast.Constant:
+    if t is _Constant:
         return repr(node.value)
     return "?"
 
@@ -117,8 +121,6 @@ def _unwrap_callable(node: ast.AST):
 # Each node class gets a function that visits exactly its child-node fields (generated once from
 # the class's field list), so the walk does no per-node loop over field names, no getattr and no
 # isinstance. Fields that can hold no node (``ctx``, names, numbers, operators) are left out.
-_Name = ast.Name
-_Attribute = ast.Attribute
 _NODE_TYPE_NAMES = frozenset(n for n, v in vars(ast).items() if isinstance(v, type) and issubclass(v, ast.AST))
 _LEAF_FIELDS = frozenset({"ctx", "op", "ops"})  # contexts and operators: singletons with nothing inside
 _FIELD_SPEC = re.compile(r"(\w+)([*?]?) (\w+)")
