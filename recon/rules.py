@@ -16,8 +16,9 @@ import yaml
 
 from .errors import ReconError
 from .findings import SEVERITIES
+from .resources import resource_dir
 
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+RULES_DIR = resource_dir("rules")
 REQUIRED = ("id", "title", "severity", "category", "finds", "why", "fix", "check")
 
 

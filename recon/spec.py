@@ -21,9 +21,9 @@ from typing import Any, Optional
 
 from . import roofline
 from .errors import ReconError
+from .resources import resource_dir
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES_DIR = REPO_ROOT / "templates"
+TEMPLATES_DIR = resource_dir("templates")
 SECTIONS = [
     "Summary",
     "The MoE decode path on this device",
