@@ -81,7 +81,7 @@ def _lock_file():
 
 
 def write_behind(jobs: list) -> None:
-    """Write ``[(path, obj), ...]`` (bytes as they are, anything else pickled) in a forked child, so the caller
+    """Write ``[(path, obj), ...]`` (paths as Path or str; bytes as they are, anything else pickled) in a forked child, so the caller
     answers without waiting for large pickles; the child holds an exclusive lock while it writes.
 
     Readers call :func:`wait_for_writers` first. Without ``fork`` (or with
@@ -112,6 +112,7 @@ _CHILDREN: list = []
 
 def _write_all(jobs: list) -> None:
     for path, obj in jobs:
+        path = Path(path)
         if isinstance(obj, bytes):
             try:
                 atomic_write_bytes(path, obj)

@@ -466,7 +466,7 @@ def _add_nodes(G: nx.MultiDiGraph, f: FileFacts) -> None:
         q = f"{mod}.{qualname}"
         if dkind == "class":
             kind = "class"
-        elif dkind == "function" and _kernel(decorators):
+        elif dkind == "function" and decorators and _kernel(decorators):
             kind = "triton_kernel"
         else:
             kind = "function"

@@ -94,8 +94,9 @@ def store_facts(facts: FileFacts) -> bytes:
     return blob
 
 
-def _store_job(digest: str, blob: bytes, facts_dir: Optional[Path] = None) -> tuple:
-    path = _facts_path(digest) if facts_dir is None else facts_dir / digest[:2] / f"{digest}.bin"
+def _store_job(digest: str, blob: bytes, facts_dir: Optional[str] = None) -> tuple:
+    # a plain string path: made a Path by the writer, behind the answer
+    path = _facts_path(digest) if facts_dir is None else f"{facts_dir}/{digest[:2]}/{digest}.bin"
     return path, _STORE_FORMAT + blob
 
 
@@ -288,7 +289,7 @@ def build_index(
     fresh: dict[str, tuple] = {}  # relpath -> plain facts (made records only when asked for)
     if todo:
         new_blobs = []
-        facts_dir = cache_dir() / "facts"
+        facts_dir = str(cache_dir() / "facts")
         for relpath, blob, digest, new in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
             f = marshal.loads(blob)
             if f[0] != relpath:  # the same content stored under another path (another version, a copy)
@@ -337,7 +338,7 @@ def _run(fn, jobs: list, workers: int, progress) -> Iterator[tuple]:
     total = len(jobs)
     done = 0
     if workers > 1 and total >= _PARALLEL_MIN:
-        chunk = max(4, total // (workers * 32))
+        chunk = max(4, total // (workers * 96))  # small: little idle time once the last chunk is out
         try:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 for facts in pool.map(fn, jobs, chunksize=chunk):

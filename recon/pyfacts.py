@@ -331,14 +331,22 @@ class _Collector:
 
     def visit_Assign(self, node):
         value = node.value
-        wrapped = _unwrap_callable(value) if type(value) is ast.Call else None
+        wrapped = None
+        if value.__class__ is _Call:
+            func = value.func
+            callee = dotted(func)
+            # only a wrapper (partial, lru_cache, ...) or a wrapper factory's result makes a callable
+            if callee in _WRAPPERS or (func.__class__ is _Call and dotted(func.func) in _WRAPPERS):
+                wrapped = _unwrap_callable(value)
+            v, kind = f"{callee}()", "call"  # what _assign_value gives a call
+        else:
+            v, kind = self._assign_value(value)
         names = [dotted(t) for t in node.targets]
         if wrapped is not None:
             simple = [n for n in names if "." not in n and "[" not in n]
             for n in simple:
                 aliases = tuple(self._qual(o) for o in simple if o != n)
                 self.defs.append(("callable_assign", self._qual(n), node.lineno, node.end_lineno, (), (), (), wrapped[0], wrapped[1], aliases))
-        v, kind = self._assign_value(value)
         in_function = bool(self.scope)
         for n in names:
             # inside functions only constants and attribute stores matter (backend strings,
@@ -387,17 +395,35 @@ class _Collector:
     # -- expressions ------------------------------------------------------------------------
     def visit_Call(self, node):
         func = node.func
-        if func.__class__ is ast.Subscript:
+        fc = func.__class__
+        if fc is _Subscript:
             # kernel[grid](...): a Triton launch
             self.launches.append((self.cur, dotted(func.value), self._seg(func.slice, 200), node.lineno))
+        keywords = node.keywords
         kwargs = []
-        for kw in node.keywords:
+        for kw in keywords:
             if kw.arg is not None:
-                lit = _literal(kw.value)
-                kwargs.append((kw.arg, lit if lit is not None else dotted(kw.value)))
-        args = tuple([dotted(a) for a in node.args if a.__class__ in _ARG_TYPES])
-        self.calls.append((self.cur, dotted(func), node.lineno, node.end_lineno, tuple(kwargs), args))
-        _walk_Call(self, node)
+                v = kw.value
+                lit = repr(v.value) if v.__class__ is _Constant else _literal(v)
+                kwargs.append((kw.arg, lit if lit is not None else dotted(v)))
+        args = node.args
+        self.calls.append(
+            (self.cur, dotted(func), node.lineno, node.end_lineno, tuple(kwargs), tuple([dotted(a) for a in args if a.__class__ in _ARG_TYPES]))
+        )
+        # the walk of a Call (func, args, keywords' values), inlined
+        if fc is not _Name:
+            fn = _VISIT[fc]
+            if fn is not None:
+                fn(self, func)
+        for v in args:
+            fn = _VISIT[v.__class__]
+            if fn is not None:
+                fn(self, v)
+        for kw in keywords:
+            v = kw.value
+            fn = _VISIT[v.__class__]
+            if fn is not None:
+                fn(self, v)
 
     def visit_Compare(self, node):
         if len(node.ops) == 1:
@@ -461,8 +487,8 @@ _HANDLERS.update(
 _VISIT[ast.Name] = None  # a bare name records nothing (a third of all nodes)
 for _cls in (ast.Global, ast.Nonlocal, ast.Pass, ast.Break, ast.Continue):
     _VISIT[_cls] = None
-_walk_If, _walk_While, _walk_Call, _walk_Compare, _walk_JoinedStr, _walk_Subscript = (
-    _WALK[c] for c in (ast.If, ast.While, ast.Call, ast.Compare, ast.JoinedStr, ast.Subscript)
+_walk_If, _walk_While, _walk_Compare, _walk_JoinedStr, _walk_Subscript = (
+    _WALK[c] for c in (ast.If, ast.While, ast.Compare, ast.JoinedStr, ast.Subscript)
 )
 
 
