@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import pickle
 import traceback
@@ -58,14 +59,24 @@ def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True) ->
     return result
 
 
+# Shared check state worth keeping with the findings: small derived results (gate values,
+# backend choices, launch lists). Big intermediate structures (parsed modules, the gate
+# interpreters with their models, file lines) are cheaper to rebuild than to unpickle: one
+# findings entry once carried ~70-160 MB of them and a warm spec spent 4 s loading it.
+_MAX_SHARED_BYTES = 1 << 20
+
+
 def _picklable(cache: dict) -> dict:
     out = {}
     for k, v in cache.items():
+        if isinstance(v, ast.AST):
+            continue
         try:
-            pickle.dumps(v)
+            blob = pickle.dumps(v)
         except Exception:
             continue
-        out[k] = v
+        if len(blob) <= _MAX_SHARED_BYTES:
+            out[k] = v
     return out
 
 
