@@ -73,7 +73,11 @@ def load_pickle(path: Path) -> Optional[Any]:
         return None
     except Exception:  # truncated, garbage, or from an incompatible recon: rebuild
         return None
-    return obj if fmt == FORMAT else None
+    if fmt != FORMAT:
+        return None
+    with contextlib.suppress(OSError):  # last use, for `recon cache prune`
+        os.utime(path)
+    return obj
 
 
 def _lock_file():

@@ -26,9 +26,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Read an SGLa
 query_app = typer.Typer(no_args_is_help=True, help="Questions answered from the dispatch graph.")
 graph_app = typer.Typer(no_args_is_help=True, help="Export the dispatch graph.")
 rules_app = typer.Typer(no_args_is_help=True, help="The rules recon checks.")
+cache_app = typer.Typer(no_args_is_help=True, help="What recon's cache holds (RECON_CACHE_DIR), and pruning it.")
 app.add_typer(query_app, name="query")
 app.add_typer(graph_app, name="graph")
 app.add_typer(rules_app, name="rules")
+app.add_typer(cache_app, name="cache")
 
 # Piped output keeps long paths on one line (wide, soft-wrapped) so it greps and diffs cleanly.
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
@@ -288,6 +290,46 @@ def rules_list(rules_dir: Optional[list[Path]] = RulesOpt, fmt: Fmt = typer.Opti
     for r in rules:
         t.add_row(r.id, r.severity, r.category, r.title)
     out.print(t)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+@cache_app.command("info")
+def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+    """Files and size per cache area."""
+    from .cache import cache_dir
+    from .cacheadmin import DERIVED, info
+
+    root = cache_dir()
+    areas = info(root)
+    if fmt == Fmt.json:
+        _print_json({"root": str(root), "areas": [{"name": a.name, "files": a.files, "bytes": a.bytes} for a in areas]})
+        return
+    t = Table(title=str(root))
+    for c in ("area", "kind", "files", "size"):
+        t.add_column(c, justify="right" if c in ("files", "size") else "left")
+    for a in areas:
+        t.add_row(a.name, "derived" if a.name in DERIVED else "fetched", str(a.files), _mb(a.bytes))
+    t.add_row("total", "", str(sum(a.files for a in areas)), _mb(sum(a.bytes for a in areas)))
+    out.print(t)
+
+
+@cache_app.command("prune")
+def cache_prune(
+    older_than: float = typer.Option(30.0, "--older-than", min=0.0, help="Remove derived entries not used for this many days."),
+    everything: bool = typer.Option(False, "--all", help="Remove every derived entry (facts, indexes, graphs, findings)."),
+    wheels: bool = typer.Option(False, "--wheels", help="Also remove downloaded and unpacked SGLang wheels."),
+) -> None:
+    """Remove stale cache entries. Safe while other runs use the cache: a missing entry is rebuilt."""
+    from .cache import cache_dir
+    from .cacheadmin import prune
+
+    root = cache_dir()
+    gone = prune(root, older_than, everything=everything, wheels=wheels)
+    what = "every derived entry" if everything else f"entries unused for {older_than:g} days"
+    out.print(f"removed {gone.files} files ({_mb(gone.bytes)}): {what}{' and the wheels' if wheels else ''} under {root}", highlight=False)
 
 
 @rules_app.command("show")
