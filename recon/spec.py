@@ -422,8 +422,9 @@ def _reference_kernel(model, device, rl: dict) -> dict:
             # same fraction of the floor on this device: an estimate, not a measurement
             row["est_device_ms"] = round(floors[r["M"]]["layer_floor_ms"] / r["frac_roofline"], 4)
         out.append(row)
+    decode = [r["pct_roofline"] for r in out if r["M"] <= 64]
     return {"available": bool(out), "device": data.get("device"), "copy_bw_tbs": round(bw_meas, 2), "timing": data.get("timing"), "rows": out,
-            "source": "bench/reference_impl/results.json"}
+            "decode_pct": (min(decode), max(decode)) if decode else None, "source": "bench/reference_impl/results.json"}
 
 
 def _plan(ctx: dict, model, device) -> list[dict]:
