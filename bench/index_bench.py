@@ -73,12 +73,19 @@ def _fetch(version: str, cache: Path) -> Path:
     return Path(out.stdout.strip())
 
 
+def _pyan3_exe() -> str | None:
+    """pyan3 from PATH, else beside this interpreter (a venv run without activation)."""
+    beside = Path(sys.executable).parent / "pyan3"
+    return shutil.which("pyan3") or (str(beside) if beside.exists() else None)
+
+
 def _pyan3(files_root: Path) -> dict | None:
-    if shutil.which("pyan3") is None:
+    exe = _pyan3_exe()
+    if exe is None:
         return None
     files = [str(p) for p in sorted(files_root.rglob("*.py"))]
     t = time.perf_counter()
-    proc = subprocess.run(["pyan3", *files, "--uses", "--no-defines", "--dot"], capture_output=True, text=True)
+    proc = subprocess.run([exe, *files, "--uses", "--no-defines", "--dot"], capture_output=True, text=True)
     wall = time.perf_counter() - t
     return {"wall": wall, "files": len(files), "ok": proc.returncode == 0}
 
