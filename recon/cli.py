@@ -425,6 +425,7 @@ def scan(
 def apply_cmd(
     path: Path = typer.Option(..., "--path", help="The SGLang checkout to change: a git work tree (the change goes on branch recon/grouped-mxfp4)."),
     device: Optional[str] = typer.Option(None, "--device", help="Device profile name, alias or file (default: RTX PRO 6000 Blackwell Server Edition)."),
+    model: Optional[str] = ModelOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
     revert: bool = typer.Option(False, "--revert", help="Take the change out and return to the branch you were on."),
     force: bool = typer.Option(False, "--force", help="With uncommitted changes: stash them and restore them afterwards."),
@@ -434,7 +435,7 @@ def apply_cmd(
     from .apply import run as run_apply
 
     try:
-        result = run_apply(path, device, None, dry_run, revert, force, no_git)
+        result = run_apply(path, device, model, dry_run, revert, force, no_git)
     except ReconError as e:
         _fail(e)
     if result.diff:

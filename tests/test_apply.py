@@ -267,3 +267,15 @@ def test_codemod_round_trip_on_real_dispatch_file(sglang_0513):
     assert codemod.unpatch(new, mod) == (src, 2)
     with pytest.raises(Exception):
         codemod.patch(src, "Mxfp4MarlinMoEMethod.apply", line + 1, "mxfp4_moe_forward_triton", mod)
+
+
+def test_model_option_reaches_apply(checkout):
+    """--model picks the model profile the gates are evaluated with; an unknown one is bad input."""
+    before = snapshot(checkout)
+    bad = runner.invoke(app, ["apply", "--path", str(checkout), "--model", "no-such-model", "--dry-run"])
+    assert bad.exit_code == 2 and "no-such-model" in bad.output
+    named = runner.invoke(app, ["apply", "--path", str(checkout), "--model", "DeepSeek-V4-Flash", "--dry-run"])
+    default = runner.invoke(app, ["apply", "--path", str(checkout), "--dry-run"])
+    assert named.exit_code == 0 and default.exit_code == 0
+    assert "+++ b/" + DISPATCH in named.output and named.output == default.output
+    assert snapshot(checkout) == before
