@@ -21,14 +21,14 @@ from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
 def mma(g1, g2):
-    keys = ("Q", "num_warps")
+    keys = ("Q", "num_warps", "stages")
     return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
 
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
 # knobs: chunks per trip, register prefetch, register caps; bench/NOTES.md, v6)
-CANDS = [mma((1, 2), (1, 2)), mma((1, 2), (2, 2)), mma((2, 2), (2, 2)), mma((1, 4), (1, 4)), mma((1, 2), (2, 1)),
-         mma((1, 1), (1, 1))]
+CANDS = [mma((1, 2), (1, 2)), mma((1, 2, 2), (1, 2, 2)), mma((1, 2, 3), (1, 2, 3)), mma((1, 1, 2), (1, 1, 2)),
+         mma((1, 1, 3), (1, 1, 3)), mma((1, 4, 3), (1, 4, 3)), mma((2, 1, 3), (2, 1, 3)), mma((1, 4), (1, 4))]
 
 
 def kernel_times(fn, reps=10):
