@@ -232,7 +232,7 @@ def grouped_mxfp4_moe(
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], STAGES=c1.get("stages", 0),
+            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], PF=c1.get("prefetch", 0),
             MASK=not (H % 128 == 0 and I % (16 * c1["Q"]) == 0), num_warps=c1["num_warps"],
         )
     else:
@@ -254,7 +254,7 @@ def grouped_mxfp4_moe(
                 act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], STAGES=c2.get("stages", 0),
+                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], PF=c2.get("prefetch", 0),
                 MASK=not (I % 128 == 0 and H % (16 * c2["Q"]) == 0), num_warps=c2["num_warps"],
             )
             return

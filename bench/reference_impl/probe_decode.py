@@ -21,14 +21,15 @@ from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
 def mma(g1, g2):
-    keys = ("Q", "num_warps", "stages")
+    keys = ("Q", "num_warps", "prefetch")
     return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
 
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
 # knobs: chunks per trip, register prefetch, register caps; bench/NOTES.md, v6)
-CANDS = [mma((1, 2), (1, 2)), mma((1, 2, 2), (1, 2, 2)), mma((1, 2, 3), (1, 2, 3)), mma((1, 1, 2), (1, 1, 2)),
-         mma((1, 1, 3), (1, 1, 3)), mma((1, 4, 3), (1, 4, 3)), mma((2, 1, 3), (2, 1, 3)), mma((1, 4), (1, 4))]
+CANDS = [mma((1, 2), (1, 2)), mma((1, 2), (1, 2, 2)), mma((1, 2), (1, 2, 4)), mma((1, 2, 2), (1, 2, 2)),
+         mma((1, 2, 4), (1, 2, 2)), mma((1, 2, 8), (1, 2, 2)), mma((1, 4, 4), (1, 4, 2)), mma((1, 2, 4), (2, 2, 2))]
+PROFILED = (0, 4)  # candidates whose per-kernel times are printed
 
 
 def kernel_times(fn, reps=10):
@@ -72,10 +73,12 @@ def main():
             dot = get_config(M, E, topk, H, I, dev)
             t_dot = time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
             print(f"{mname} M={M} roof {roof:.4f} ms  dot {t_dot:.4f} ms ({roof / t_dot:.1%})", flush=True)
-            try:
-                print("   kernels (us):", kernel_times(lambda: grouped_mxfp4_moe(**p, config=CANDS[0], **kw)), flush=True)
-            except Exception as ex:
-                print("   profiler failed", repr(ex)[:200])
+            for ci in PROFILED:
+                try:
+                    print(f"   kernels (us) of candidate {ci}:",
+                          kernel_times(lambda: grouped_mxfp4_moe(**p, config=CANDS[ci], **kw)), flush=True)
+                except Exception as ex:
+                    print("   profiler failed", repr(ex)[:200])
             for cf in CANDS:
                 try:
                     out = grouped_mxfp4_moe(**p, config=cf, _poison=True, **kw)

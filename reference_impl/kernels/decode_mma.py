@@ -35,7 +35,6 @@ word, so the kernel fits in fewer registers and more warps stay resident.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 BLOCK_M = 8  # the mma's n: tokens per block
 
@@ -115,36 +114,21 @@ def _scale_pair(s):
     return bits | (bits << 16)
 
 
-@gluon.constexpr_function
-def _act_layout(NW):
+@gluon.jit
+def _load_act(a_rows, c, ok):
+    """B pairs of each lane's 32-value group in chunk c: one 4 x 128-bit load, split into
+    the four pair registers i, each [NW, 1, 32, 4] over the words m."""
+    W: gl.constexpr = gl.SliceLayout(4, a_rows.type.layout)
     # the rows carry no tile dim: a layout with one register along it, so split sees no
     # duplicated registers (a tile dim of Q > 1 registers made its layout inference fail)
-    return gl.BlockedLayout([1, 1, 1, 4, 4], [1, 1, 32, 1, 1], [NW, 1, 1, 1, 1], [4, 3, 2, 1, 0])
-
-
-@gluon.jit
-def _act_ptrs(a_rows, c):
-    """Pointers of each lane's B pairs in chunk c ([NW, 1, 32, 4, 4]: word m, register i)."""
-    return gl.convert_layout(a_rows + gl.expand_dims(c * 64, 4), _act_layout(gl.num_warps()))
-
-
-@gluon.jit
-def _split_act(a, W: gl.constexpr):
-    """[NW, 1, 32, 4, 4] B pairs -> the four pair registers i, each [NW, 1, 32, 4] over the words m."""
     NW: gl.constexpr = gl.num_warps()
+    A: gl.constexpr = gl.BlockedLayout([1, 1, 1, 4, 4], [1, 1, 32, 1, 1], [NW, 1, 1, 1, 1], [4, 3, 2, 1, 0])
+    ptr = gl.convert_layout(a_rows + gl.expand_dims(c * 64, 4), A)
+    a = gl.load(ptr, mask=gl.convert_layout(gl.expand_dims(ok, 4), A), other=0)
     lo, hi = gl.split(gl.reshape(a, [NW, 1, 32, 4, 2, 2]))  # i = 2 * i_hi + i_lo
     b0, b2 = gl.split(lo)
     b1, b3 = gl.split(hi)
     return (gl.convert_layout(b0, W), gl.convert_layout(b1, W), gl.convert_layout(b2, W), gl.convert_layout(b3, W))
-
-
-@gluon.jit
-def _load_act(a_rows, c, ok):
-    """B pairs of each lane's 32-value group in chunk c: one 4 x 128-bit load, split into
-    the four pair registers i."""
-    A: gl.constexpr = _act_layout(gl.num_warps())
-    a = gl.load(_act_ptrs(a_rows, c), mask=gl.convert_layout(gl.expand_dims(ok, 4), A), other=0)
-    return _split_act(a, gl.SliceLayout(4, a_rows.type.layout))
 
 
 @gluon.jit
@@ -170,65 +154,31 @@ def _mma_tile(t, b, acc):
         dtype=gl.float32, is_pure=True, pack=4)
 
 
-# --- the cp.async ring (STAGES >= 2) -------------------------------------------------
-# Each lane copies its own 16-byte pieces (a weight group of rows r / r + 8, its B pairs)
-# into shared memory STAGES - 1 steps ahead and later reads back exactly those bytes, so
-# the bytes in flight cost no registers and need no barrier: cp.async.wait_group makes a
-# thread's own copies visible to it. The E8M0 bytes (1 byte a lane, below cp.async's
-# 4-byte minimum) are loaded into registers the same number of steps ahead.
-
-
-@gluon.constexpr_function
-def _w_ring_layout():
-    # a stage [NW, Q, 32, 4]: a lane's 16 bytes, then the lanes: conflict-free 128-bit access
-    # (the layout names one stage; the ring's leading dim is the stage)
-    return gl.SwizzledSharedLayout(1, 1, 1, [3, 2, 1, 0])
-
-
-@gluon.constexpr_function
-def _a_ring_layout():
-    # a stage [NW, 1, 32, 4 (word m), 4 (register i)]: for each m the lanes' 16 bytes lie
-    # side by side, so the LDS.128 of word m is conflict-free
-    return gl.SwizzledSharedLayout(1, 1, 1, [4, 2, 3, 1, 0])
+# L2 prefetch of a row's piece PF steps ahead: the weights are read once, 64 bytes of a row
+# per warp and step, so every step waited a full DRAM round trip; a prefetch issued PF steps
+# earlier (one instruction a lane, no registers held, no completion to track) turns that wait
+# into an L2 hit. prefetch.global.L2 takes a per-lane address (the bulk prefetch takes a
+# uniform one, which the compiler serializes over the lanes). Predicated off past the end
+# of K and of the rows (the tensor may end there).
+_PREFETCH = gl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }")
 
 
 @gluon.jit
-def _w_ring(STAGES: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
-    return gl.allocate_shared_memory(gl.int32, [STAGES, NW, Q, 32, 4], _w_ring_layout())
+def _prefetch_rows(row_ptr, c, ok, KC, PF: gl.constexpr):
+    """Lane l of warp w prefetches the 64 bytes of chunk c + PF * NW of its row row_ptr[w, l]
+    (int32 pointers, [NW, 32]) where ok[w, l]; c is the warp's chunk ([NW, 1])."""
+    NW: gl.constexpr = gl.num_warps()
+    cp = c + PF * NW
+    return gl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [row_ptr + cp * 16, (ok & (cp < KC)).to(gl.int32)],
+                                     dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
-def _a_ring(STAGES: gl.constexpr, NW: gl.constexpr):
-    return gl.allocate_shared_memory(gl.int32, [STAGES, NW, 1, 32, 4, 4], _a_ring_layout())
-
-
-@gluon.jit
-def _issue_tile(ring_lo, ring_hi, st, w_lo, row_stride_w, c, ok):
-    """cp.async of step c's words of rows r / r + 8 into stage st."""
-    async_copy.async_copy_global_to_shared(ring_lo.index(st), w_lo + c * 16, mask=ok)
-    async_copy.async_copy_global_to_shared(ring_hi.index(st), w_lo + 8 * row_stride_w + c * 16, mask=ok)
-
-
-@gluon.jit
-def _issue_act(ring, st, a_rows, c, ok):
-    A: gl.constexpr = _act_layout(gl.num_warps())
-    async_copy.async_copy_global_to_shared(ring.index(st), _act_ptrs(a_rows, c),
-                                           mask=gl.convert_layout(gl.expand_dims(ok, 4), A))
-
-
-@gluon.jit
-def _read_tile(ring_lo, ring_hi, st, W: gl.constexpr):
-    return ring_lo.index(st).load(W), ring_hi.index(st).load(W)
-
-
-@gluon.jit
-def _read_act(ring, st, W: gl.constexpr):
-    return _split_act(ring.index(st).load(_act_layout(gl.num_warps())), W)
-
-
-@gluon.jit
-def _load_scales(s_lo, row_stride_s, c, ok):
-    return gl.load(s_lo + c * 4, mask=ok, other=127), gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127)
+def _lane_rows(NW: gl.constexpr):
+    """(warp [NW, 1], lane [1, 32]) index tensors, one element a lane."""
+    P: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [NW, 1], [1, 0])
+    return (gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, P)), 1),
+            gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, P)), 0))
 
 
 @gluon.jit
@@ -237,7 +187,7 @@ def decode_gemm1_swiglu_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
-    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr = 0,
+    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr, PF: gl.constexpr = 0,
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32
@@ -269,75 +219,24 @@ def decode_gemm1_swiglu_kernel(
     sg_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
     su_lo = sg_lo + I * stride_sn
 
-    WL: gl.constexpr = gl.SliceLayout(4, _layout(NW, Q))
-    zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=WL)
+    zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     gacc = zero
     uacc = zero
     KC = gl.cdiv(K, 128)
-    if STAGES == 0:
-        for c0 in range(0, KC, NW):
-            c = c0 + w
-            kin = (c * 4 + t4) < KG
-            bp = _load_act(a_rows, c, tok_ok & kin)
-            gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK), bp, gacc)
-            uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK), bp, uacc)
-    else:
-        gl.static_assert((STAGES == 2) or (STAGES == 3), "STAGES is 0 (direct loads), 2 or 3")
-        rg_lo = _w_ring(STAGES, NW, Q)
-        rg_hi = _w_ring(STAGES, NW, Q)
-        ru_lo = _w_ring(STAGES, NW, Q)
-        ru_hi = _w_ring(STAGES, NW, Q)
-        ra = _a_ring(STAGES, NW)
-        for s0 in gl.static_range(STAGES - 1):  # the first STAGES - 1 steps
-            c = s0 * NW + w
-            okc = c < KC
-            kin = (c * 4 + t4) < KG
-            okw = okc & row_ok & kin if MASK else okc
-            _issue_tile(rg_lo, rg_hi, s0, g_lo, rw, c, okw)
-            _issue_tile(ru_lo, ru_hi, s0, u_lo, rw, c, okw)
-            _issue_act(ra, s0, a_rows, c, tok_ok & kin & okc)
-            async_copy.commit_group()
-        okw0 = (w < KC) & row_ok & (t4 < KG) if MASK else w < KC
-        a_gl, a_gh = _load_scales(sg_lo, stride_sn, w, okw0)
-        a_ul, a_uh = _load_scales(su_lo, stride_sn, w, okw0)
-        if STAGES == 3:
-            c = NW + w
-            okw1 = (c < KC) & row_ok & ((c * 4 + t4) < KG) if MASK else c < KC
-            b_gl, b_gh = _load_scales(sg_lo, stride_sn, c, okw1)
-            b_ul, b_uh = _load_scales(su_lo, stride_sn, c, okw1)
-        for j in range(gl.cdiv(KC, NW)):
-            async_copy.wait_group(STAGES - 2)
-            st = j % STAGES
-            wgl, wgh = _read_tile(rg_lo, rg_hi, st, WL)
-            wul, wuh = _read_tile(ru_lo, ru_hi, st, WL)
-            bp = _read_act(ra, st, WL)
-            sgl = a_gl
-            sgh = a_gh
-            sul = a_ul
-            suh = a_uh
-            jn = j + STAGES - 1  # the step whose copies go out now
-            c = jn * NW + w
-            okc = c < KC
-            kin = (c * 4 + t4) < KG
-            okw = okc & row_ok & kin if MASK else okc
-            if STAGES == 3:
-                a_gl = b_gl
-                a_gh = b_gh
-                a_ul = b_ul
-                a_uh = b_uh
-                b_gl, b_gh = _load_scales(sg_lo, stride_sn, c, okw)
-                b_ul, b_uh = _load_scales(su_lo, stride_sn, c, okw)
-            else:
-                a_gl, a_gh = _load_scales(sg_lo, stride_sn, c, okw)
-                a_ul, a_uh = _load_scales(su_lo, stride_sn, c, okw)
-            stn = jn % STAGES
-            _issue_tile(rg_lo, rg_hi, stn, g_lo, rw, c, okw)
-            _issue_tile(ru_lo, ru_hi, stn, u_lo, rw, c, okw)
-            _issue_act(ra, stn, a_rows, c, tok_ok & kin & okc)
-            async_copy.commit_group()
-            gacc = _mma_tile((wgl, wgh, sgl, sgh), bp, gacc)
-            uacc = _mma_tile((wul, wuh, sul, suh), bp, uacc)
-        async_copy.wait_group(0)
+    if PF > 0:  # lane l of each warp: gate row l (l < 16) or up row l - 16 of the program's first tile
+        pw, pl = _lane_rows(NW)
+        prow = nt * (16 * Q) + pl % 16
+        p_lo = w_ptr + e * (stride_we // 4) + (prow + (pl // 16) * I).to(gl.int64) * rw
+        p_ok = prow < I
+    for c0 in range(0, KC, NW):
+        c = c0 + w
+        if PF > 0:
+            for pq in gl.static_range(Q):
+                _prefetch_rows(p_lo + pq * 16 * rw, c0 + pw, p_ok & (prow + pq * 16 < I), KC, PF)
+        kin = (c * 4 + t4) < KG
+        bp = _load_act(a_rows, c, tok_ok & kin)
+        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK), bp, gacc)
+        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK), bp, uacc)
 
     oq, olane, oi = _out_ids(NW, Q)
     orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
@@ -360,7 +259,7 @@ def decode_gemm2_combine_kernel(
     S, N, K, NB, TOPK,
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
-    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr = 0,
+    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr, PF: gl.constexpr = 0,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
@@ -386,58 +285,20 @@ def decode_gemm2_combine_kernel(
     w_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
     s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
 
-    WL: gl.constexpr = gl.SliceLayout(4, _layout(NW, Q))
-    acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=WL)
+    acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     KC = gl.cdiv(K, 128)
-    if STAGES == 0:
-        for c0 in range(0, KC, NW):
-            c = c0 + w
-            kin = (c * 4 + t4) < KG
-            acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK),
-                            _load_act(a_rows, c, tok_ok & kin), acc)
-    else:
-        gl.static_assert((STAGES == 2) or (STAGES == 3), "STAGES is 0 (direct loads), 2 or 3")
-        rw_lo = _w_ring(STAGES, NW, Q)
-        rw_hi = _w_ring(STAGES, NW, Q)
-        ra = _a_ring(STAGES, NW)
-        for s0 in gl.static_range(STAGES - 1):  # the first STAGES - 1 steps
-            c = s0 * NW + w
-            okc = c < KC
-            kin = (c * 4 + t4) < KG
-            okw = okc & row_ok & kin if MASK else okc
-            _issue_tile(rw_lo, rw_hi, s0, w_lo, rw, c, okw)
-            _issue_act(ra, s0, a_rows, c, tok_ok & kin & okc)
-            async_copy.commit_group()
-        okw0 = (w < KC) & row_ok & (t4 < KG) if MASK else w < KC
-        a_l, a_h = _load_scales(s_lo, stride_sn, w, okw0)
-        if STAGES == 3:
-            c = NW + w
-            okw1 = (c < KC) & row_ok & ((c * 4 + t4) < KG) if MASK else c < KC
-            b_l, b_h = _load_scales(s_lo, stride_sn, c, okw1)
-        for j in range(gl.cdiv(KC, NW)):
-            async_copy.wait_group(STAGES - 2)
-            st = j % STAGES
-            wl, wh = _read_tile(rw_lo, rw_hi, st, WL)
-            bp = _read_act(ra, st, WL)
-            sl = a_l
-            sh = a_h
-            jn = j + STAGES - 1  # the step whose copies go out now
-            c = jn * NW + w
-            okc = c < KC
-            kin = (c * 4 + t4) < KG
-            okw = okc & row_ok & kin if MASK else okc
-            if STAGES == 3:
-                a_l = b_l
-                a_h = b_h
-                b_l, b_h = _load_scales(s_lo, stride_sn, c, okw)
-            else:
-                a_l, a_h = _load_scales(s_lo, stride_sn, c, okw)
-            stn = jn % STAGES
-            _issue_tile(rw_lo, rw_hi, stn, w_lo, rw, c, okw)
-            _issue_act(ra, stn, a_rows, c, tok_ok & kin & okc)
-            async_copy.commit_group()
-            acc = _mma_tile((wl, wh, sl, sh), bp, acc)
-        async_copy.wait_group(0)
+    if PF > 0:  # lane l of each warp: row l % 16 of tile pq + l // 16 (lanes past the last tile idle)
+        pw, pl = _lane_rows(NW)
+        prow = nt * (16 * Q) + (pl // 16) * 16 + pl % 16
+        p_lo = w_ptr + e * (stride_we // 4) + prow.to(gl.int64) * rw
+    for c0 in range(0, KC, NW):
+        c = c0 + w
+        if PF > 0:
+            for pq in gl.static_range(0, Q, 2):
+                _prefetch_rows(p_lo + pq * 16 * rw, c0 + pw, (pq + pl // 16 < Q) & (prow + pq * 16 < N), KC, PF)
+        kin = (c * 4 + t4) < KG
+        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK), _load_act(a_rows, c, tok_ok & kin),
+                        acc)
 
     oq, olane, oi = _out_ids(NW, Q)
     col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
