@@ -5,6 +5,7 @@
       --section Occupancy python3 bench/reference_impl/ncu_decode.py --M 64
 """
 import argparse
+import json
 import os
 import sys
 
@@ -18,9 +19,10 @@ from reference_impl import grouped_mxfp4_moe  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--M", type=int, default=64)
+ap.add_argument("--config", default=None, help="a kernel config as JSON (default: the tuned one)")
 args = ap.parse_args()
 p = make_problem(args.M, 256, 4096, 2048, 8, device="cuda", seed=100 + args.M)
-kw = dict(routed_scaling_factor=2.5)
+kw = dict(routed_scaling_factor=2.5, config=json.loads(args.config) if args.config else None)
 for _ in range(2):
     grouped_mxfp4_moe(**p, **kw)  # compile, warm
 torch.cuda.synchronize()

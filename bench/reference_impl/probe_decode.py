@@ -21,15 +21,17 @@ from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
 def mma(g1, g2):
-    keys = ("Q", "num_warps", "prefetch")
+    keys = ("Q", "num_warps", "scale_words", "w_cache")
     return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
 
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
 # knobs: chunks per trip, register prefetch, register caps; bench/NOTES.md, v6)
-CANDS = [mma((1, 2), (1, 2)), mma((1, 2), (1, 2, 2)), mma((1, 2), (1, 2, 4)), mma((1, 2, 2), (1, 2, 2)),
-         mma((1, 2, 4), (1, 2, 2)), mma((1, 2, 8), (1, 2, 2)), mma((1, 4, 4), (1, 4, 2)), mma((1, 2, 4), (2, 2, 2))]
-PROFILED = (0, 4)  # candidates whose per-kernel times are printed
+SW, CG = (True,), (False, ".cg")
+CANDS = [mma((1, 2), (1, 2)), mma((1, 2) + SW, (1, 2) + SW), mma((1, 2, True, ".cg"), (1, 2, True, ".cg")),
+         mma((1, 2) + SW, (1, 2)), mma((1, 4) + SW, (1, 4) + SW), mma((1, 2) + CG, (1, 2) + CG),
+         mma((1, 2) + SW, (2, 2) + SW)]
+PROFILED = (0, 1)  # candidates whose per-kernel times are printed
 
 
 def kernel_times(fn, reps=10):

@@ -132,15 +132,18 @@ def _load_act(a_rows, c, ok):
 
 
 @gluon.jit
-def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr):
+def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr, WC: gl.constexpr = "",
+               WE: gl.constexpr = ""):
     """Words of rows r / r + 8 (one group per lane, 128-bit loads) and their E8M0 bytes.
-    MASK=False where K % 128 == 0 and the rows fill the tiles: no predicates, no zero fill."""
+    MASK=False where K % 128 == 0 and the rows fill the tiles: no predicates, no zero fill.
+    WC / WE: cache modifier / eviction policy of the weight loads (read once, streamed)."""
     if MASK:
-        return (gl.load(w_lo + c * 16, mask=ok, other=0),
-                gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0),
+        return (gl.load(w_lo + c * 16, mask=ok, other=0, cache_modifier=WC, eviction_policy=WE),
+                gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0, cache_modifier=WC, eviction_policy=WE),
                 gl.load(s_lo + c * 4, mask=ok, other=127), gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127))
     else:
-        return (gl.load(w_lo + c * 16), gl.load(w_lo + 8 * row_stride_w + c * 16),
+        return (gl.load(w_lo + c * 16, cache_modifier=WC, eviction_policy=WE),
+                gl.load(w_lo + 8 * row_stride_w + c * 16, cache_modifier=WC, eviction_policy=WE),
                 gl.load(s_lo + c * 4), gl.load(s_lo + 8 * row_stride_s + c * 4))
 
 
@@ -148,37 +151,51 @@ def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr
 def _mma_tile(t, b, acc):
     """acc (the tile's fp32 fragment, [NW, Q, 32, 4]) += dequantized, scaled group t @ B pairs b:
     eight chained MMAs in one call."""
+    return _mma_tile_sp(t[0], t[1], _scale_pair(t[2]), _scale_pair(t[3]), b, acc)
+
+
+@gluon.jit
+def _mma_tile_sp(w_lo, w_hi, sp_lo, sp_hi, b, acc):
+    """_mma_tile with the scale pairs of rows r / r + 8 already made."""
     return gl.inline_asm_elementwise(
         GROUP_ASM, "=f,=f,=f,=f," + "r," * 32 + "f,f,f,f",
-        [t[0], t[1], _scale_pair(t[2]), _scale_pair(t[3]), b[0], b[1], b[2], b[3], acc],
+        [w_lo, w_hi, sp_lo, sp_hi, b[0], b[1], b[2], b[3], acc],
         dtype=gl.float32, is_pure=True, pack=4)
 
 
-# L2 prefetch of a row's piece PF steps ahead: the weights are read once, 64 bytes of a row
-# per warp and step, so every step waited a full DRAM round trip; a prefetch issued PF steps
-# earlier (one instruction a lane, no registers held, no completion to track) turns that wait
-# into an L2 hit. prefetch.global.L2 takes a per-lane address (the bulk prefetch takes a
-# uniform one, which the compiler serializes over the lanes). Predicated off past the end
-# of K and of the rows (the tensor may end there).
-_PREFETCH = gl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }")
+# --- E8M0 bytes as words (SW) ------------------------------------------------------------
+# A byte load of the scales costs an L2 sector request for 4 useful bytes per row (the 4
+# lanes t4 of a row read 4 adjacent bytes), as many requests as the row's weights and ~28%
+# of the gate/up GEMM's L2 sector traffic at M=64, with the L2 at 87% of its peak. With SW,
+# every 4 steps lane t4 loads one 32-bit word per row: the row's scales of the warp's step
+# j + t4 (chunk (j + t4) * NW + w, 4 bytes = its 4 groups), one sector for 4 steps. At step
+# j the lane takes word j % 4 of its row from lane 4g + j % 4 (shfl) and byte t4 of it.
+# Needs K / 32 % 4 == 0, 4-aligned scale rows and a whole number of 4-step rounds.
+_SCALE_FROM_WORD = gl.constexpr(
+    "{ .reg .b32 v, t; shfl.sync.idx.b32 v, $1, $2, 0x1f, -1; bfe.u32 v, v, $3, 8; add.u32 v, v, 63; "
+    "shl.b32 v, v, 7; shl.b32 t, v, 16; or.b32 $0, v, t; }")
 
 
 @gluon.jit
-def _prefetch_rows(row_ptr, c, ok, KC, PF: gl.constexpr):
-    """Lane l of warp w prefetches the 64 bytes of chunk c + PF * NW of its row row_ptr[w, l]
-    (int32 pointers, [NW, 32]) where ok[w, l]; c is the warp's chunk ([NW, 1])."""
+def _scale_pair_from_words(wd, src, boff):
+    """Scale pair (as _scale_pair) of byte boff / 8 of lane src's word wd."""
+    return gl.inline_asm_elementwise(_SCALE_FROM_WORD, "=r,r,r,r", [wd, src, boff], dtype=gl.int32, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
+def _scale_words(sw_lo, row_stride_sw, j, w, t4):
+    """Words of rows r / r + 8 for the 4 steps from j: lane t4 takes step j + t4's."""
     NW: gl.constexpr = gl.num_warps()
-    cp = c + PF * NW
-    return gl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [row_ptr + cp * 16, (ok & (cp < KC)).to(gl.int32)],
-                                     dtype=gl.int32, is_pure=False, pack=1)
+    off = (j + t4) * NW + w
+    return gl.load(sw_lo + off), gl.load(sw_lo + 8 * row_stride_sw + off)
 
 
 @gluon.jit
-def _lane_rows(NW: gl.constexpr):
-    """(warp [NW, 1], lane [1, 32]) index tensors, one element a lane."""
-    P: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [NW, 1], [1, 0])
-    return (gl.expand_dims(gl.arange(0, NW, layout=gl.SliceLayout(1, P)), 1),
-            gl.expand_dims(gl.arange(0, 32, layout=gl.SliceLayout(0, P)), 0))
+def _tile_words(w_lo, row_stride_w, c, WC: gl.constexpr, WE: gl.constexpr):
+    """Unmasked weight words of rows r / r + 8 in chunk c."""
+    return (gl.load(w_lo + c * 16, cache_modifier=WC, eviction_policy=WE),
+            gl.load(w_lo + 8 * row_stride_w + c * 16, cache_modifier=WC, eviction_policy=WE))
 
 
 @gluon.jit
@@ -187,7 +204,8 @@ def decode_gemm1_swiglu_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
-    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr, PF: gl.constexpr = 0,
+    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
+    WC: gl.constexpr = "", WE: gl.constexpr = "", SW: gl.constexpr = False,
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32
@@ -222,21 +240,36 @@ def decode_gemm1_swiglu_kernel(
     zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     gacc = zero
     uacc = zero
-    KC = gl.cdiv(K, 128)
-    if PF > 0:  # lane l of each warp: gate row l (l < 16) or up row l - 16 of the program's first tile
-        pw, pl = _lane_rows(NW)
-        prow = nt * (16 * Q) + pl % 16
-        p_lo = w_ptr + e * (stride_we // 4) + (prow + (pl // 16) * I).to(gl.int64) * rw
-        p_ok = prow < I
-    for c0 in range(0, KC, NW):
-        c = c0 + w
-        if PF > 0:
-            for pq in gl.static_range(Q):
-                _prefetch_rows(p_lo + pq * 16 * rw, c0 + pw, p_ok & (prow + pq * 16 < I), KC, PF)
-        kin = (c * 4 + t4) < KG
-        bp = _load_act(a_rows, c, tok_ok & kin)
-        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK), bp, gacc)
-        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK), bp, uacc)
+    if SW:  # s_ptr is an int32 view of the scales; strides stay in bytes
+        sgw = s_ptr + e * (stride_se // 4) + r.to(gl.int64) * (stride_sn // 4) + m * 0
+        suw = sgw + I * (stride_sn // 4)
+        src = lane - t4
+        boff = t4 * 8
+        wz = gl.zeros([NW, Q, 32, 4], gl.int32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+        wgl = wz
+        wgh = wz
+        wul = wz
+        wuh = wz
+        for j in range(gl.cdiv(K, 128) // NW):
+            c = j * NW + w
+            if j % 4 == 0:
+                wgl, wgh = _scale_words(sgw, stride_sn // 4, j, w, t4)
+                wul, wuh = _scale_words(suw, stride_sn // 4, j, w, t4)
+            bp = _load_act(a_rows, c, tok_ok)
+            sl = src + j % 4
+            g0, g1 = _tile_words(g_lo, rw, c, WC, WE)
+            gacc = _mma_tile_sp(g0, g1, _scale_pair_from_words(wgl, sl, boff), _scale_pair_from_words(wgh, sl, boff),
+                                bp, gacc)
+            u0, u1 = _tile_words(u_lo, rw, c, WC, WE)
+            uacc = _mma_tile_sp(u0, u1, _scale_pair_from_words(wul, sl, boff), _scale_pair_from_words(wuh, sl, boff),
+                                bp, uacc)
+    else:
+        for c0 in range(0, gl.cdiv(K, 128), NW):
+            c = c0 + w
+            kin = (c * 4 + t4) < KG
+            bp = _load_act(a_rows, c, tok_ok & kin)
+            gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK, WC, WE), bp, gacc)
+            uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK, WC, WE), bp, uacc)
 
     oq, olane, oi = _out_ids(NW, Q)
     orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
@@ -259,7 +292,8 @@ def decode_gemm2_combine_kernel(
     S, N, K, NB, TOPK,
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
-    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr, PF: gl.constexpr = 0,
+    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
+    WC: gl.constexpr = "", WE: gl.constexpr = "", SW: gl.constexpr = False,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
@@ -286,19 +320,27 @@ def decode_gemm2_combine_kernel(
     s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
 
     acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
-    KC = gl.cdiv(K, 128)
-    if PF > 0:  # lane l of each warp: row l % 16 of tile pq + l // 16 (lanes past the last tile idle)
-        pw, pl = _lane_rows(NW)
-        prow = nt * (16 * Q) + (pl // 16) * 16 + pl % 16
-        p_lo = w_ptr + e * (stride_we // 4) + prow.to(gl.int64) * rw
-    for c0 in range(0, KC, NW):
-        c = c0 + w
-        if PF > 0:
-            for pq in gl.static_range(0, Q, 2):
-                _prefetch_rows(p_lo + pq * 16 * rw, c0 + pw, (pq + pl // 16 < Q) & (prow + pq * 16 < N), KC, PF)
-        kin = (c * 4 + t4) < KG
-        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK), _load_act(a_rows, c, tok_ok & kin),
-                        acc)
+    if SW:  # s_ptr is an int32 view of the scales; strides stay in bytes
+        sw_lo = s_ptr + e * (stride_se // 4) + r.to(gl.int64) * (stride_sn // 4) + m * 0
+        src = lane - t4
+        boff = t4 * 8
+        wz = gl.zeros([NW, Q, 32, 4], gl.int32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+        wl = wz
+        wh = wz
+        for j in range(gl.cdiv(K, 128) // NW):
+            c = j * NW + w
+            if j % 4 == 0:
+                wl, wh = _scale_words(sw_lo, stride_sn // 4, j, w, t4)
+            sl = src + j % 4
+            w0, w1 = _tile_words(w_lo, rw, c, WC, WE)
+            acc = _mma_tile_sp(w0, w1, _scale_pair_from_words(wl, sl, boff), _scale_pair_from_words(wh, sl, boff),
+                               _load_act(a_rows, c, tok_ok), acc)
+    else:
+        for c0 in range(0, gl.cdiv(K, 128), NW):
+            c = c0 + w
+            kin = (c * 4 + t4) < KG
+            acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK, WC, WE),
+                            _load_act(a_rows, c, tok_ok & kin), acc)
 
     oq, olane, oi = _out_ids(NW, Q)
     col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
