@@ -137,13 +137,12 @@ def _scale_vec(c: dict, K: int) -> bool:
     return bool(c.get("scale_vec", False)) and scale_vec_ok(c, K) and os.environ.get("REFIMPL_SCALE_VEC", "1") != "0"
 
 
-def _scale_words(c: dict, K: int, s: torch.Tensor, masked: bool) -> bool:
-    """The decode path reads the E8M0 bytes as 32-bit words (one L2 request per row every
-    4 steps, kernels/decode_mma.py) where the config asks and the shapes allow: no masked
-    loads, K / 32 % 4 == 0 (word-aligned rows) and whole 4-step rounds per warp."""
-    steps, nw = K // 128, c["num_warps"]
-    return (bool(c.get("scale_words", False)) and not masked and (K // 32) % 4 == 0 and s.stride(0) % 4 == 0
-            and s.stride(1) % 4 == 0 and steps % nw == 0 and (steps // nw) % 4 == 0)
+def _column_tiles(c: dict, N: int):
+    """(column tiles of 16*Q rows, tiles per program) of a decode-path GEMM: a config's
+    "tiles" where it divides the tile count, else 1."""
+    nt = triton.cdiv(N, 16 * c["Q"])
+    tiles = int(c.get("tiles", 1))
+    return nt, tiles if tiles >= 1 and nt % tiles == 0 else 1
 
 
 def grouped_mxfp4_moe(
@@ -237,15 +236,13 @@ def grouped_mxfp4_moe(
         prep_act_kernel[(triton.cdiv(n, 1024),)](
             x, xb, buf, n, H, x.stride(0), xb.stride(0), buf.stride(0), ZERO_OUT=mode != 2, BLOCK=1024,
         )
-        mask1 = not (H % 128 == 0 and I % (16 * c1["Q"]) == 0)
-        sw1 = _scale_words(c1, H, s13, mask1)
-        _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
-            xb.view(torch.int32), w13.view(torch.int32), s13.view(torch.int32) if sw1 else s13, act, sorted_slots,
-            block_expert,
+        nt1, tiles1 = _column_tiles(c1, I)
+        _decode_mma.decode_gemm1_swiglu_kernel[(NB * (nt1 // tiles1),)](
+            xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"],
-            WC=c1.get("w_cache", ""), WE=c1.get("w_evict", ""), SW=sw1, MASK=mask1, num_warps=c1["num_warps"],
+            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""), TILES=tiles1,
+            MASK=not (H % 128 == 0 and I % (16 * c1["Q"]) == 0), num_warps=c1["num_warps"],
         )
     else:
         grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
@@ -262,15 +259,13 @@ def grouped_mxfp4_moe(
 
     def launch2(mode, buf):
         if mma:
-            mask2 = not (I % 128 == 0 and H % (16 * c2["Q"]) == 0)
-            sw2 = _scale_words(c2, I, s2, mask2)
-            _decode_mma.decode_gemm2_combine_kernel[(NB * triton.cdiv(H, 16 * c2["Q"]),)](
-                act.view(torch.int32), w2.view(torch.int32), s2.view(torch.int32) if sw2 else s2, buf, sorted_slots,
-                block_expert, tw,
+            nt2, tiles2 = _column_tiles(c2, H)
+            _decode_mma.decode_gemm2_combine_kernel[(NB * (nt2 // tiles2),)](
+                act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"],
-                WC=c2.get("w_cache", ""), WE=c2.get("w_evict", ""), SW=sw2, MASK=mask2, num_warps=c2["num_warps"],
+                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), TILES=tiles2,
+                MASK=not (I % 128 == 0 and H % (16 * c2["Q"]) == 0), num_warps=c2["num_warps"],
             )
             return
         gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](

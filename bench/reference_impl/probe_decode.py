@@ -21,17 +21,16 @@ from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
 def mma(g1, g2):
-    keys = ("Q", "num_warps", "scale_words", "w_cache")
+    keys = ("Q", "num_warps", "tiles", "w_cache")
     return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
 
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
 # knobs: chunks per trip, register prefetch, register caps; bench/NOTES.md, v6)
-SW, CG = (True,), (False, ".cg")
-CANDS = [mma((1, 2), (1, 2)), mma((1, 2) + SW, (1, 2) + SW), mma((1, 2, True, ".cg"), (1, 2, True, ".cg")),
-         mma((1, 2) + SW, (1, 2)), mma((1, 4) + SW, (1, 4) + SW), mma((1, 2) + CG, (1, 2) + CG),
-         mma((1, 2) + SW, (2, 2) + SW)]
-PROFILED = (0, 1)  # candidates whose per-kernel times are printed
+CANDS = [mma((1, 2), (1, 2)), mma((1, 2, 1, ".cg"), (1, 2, 1, ".cg")), mma((1, 2, 2, ".cg"), (1, 2, 2, ".cg")),
+         mma((1, 2, 4, ".cg"), (1, 2, 4, ".cg")), mma((1, 2, 8, ".cg"), (1, 2, 8, ".cg")), mma((1, 2, 4), (1, 2, 4)),
+         mma((1, 2, 1, ".cg"), (1, 2, 4, ".cg")), mma((1, 4, 4, ".cg"), (1, 4, 4, ".cg"))]
+PROFILED = (0, 3)  # candidates whose per-kernel times are printed
 
 
 def kernel_times(fn, reps=10):

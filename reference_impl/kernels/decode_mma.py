@@ -132,18 +132,18 @@ def _load_act(a_rows, c, ok):
 
 
 @gluon.jit
-def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr, WC: gl.constexpr = "",
-               WE: gl.constexpr = ""):
+def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr, WC: gl.constexpr = ""):
     """Words of rows r / r + 8 (one group per lane, 128-bit loads) and their E8M0 bytes.
     MASK=False where K % 128 == 0 and the rows fill the tiles: no predicates, no zero fill.
-    WC / WE: cache modifier / eviction policy of the weight loads (read once, streamed)."""
+    WC: cache modifier of the weight loads (".cg": read once, kept out of L1, which then holds
+    the activations and scales)."""
     if MASK:
-        return (gl.load(w_lo + c * 16, mask=ok, other=0, cache_modifier=WC, eviction_policy=WE),
-                gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0, cache_modifier=WC, eviction_policy=WE),
+        return (gl.load(w_lo + c * 16, mask=ok, other=0, cache_modifier=WC),
+                gl.load(w_lo + 8 * row_stride_w + c * 16, mask=ok, other=0, cache_modifier=WC),
                 gl.load(s_lo + c * 4, mask=ok, other=127), gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127))
     else:
-        return (gl.load(w_lo + c * 16, cache_modifier=WC, eviction_policy=WE),
-                gl.load(w_lo + 8 * row_stride_w + c * 16, cache_modifier=WC, eviction_policy=WE),
+        return (gl.load(w_lo + c * 16, cache_modifier=WC),
+                gl.load(w_lo + 8 * row_stride_w + c * 16, cache_modifier=WC),
                 gl.load(s_lo + c * 4), gl.load(s_lo + 8 * row_stride_s + c * 4))
 
 
@@ -151,51 +151,10 @@ def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr
 def _mma_tile(t, b, acc):
     """acc (the tile's fp32 fragment, [NW, Q, 32, 4]) += dequantized, scaled group t @ B pairs b:
     eight chained MMAs in one call."""
-    return _mma_tile_sp(t[0], t[1], _scale_pair(t[2]), _scale_pair(t[3]), b, acc)
-
-
-@gluon.jit
-def _mma_tile_sp(w_lo, w_hi, sp_lo, sp_hi, b, acc):
-    """_mma_tile with the scale pairs of rows r / r + 8 already made."""
     return gl.inline_asm_elementwise(
         GROUP_ASM, "=f,=f,=f,=f," + "r," * 32 + "f,f,f,f",
-        [w_lo, w_hi, sp_lo, sp_hi, b[0], b[1], b[2], b[3], acc],
+        [t[0], t[1], _scale_pair(t[2]), _scale_pair(t[3]), b[0], b[1], b[2], b[3], acc],
         dtype=gl.float32, is_pure=True, pack=4)
-
-
-# --- E8M0 bytes as words (SW) ------------------------------------------------------------
-# A byte load of the scales costs an L2 sector request for 4 useful bytes per row (the 4
-# lanes t4 of a row read 4 adjacent bytes), as many requests as the row's weights and ~28%
-# of the gate/up GEMM's L2 sector traffic at M=64, with the L2 at 87% of its peak. With SW,
-# every 4 steps lane t4 loads one 32-bit word per row: the row's scales of the warp's step
-# j + t4 (chunk (j + t4) * NW + w, 4 bytes = its 4 groups), one sector for 4 steps. At step
-# j the lane takes word j % 4 of its row from lane 4g + j % 4 (shfl) and byte t4 of it.
-# Needs K / 32 % 4 == 0, 4-aligned scale rows and a whole number of 4-step rounds.
-_SCALE_FROM_WORD = gl.constexpr(
-    "{ .reg .b32 v, t; shfl.sync.idx.b32 v, $1, $2, 0x1f, -1; bfe.u32 v, v, $3, 8; add.u32 v, v, 63; "
-    "shl.b32 v, v, 7; shl.b32 t, v, 16; or.b32 $0, v, t; }")
-
-
-@gluon.jit
-def _scale_pair_from_words(wd, src, boff):
-    """Scale pair (as _scale_pair) of byte boff / 8 of lane src's word wd."""
-    return gl.inline_asm_elementwise(_SCALE_FROM_WORD, "=r,r,r,r", [wd, src, boff], dtype=gl.int32, is_pure=True,
-                                     pack=1)
-
-
-@gluon.jit
-def _scale_words(sw_lo, row_stride_sw, j, w, t4):
-    """Words of rows r / r + 8 for the 4 steps from j: lane t4 takes step j + t4's."""
-    NW: gl.constexpr = gl.num_warps()
-    off = (j + t4) * NW + w
-    return gl.load(sw_lo + off), gl.load(sw_lo + 8 * row_stride_sw + off)
-
-
-@gluon.jit
-def _tile_words(w_lo, row_stride_w, c, WC: gl.constexpr, WE: gl.constexpr):
-    """Unmasked weight words of rows r / r + 8 in chunk c."""
-    return (gl.load(w_lo + c * 16, cache_modifier=WC, eviction_policy=WE),
-            gl.load(w_lo + 8 * row_stride_w + c * 16, cache_modifier=WC, eviction_policy=WE))
 
 
 @gluon.jit
@@ -205,7 +164,7 @@ def decode_gemm1_swiglu_kernel(
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", WE: gl.constexpr = "", SW: gl.constexpr = False,
+    WC: gl.constexpr = "", TILES: gl.constexpr = 1,
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32
@@ -213,7 +172,7 @@ def decode_gemm1_swiglu_kernel(
     bf16 / uint8 tensors."""
     pid = gl.program_id(0)
     b = pid % NB
-    nt = pid // NB
+    nt0 = (pid // NB) * TILES
     e = gl.load(block_expert_ptr + b)
     if e < 0:
         return
@@ -228,62 +187,40 @@ def decode_gemm1_swiglu_kernel(
     tok_ok = slot_b < S
     a_rows = gl.expand_dims(x_ptr + (slot_b // TOPK).to(gl.int64) * (stride_xm // 2) + t4 * 16 + m * 4, 4) + i
 
-    # A operand: gate rows r (+8) and the matching up rows (+I); lane t4 takes group 4c + t4
-    r = nt * (16 * Q) + q * 16 + g
-    row_ok = r < I
-    rw = stride_wn // 4
-    g_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
-    u_lo = g_lo + I * rw
-    sg_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
-    su_lo = sg_lo + I * stride_sn
+    for tt in range(TILES):  # TILES column tiles in turn: the block's activations are read from L2 once
+        nt = nt0 + tt
+        # A operand: gate rows r (+8) and the matching up rows (+I); lane t4 takes group 4c + t4
+        r = nt * (16 * Q) + q * 16 + g
+        row_ok = r < I
+        rw = stride_wn // 4
+        g_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
+        u_lo = g_lo + I * rw
+        sg_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+        su_lo = sg_lo + I * stride_sn
 
-    zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
-    gacc = zero
-    uacc = zero
-    if SW:  # s_ptr is an int32 view of the scales; strides stay in bytes
-        sgw = s_ptr + e * (stride_se // 4) + r.to(gl.int64) * (stride_sn // 4) + m * 0
-        suw = sgw + I * (stride_sn // 4)
-        src = lane - t4
-        boff = t4 * 8
-        wz = gl.zeros([NW, Q, 32, 4], gl.int32, layout=gl.SliceLayout(4, _layout(NW, Q)))
-        wgl = wz
-        wgh = wz
-        wul = wz
-        wuh = wz
-        for j in range(gl.cdiv(K, 128) // NW):
-            c = j * NW + w
-            if j % 4 == 0:
-                wgl, wgh = _scale_words(sgw, stride_sn // 4, j, w, t4)
-                wul, wuh = _scale_words(suw, stride_sn // 4, j, w, t4)
-            bp = _load_act(a_rows, c, tok_ok)
-            sl = src + j % 4
-            g0, g1 = _tile_words(g_lo, rw, c, WC, WE)
-            gacc = _mma_tile_sp(g0, g1, _scale_pair_from_words(wgl, sl, boff), _scale_pair_from_words(wgh, sl, boff),
-                                bp, gacc)
-            u0, u1 = _tile_words(u_lo, rw, c, WC, WE)
-            uacc = _mma_tile_sp(u0, u1, _scale_pair_from_words(wul, sl, boff), _scale_pair_from_words(wuh, sl, boff),
-                                bp, uacc)
-    else:
+        zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+        gacc = zero
+        uacc = zero
         for c0 in range(0, gl.cdiv(K, 128), NW):
             c = c0 + w
             kin = (c * 4 + t4) < KG
             bp = _load_act(a_rows, c, tok_ok & kin)
-            gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK, WC, WE), bp, gacc)
-            uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK, WC, WE), bp, uacc)
+            gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, gacc)
+            uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, uacc)
 
-    oq, olane, oi = _out_ids(NW, Q)
-    orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
-    otok = (olane % 4) * 2 + oi % 2
-    gate = _total(gacc) * HALF
-    up = _total(uacc) * HALF
-    if HAS_CLAMP:
-        gate = gl.minimum(gate, clamp_limit)
-        up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
-    h = gate / (1.0 + gl.exp(-gate)) * up
-    # stored as the down GEMM's B pairs: within each 8 values k0 k4 k1 k5 k2 k6 k3 k7, times 2**64
-    pcol = (orow & ~7) | ((orow & 3) << 1) | ((orow >> 2) & 1)
-    dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + pcol
-    gl.store(dst, (h * LIFT).to(gl.bfloat16), mask=orow < I)
+        oq, olane, oi = _out_ids(NW, Q)
+        orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
+        otok = (olane % 4) * 2 + oi % 2
+        gate = _total(gacc) * HALF
+        up = _total(uacc) * HALF
+        if HAS_CLAMP:
+            gate = gl.minimum(gate, clamp_limit)
+            up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
+        h = gate / (1.0 + gl.exp(-gate)) * up
+        # stored as the down GEMM's B pairs: within each 8 values k0 k4 k1 k5 k2 k6 k3 k7, times 2**64
+        pcol = (orow & ~7) | ((orow & 3) << 1) | ((orow >> 2) & 1)
+        dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + pcol
+        gl.store(dst, (h * LIFT).to(gl.bfloat16), mask=orow < I)
 
 
 @gluon.jit
@@ -293,14 +230,14 @@ def decode_gemm2_combine_kernel(
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
     OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", WE: gl.constexpr = "", SW: gl.constexpr = False,
+    WC: gl.constexpr = "", TILES: gl.constexpr = 1,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
     order and 2**64 lift). a_ptr/w_ptr are int32 views; strides in bf16 / uint8 elements."""
     pid = gl.program_id(0)
     b = pid % NB
-    nt = pid // NB
+    nt0 = (pid // NB) * TILES
     e = gl.load(block_expert_ptr + b)
     if e < 0:
         return
@@ -313,43 +250,29 @@ def decode_gemm2_combine_kernel(
     a_rows = gl.expand_dims(a_ptr + (b * 8 + g).to(gl.int64) * (stride_am // 2) + t4 * 16 + m * 4, 4) + i
     # padding rows of the block hold zeros: not loading them saves most of the B traffic at decode
     tok_ok = gl.load(sorted_ptr + b * 8 + g) < S
-    r = nt * (16 * Q) + q * 16 + g
-    row_ok = r < N
-    rw = stride_wn // 4
-    w_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
-    s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+    for tt in range(TILES):  # TILES column tiles in turn: the block's activations are read from L2 once
+        nt = nt0 + tt
+        r = nt * (16 * Q) + q * 16 + g
+        row_ok = r < N
+        rw = stride_wn // 4
+        w_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
+        s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
 
-    acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
-    if SW:  # s_ptr is an int32 view of the scales; strides stay in bytes
-        sw_lo = s_ptr + e * (stride_se // 4) + r.to(gl.int64) * (stride_sn // 4) + m * 0
-        src = lane - t4
-        boff = t4 * 8
-        wz = gl.zeros([NW, Q, 32, 4], gl.int32, layout=gl.SliceLayout(4, _layout(NW, Q)))
-        wl = wz
-        wh = wz
-        for j in range(gl.cdiv(K, 128) // NW):
-            c = j * NW + w
-            if j % 4 == 0:
-                wl, wh = _scale_words(sw_lo, stride_sn // 4, j, w, t4)
-            sl = src + j % 4
-            w0, w1 = _tile_words(w_lo, rw, c, WC, WE)
-            acc = _mma_tile_sp(w0, w1, _scale_pair_from_words(wl, sl, boff), _scale_pair_from_words(wh, sl, boff),
-                               _load_act(a_rows, c, tok_ok), acc)
-    else:
+        acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
         for c0 in range(0, gl.cdiv(K, 128), NW):
             c = c0 + w
             kin = (c * 4 + t4) < KG
-            acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK, WC, WE),
+            acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK, WC),
                             _load_act(a_rows, c, tok_ok & kin), acc)
 
-    oq, olane, oi = _out_ids(NW, Q)
-    col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
-    slot = gl.load(sorted_ptr + b * 8 + (olane % 4) * 2 + oi % 2)
-    ok = (slot < S) & (col < N)
-    wt = gl.load(topk_w_ptr + slot, mask=ok, other=0.0).to(gl.float32) * (scale_factor * HALF)
-    v = _total(acc) * wt
-    if OUT_MODE == 2:
-        gl.store(out_ptr + slot.to(gl.int64) * stride_om + col, v, mask=ok)
-    else:
-        tok = (slot // TOPK).to(gl.int64)
-        gl.atomic_add(out_ptr + tok * stride_om + col, v.to(out_ptr.dtype.element_ty), mask=ok, sem="relaxed")
+        oq, olane, oi = _out_ids(NW, Q)
+        col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
+        slot = gl.load(sorted_ptr + b * 8 + (olane % 4) * 2 + oi % 2)
+        ok = (slot < S) & (col < N)
+        wt = gl.load(topk_w_ptr + slot, mask=ok, other=0.0).to(gl.float32) * (scale_factor * HALF)
+        v = _total(acc) * wt
+        if OUT_MODE == 2:
+            gl.store(out_ptr + slot.to(gl.int64) * stride_om + col, v, mask=ok)
+        else:
+            tok = (slot // TOPK).to(gl.int64)
+            gl.atomic_add(out_ptr + tok * stride_om + col, v.to(out_ptr.dtype.element_ty), mask=ok, sem="relaxed")
