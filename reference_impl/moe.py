@@ -3,7 +3,8 @@
 Pipeline (one fixed grid per batch size, no host sync -> CUDA-graph safe):
   1. route        slots sorted by expert, padded to BLOCK_M (kernels/route.py for
                   decode-sized batches, routing.route_torch beyond); on the decode
-                  path prep_act also lays the hidden states out as MMA B pairs
+                  path prep_act also lays the hidden states out as MMA B pairs, in
+                  the routing's launch (route_prep_kernel) at decode sizes
   2. gemm1_swiglu act[row] = silu(clamp(x @ W13_gate^T)) * clamp(x @ W13_up^T)
   3. gemm2_combine out[token] += w * rsf * act[row] @ W2^T   (atomics, or a
                   per-slot buffer + reduce_topk when deterministic=True)
@@ -22,7 +23,7 @@ from .kernels.route import route_kernel
 from .kernels.gemm1_swiglu import gemm1_swiglu_kernel
 from .kernels.gemm2_combine import gemm2_combine_kernel
 from .kernels.reduce_topk import reduce_topk_kernel
-from .kernels.prep_act import prep_act_kernel
+from .kernels.prep_act import prep_act_kernel, route_prep_kernel
 
 try:  # the decode path is written in Gluon (explicit layouts); absent from some Triton builds
     from .kernels import decode_mma as _decode_mma
@@ -137,14 +138,6 @@ def _scale_vec(c: dict, K: int) -> bool:
     return bool(c.get("scale_vec", False)) and scale_vec_ok(c, K) and os.environ.get("REFIMPL_SCALE_VEC", "1") != "0"
 
 
-def _column_tiles(c: dict, N: int):
-    """(column tiles of 16*Q rows, tiles per program) of a decode-path GEMM: a config's
-    "tiles" where it divides the tile count, else 1."""
-    nt = triton.cdiv(N, 16 * c["Q"])
-    tiles = int(c.get("tiles", 1))
-    return nt, tiles if tiles >= 1 and nt % tiles == 0 else 1
-
-
 def grouped_mxfp4_moe(
     hidden_states: torch.Tensor,
     w13_packed: torch.Tensor,
@@ -193,24 +186,8 @@ def grouped_mxfp4_moe(
     ids = topk_ids.contiguous()
     tw = topk_weights.contiguous()
 
-    # 1. routing
-    NB = max_blocks(S, E, BM)
-    P = NB * BM
-    if S <= ROUTE_KERNEL_MAX_SLOTS:
-        sorted_slots = torch.empty(P, dtype=torch.int32, device=dev)
-        block_expert = torch.empty(NB, dtype=torch.int32, device=dev)
-        E_PAD = triton.next_power_of_2(E + 1)
-        scratch = torch.empty(2 * E_PAD, dtype=torch.int32, device=dev)
-        route_kernel[(1,)](
-            ids, sorted_slots, block_expert, scratch, S, E, P, NB,
-            S_PAD=max(16, triton.next_power_of_2(S)), E_PAD=E_PAD, BLOCK_M=BM, FILL=1024,
-            num_warps=4,
-        )
-    else:
-        sorted_slots, block_expert = route_torch(ids, E, BM)
-
     # the down GEMM's output: per-slot rows (deterministic) or the atomics' target,
-    # zeroed by a memset, or by prep_act_kernel on the decode path
+    # zeroed by a memset, or by prep_act on the decode path
     alloc = torch.empty if mma else torch.zeros
     if deterministic:
         mode = 2
@@ -224,6 +201,29 @@ def grouped_mxfp4_moe(
         mode = 0
         buf = alloc(M, H, dtype=torch.bfloat16, device=dev)
 
+    # 1. routing (and, on the decode path, the hidden states as B pairs + the zeroed output)
+    NB = max_blocks(S, E, BM)
+    P = NB * BM
+    xb = torch.empty(M, H, dtype=torch.bfloat16, device=dev) if mma else None
+    prep = (x, xb, buf, M * H, H, x.stride(0), H, buf.stride(0))
+    PREP_BLOCK = 1024
+    if S <= ROUTE_KERNEL_MAX_SLOTS:
+        sorted_slots = torch.empty(P, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(NB, dtype=torch.int32, device=dev)
+        E_PAD = triton.next_power_of_2(E + 1)
+        scratch = torch.empty(2 * E_PAD, dtype=torch.int32, device=dev)
+        route = (ids, sorted_slots, block_expert, scratch, S, E, P, NB)
+        meta = dict(S_PAD=max(16, triton.next_power_of_2(S)), E_PAD=E_PAD, BLOCK_M=BM, FILL=1024, num_warps=4)
+        if mma:  # one launch: program 0 routes, the others lay out the hidden states
+            route_prep_kernel[(1 + triton.cdiv(M * H, PREP_BLOCK),)](
+                *route, *prep, ZERO_OUT=mode != 2, BLOCK=PREP_BLOCK, **meta)
+        else:
+            route_kernel[(1,)](*route, **meta)
+    else:
+        sorted_slots, block_expert = route_torch(ids, E, BM)
+        if mma:
+            prep_act_kernel[(triton.cdiv(M * H, PREP_BLOCK),)](*prep, ZERO_OUT=mode != 2, BLOCK=PREP_BLOCK)
+
     # 2. gate/up GEMM + SwiGLU
     act = torch.empty(P, I, dtype=torch.bfloat16, device=dev)
     if _poison:
@@ -231,17 +231,11 @@ def grouped_mxfp4_moe(
     has_clamp = clamp_limit is not None and clamp_limit > 0
     clamp = float(clamp_limit) if has_clamp else 0.0
     if mma:
-        xb = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
-        n = M * H
-        prep_act_kernel[(triton.cdiv(n, 1024),)](
-            x, xb, buf, n, H, x.stride(0), xb.stride(0), buf.stride(0), ZERO_OUT=mode != 2, BLOCK=1024,
-        )
-        nt1, tiles1 = _column_tiles(c1, I)
-        _decode_mma.decode_gemm1_swiglu_kernel[(NB * (nt1 // tiles1),)](
+        _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""), TILES=tiles1,
+            clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
             MASK=not (H % 128 == 0 and I % (16 * c1["Q"]) == 0), num_warps=c1["num_warps"],
         )
     else:
@@ -259,12 +253,11 @@ def grouped_mxfp4_moe(
 
     def launch2(mode, buf):
         if mma:
-            nt2, tiles2 = _column_tiles(c2, H)
-            _decode_mma.decode_gemm2_combine_kernel[(NB * (nt2 // tiles2),)](
+            _decode_mma.decode_gemm2_combine_kernel[(NB * triton.cdiv(H, 16 * c2["Q"]),)](
                 act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), TILES=tiles2,
+                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""),
                 MASK=not (I % 128 == 0 and H % (16 * c2["Q"]) == 0), num_warps=c2["num_warps"],
             )
             return

@@ -44,15 +44,17 @@ def cfg(bm, g1, g2, vec=None):
 
 
 def mma(g1, g2):
-    """A decode-path (Gluon, mma.sync) config: (Q tiles of 16 rows, warps) per GEMM."""
-    k = ("Q", "num_warps")
+    """A decode-path (Gluon, mma.sync) config: (Q tiles of 16 rows, warps[, weight cache
+    modifier]) per GEMM."""
+    k = ("Q", "num_warps", "w_cache")
     return {"path": "mma", "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2))}
 
 
 # the tl.dot configs that won the earlier tunings (bench/NOTES.md), beside the decode path's
-MMA = [mma((1, 2), (1, 2)), mma((1, 4), (1, 4)), mma((1, 2), (2, 1))]
+MMA = [mma((1, 2), (1, 2)), mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 4), (1, 4)), mma((1, 4, ".cg"), (1, 4, ".cg")),
+       mma((1, 2), (2, 1))]
 SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False)] + MMA
-MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:2]
+MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4]
 LARGE = [cfg(128, (32, 128, 4, 3), (64, 128, 4, 3)), cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), MMA[0]]
 
 

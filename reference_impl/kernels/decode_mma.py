@@ -164,7 +164,7 @@ def decode_gemm1_swiglu_kernel(
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", TILES: gl.constexpr = 1,
+    WC: gl.constexpr = "",
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32
@@ -172,7 +172,7 @@ def decode_gemm1_swiglu_kernel(
     bf16 / uint8 tensors."""
     pid = gl.program_id(0)
     b = pid % NB
-    nt0 = (pid // NB) * TILES
+    nt = pid // NB
     e = gl.load(block_expert_ptr + b)
     if e < 0:
         return
@@ -187,40 +187,38 @@ def decode_gemm1_swiglu_kernel(
     tok_ok = slot_b < S
     a_rows = gl.expand_dims(x_ptr + (slot_b // TOPK).to(gl.int64) * (stride_xm // 2) + t4 * 16 + m * 4, 4) + i
 
-    for tt in range(TILES):  # TILES column tiles in turn: the block's activations are read from L2 once
-        nt = nt0 + tt
-        # A operand: gate rows r (+8) and the matching up rows (+I); lane t4 takes group 4c + t4
-        r = nt * (16 * Q) + q * 16 + g
-        row_ok = r < I
-        rw = stride_wn // 4
-        g_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
-        u_lo = g_lo + I * rw
-        sg_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
-        su_lo = sg_lo + I * stride_sn
+    # A operand: gate rows r (+8) and the matching up rows (+I); lane t4 takes group 4c + t4
+    r = nt * (16 * Q) + q * 16 + g
+    row_ok = r < I
+    rw = stride_wn // 4
+    g_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
+    u_lo = g_lo + I * rw
+    sg_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+    su_lo = sg_lo + I * stride_sn
 
-        zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
-        gacc = zero
-        uacc = zero
-        for c0 in range(0, gl.cdiv(K, 128), NW):
-            c = c0 + w
-            kin = (c * 4 + t4) < KG
-            bp = _load_act(a_rows, c, tok_ok & kin)
-            gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, gacc)
-            uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, uacc)
+    zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+    gacc = zero
+    uacc = zero
+    for c0 in range(0, gl.cdiv(K, 128), NW):
+        c = c0 + w
+        kin = (c * 4 + t4) < KG
+        bp = _load_act(a_rows, c, tok_ok & kin)
+        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, gacc)
+        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, uacc)
 
-        oq, olane, oi = _out_ids(NW, Q)
-        orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
-        otok = (olane % 4) * 2 + oi % 2
-        gate = _total(gacc) * HALF
-        up = _total(uacc) * HALF
-        if HAS_CLAMP:
-            gate = gl.minimum(gate, clamp_limit)
-            up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
-        h = gate / (1.0 + gl.exp(-gate)) * up
-        # stored as the down GEMM's B pairs: within each 8 values k0 k4 k1 k5 k2 k6 k3 k7, times 2**64
-        pcol = (orow & ~7) | ((orow & 3) << 1) | ((orow >> 2) & 1)
-        dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + pcol
-        gl.store(dst, (h * LIFT).to(gl.bfloat16), mask=orow < I)
+    oq, olane, oi = _out_ids(NW, Q)
+    orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
+    otok = (olane % 4) * 2 + oi % 2
+    gate = _total(gacc) * HALF
+    up = _total(uacc) * HALF
+    if HAS_CLAMP:
+        gate = gl.minimum(gate, clamp_limit)
+        up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
+    h = gate / (1.0 + gl.exp(-gate)) * up
+    # stored as the down GEMM's B pairs: within each 8 values k0 k4 k1 k5 k2 k6 k3 k7, times 2**64
+    pcol = (orow & ~7) | ((orow & 3) << 1) | ((orow >> 2) & 1)
+    dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + pcol
+    gl.store(dst, (h * LIFT).to(gl.bfloat16), mask=orow < I)
 
 
 @gluon.jit
@@ -230,14 +228,14 @@ def decode_gemm2_combine_kernel(
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
     OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", TILES: gl.constexpr = 1,
+    WC: gl.constexpr = "",
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
     order and 2**64 lift). a_ptr/w_ptr are int32 views; strides in bf16 / uint8 elements."""
     pid = gl.program_id(0)
     b = pid % NB
-    nt0 = (pid // NB) * TILES
+    nt = pid // NB
     e = gl.load(block_expert_ptr + b)
     if e < 0:
         return
@@ -250,29 +248,27 @@ def decode_gemm2_combine_kernel(
     a_rows = gl.expand_dims(a_ptr + (b * 8 + g).to(gl.int64) * (stride_am // 2) + t4 * 16 + m * 4, 4) + i
     # padding rows of the block hold zeros: not loading them saves most of the B traffic at decode
     tok_ok = gl.load(sorted_ptr + b * 8 + g) < S
-    for tt in range(TILES):  # TILES column tiles in turn: the block's activations are read from L2 once
-        nt = nt0 + tt
-        r = nt * (16 * Q) + q * 16 + g
-        row_ok = r < N
-        rw = stride_wn // 4
-        w_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
-        s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+    r = nt * (16 * Q) + q * 16 + g
+    row_ok = r < N
+    rw = stride_wn // 4
+    w_lo = w_ptr + e * (stride_we // 4) + r.to(gl.int64) * rw + t4 * 4 + m
+    s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
 
-        acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
-        for c0 in range(0, gl.cdiv(K, 128), NW):
-            c = c0 + w
-            kin = (c * 4 + t4) < KG
-            acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK, WC),
-                            _load_act(a_rows, c, tok_ok & kin), acc)
+    acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+    for c0 in range(0, gl.cdiv(K, 128), NW):
+        c = c0 + w
+        kin = (c * 4 + t4) < KG
+        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK, WC),
+                        _load_act(a_rows, c, tok_ok & kin), acc)
 
-        oq, olane, oi = _out_ids(NW, Q)
-        col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
-        slot = gl.load(sorted_ptr + b * 8 + (olane % 4) * 2 + oi % 2)
-        ok = (slot < S) & (col < N)
-        wt = gl.load(topk_w_ptr + slot, mask=ok, other=0.0).to(gl.float32) * (scale_factor * HALF)
-        v = _total(acc) * wt
-        if OUT_MODE == 2:
-            gl.store(out_ptr + slot.to(gl.int64) * stride_om + col, v, mask=ok)
-        else:
-            tok = (slot // TOPK).to(gl.int64)
-            gl.atomic_add(out_ptr + tok * stride_om + col, v.to(out_ptr.dtype.element_ty), mask=ok, sem="relaxed")
+    oq, olane, oi = _out_ids(NW, Q)
+    col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
+    slot = gl.load(sorted_ptr + b * 8 + (olane % 4) * 2 + oi % 2)
+    ok = (slot < S) & (col < N)
+    wt = gl.load(topk_w_ptr + slot, mask=ok, other=0.0).to(gl.float32) * (scale_factor * HALF)
+    v = _total(acc) * wt
+    if OUT_MODE == 2:
+        gl.store(out_ptr + slot.to(gl.int64) * stride_om + col, v, mask=ok)
+    else:
+        tok = (slot // TOPK).to(gl.int64)
+        gl.atomic_add(out_ptr + tok * stride_om + col, v.to(out_ptr.dtype.element_ty), mask=ok, sem="relaxed")

@@ -2,15 +2,25 @@
 (within every 8 values the order k0 k4 k1 k5 k2 k6 k3 k7, times 2**64; see
 decode_mma.py) and, in the same pass, the zeroed output that the down GEMM's
 atomics accumulate into. It replaces the output's memset launch, so the
-decode kernels pair no activations themselves."""
+decode kernels pair no activations themselves. route_prep_kernel runs it in the
+routing's launch."""
 import triton
 import triton.language as tl
+
+from .route import route_program
 
 
 @triton.jit
 def prep_act_kernel(x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stride_om,
                     ZERO_OUT: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    prep_act_block(tl.program_id(0), x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stride_om, ZERO_OUT, BLOCK)
+
+
+@triton.jit
+def prep_act_block(blk, x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stride_om,
+                   ZERO_OUT: tl.constexpr, BLOCK: tl.constexpr):
+    """Values blk * BLOCK .. + BLOCK of the flattened [M, H] hidden states."""
+    offs = blk * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
     row = offs // H
     col = offs % H
@@ -19,3 +29,19 @@ def prep_act_kernel(x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stride_o
     tl.store(xb_ptr + row * stride_bm + pcol, (x.to(tl.float32) * 1.8446744073709552e19).to(tl.bfloat16), mask=ok)
     if ZERO_OUT:
         tl.store(out_ptr + row * stride_om + col, tl.zeros([BLOCK], dtype=out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def route_prep_kernel(
+    ids_ptr, sorted_ptr, block_expert_ptr, scratch_ptr, S, E, P, NB,
+    x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stride_om,
+    S_PAD: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr,
+    ZERO_OUT: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Routing (program 0) and prep_act (programs 1..) in one launch: at decode sizes a
+    launch costs about as much as either kernel's work, and the two are independent."""
+    pid = tl.program_id(0)
+    if pid == 0:
+        route_program(ids_ptr, sorted_ptr, block_expert_ptr, scratch_ptr, S, E, P, NB, S_PAD, E_PAD, BLOCK_M, FILL)
+    else:
+        prep_act_block(pid - 1, x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stride_om, ZERO_OUT, BLOCK)

@@ -17,6 +17,16 @@ def route_kernel(
     S, E, P, NB,
     S_PAD: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr,
 ):
+    route_program(ids_ptr, sorted_ptr, block_expert_ptr, scratch_ptr, S, E, P, NB, S_PAD, E_PAD, BLOCK_M, FILL)
+
+
+@triton.jit
+def route_program(
+    ids_ptr, sorted_ptr, block_expert_ptr, scratch_ptr,
+    S, E, P, NB,
+    S_PAD: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr,
+):
+    """The whole routing, run by one program (route_kernel, or program 0 of route_prep_kernel)."""
     offs = tl.arange(0, S_PAD)
     ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
     ids = tl.where((ids < 0) | (ids >= E), E, ids)

@@ -175,3 +175,34 @@ def test_prep_act_lays_out_b_pairs_and_zeroes_output():
     want = (x.float() * 2.0 ** 64).view(M, H // 8, 8)[:, :, order].reshape(M, H)
     assert torch.equal(xb.float(), want)
     assert torch.count_nonzero(out) == 0
+
+
+def test_route_prep_kernel_is_routing_plus_prep_in_one_launch():
+    """route_prep_kernel (the decode path's first launch): program 0 gives route_torch's
+    outputs, the others prep_act's B pairs and the zeroed output, poisoned beforehand."""
+    import triton
+    from reference_impl.kernels.prep_act import route_prep_kernel
+
+    g = torch.Generator().manual_seed(9)
+    M, topk, E, H, BM = 5, 4, 12, 96, 8
+    ids = torch.randint(-1, E, (M, topk), generator=g, dtype=torch.int32).to(DEV)
+    x = torch.randn(M, H, generator=g).to(torch.bfloat16).to(DEV)
+    S = ids.numel()
+    NB = max_blocks(S, E, BM)
+    P = NB * BM
+    s2 = torch.full((P,), -7, dtype=torch.int32, device=DEV)
+    b2 = torch.full((NB,), -7, dtype=torch.int32, device=DEV)
+    EP = triton.next_power_of_2(E + 1)
+    scratch = torch.empty(2 * EP, dtype=torch.int32, device=DEV)
+    xb = torch.full((M, H), float("nan"), dtype=torch.bfloat16, device=DEV)
+    out = torch.full((M, H), 7.0, dtype=torch.float32, device=DEV)
+    BLOCK = 128
+    route_prep_kernel[(1 + triton.cdiv(M * H, BLOCK),)](
+        ids, s2, b2, scratch, S, E, P, NB, x, xb, out, M * H, H, x.stride(0), xb.stride(0), out.stride(0),
+        S_PAD=max(16, triton.next_power_of_2(S)), E_PAD=EP, BLOCK_M=BM, FILL=1024, ZERO_OUT=True, BLOCK=BLOCK)
+    a, b = route_torch(ids, E, BM)
+    assert torch.equal(a, s2) and torch.equal(b, b2)
+    order = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7], device=DEV)
+    want = (x.float() * 2.0 ** 64).view(M, H // 8, 8)[:, :, order].reshape(M, H)
+    assert torch.equal(xb.float(), want)
+    assert torch.count_nonzero(out) == 0
