@@ -161,6 +161,13 @@ def test_decode_config_runs_or_falls_back():
     assert not moe_mod._mma_path({"BLOCK_M": 16}, torch.device(DEV))
 
 
+def _b_pairs(x):
+    """The decode path's B-pair layout of x: within every 8 values k0 k4 k1 k5 k2 k6 k3 k7, times 2**64."""
+    M, H = x.shape
+    order = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7], device=x.device)
+    return (x.float() * 2.0 ** 64).view(M, H // 8, 8)[:, :, order].reshape(M, H)
+
+
 def test_prep_act_lays_out_b_pairs_and_zeroes_output():
     """prep_act_kernel (decode path): within every 8 values the order k0 k4 k1 k5 k2 k6
     k3 k7, times 2**64 (exact in bf16), and the output buffer zeroed."""
@@ -171,9 +178,7 @@ def test_prep_act_lays_out_b_pairs_and_zeroes_output():
     xb = torch.full((M, H), float("nan"), dtype=torch.bfloat16, device=DEV)
     out = torch.full((M, H), 7.0, dtype=torch.float32, device=DEV)
     prep_act_kernel[(2,)](x, xb, out, M * H, H, x.stride(0), xb.stride(0), out.stride(0), ZERO_OUT=True, BLOCK=256)
-    order = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7], device=DEV)
-    want = (x.float() * 2.0 ** 64).view(M, H // 8, 8)[:, :, order].reshape(M, H)
-    assert torch.equal(xb.float(), want)
+    assert torch.equal(xb.float(), _b_pairs(x))
     assert torch.count_nonzero(out) == 0
 
 
@@ -202,7 +207,5 @@ def test_route_prep_kernel_is_routing_plus_prep_in_one_launch():
         S_PAD=max(16, triton.next_power_of_2(S)), E_PAD=EP, BLOCK_M=BM, FILL=1024, ZERO_OUT=True, BLOCK=BLOCK)
     a, b = route_torch(ids, E, BM)
     assert torch.equal(a, s2) and torch.equal(b, b2)
-    order = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7], device=DEV)
-    want = (x.float() * 2.0 ** 64).view(M, H // 8, 8)[:, :, order].reshape(M, H)
-    assert torch.equal(xb.float(), want)
+    assert torch.equal(xb.float(), _b_pairs(x))
     assert torch.count_nonzero(out) == 0
