@@ -24,6 +24,7 @@ from .kernels.gemm1_swiglu import gemm1_swiglu_kernel
 from .kernels.gemm2_combine import gemm2_combine_kernel
 from .kernels.reduce_topk import reduce_topk_kernel
 from .kernels.prep_act import prep_act_kernel, route_prep_kernel
+from . import wgmma_path
 
 try:  # the decode path is written in Gluon (explicit layouts); absent from some Triton builds
     from .kernels import decode_mma as _decode_mma
@@ -174,7 +175,8 @@ def grouped_mxfp4_moe(
     S = M * topk
     cfg = config or _configs.get_config(M, E, topk, H, I, _device_name(dev))
     mma = _mma_path(cfg, dev)
-    if not mma and cfg.get("path") == "mma":  # this device/Triton cannot: the tl.dot kernels' defaults
+    wg = wgmma_path.usable(cfg, dev)
+    if not (mma or wg) and cfg.get("path") in ("mma", "wgmma"):  # this device/Triton cannot: the defaults
         cfg = _configs.default_config(M, E, topk, H, I)
     BM = _decode_mma.BLOCK_M if mma else cfg["BLOCK_M"]
     c1, c2 = cfg["gemm1"], cfg["gemm2"]
@@ -225,12 +227,16 @@ def grouped_mxfp4_moe(
             prep_act_kernel[(triton.cdiv(M * H, PREP_BLOCK),)](*prep, ZERO_OUT=mode != 2, BLOCK=PREP_BLOCK)
 
     # 2. gate/up GEMM + SwiGLU
-    act = torch.empty(P, I, dtype=torch.bfloat16, device=dev)
-    if _poison:
-        act.fill_(float("nan"))
     has_clamp = clamp_limit is not None and clamp_limit > 0
     clamp = float(clamp_limit) if has_clamp else 0.0
-    if mma:
+    if not wg:
+        act = torch.empty(P, I, dtype=torch.bfloat16, device=dev)
+        if _poison:
+            act.fill_(float("nan"))
+    if wg:  # hidden states gathered per sorted row in the kernels' k order, then wgmma
+        act = wgmma_path.gemm1(wgmma_path.prep(x, sorted_slots, S, topk, P), w13, s13, block_expert,
+                               H, I, BM, c1, clamp, has_clamp, _poison)
+    elif mma:
         _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
@@ -252,6 +258,9 @@ def grouped_mxfp4_moe(
     rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
 
     def launch2(mode, buf):
+        if wg:
+            wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, BM, c2, rsf, mode)
+            return
         if mma:
             _decode_mma.decode_gemm2_combine_kernel[(NB * triton.cdiv(H, 16 * c2["Q"]),)](
                 act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,

@@ -1,7 +1,8 @@
-"""Quick device probe of the decode (mma) path: correctness against the reference
-and time against the tuned tl.dot path, for a few configs. Prints one line each.
+"""Quick device probe of the decode (mma) path, or with --family wgmma of the prefill
+path: correctness against the reference and time against the tuned config, for a few
+candidate configs. Prints one line each.
 
-  python bench/reference_impl/probe_decode.py [--ms 1,64] [--models ...]
+  python bench/reference_impl/probe_decode.py [--ms 1,64] [--models ...] [--family wgmma]
 """
 import argparse
 import json
@@ -33,6 +34,14 @@ CANDS = [mma((1, 2), (1, 2)), mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 4, ".cg
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed
 
 
+def wgmma(bn, s1, s2, wc=""):
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": s1, "w_cache": wc},
+            "gemm2": {"STAGES": s2, "w_cache": wc}}
+
+
+WGMMA_CANDS = [wgmma(64, 4, 4), wgmma(128, 4, 4), wgmma(64, 3, 3), wgmma(64, 4, 4, ".cg"), wgmma(128, 3, 3, ".cg")]
+
+
 def kernel_times(fn, reps=10):
     """Mean device time per kernel name over reps eager calls (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
@@ -55,7 +64,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ms", default="1,4,16,64,256")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--family", default="mma", choices=("mma", "wgmma"))
     args = ap.parse_args()
+    cands = CANDS if args.family == "mma" else WGMMA_CANDS
     bw = copy_bw()
     print(f"copy {bw / 1e12:.2f} TB/s", flush=True)
     dev = torch.cuda.get_device_name()
@@ -73,21 +84,24 @@ def main():
             ref = reference_mxfp4_moe(**p, **kw)
             dot = get_config(M, E, topk, H, I, dev)
             t_dot = time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
-            print(f"{mname} M={M} roof {roof:.4f} ms  dot {t_dot:.4f} ms ({roof / t_dot:.1%})", flush=True)
+            tflop = 6 * int((p["topk_ids"] >= 0).sum()) * H * I / 1e12  # the FLOPs the MoE needs
+            print(f"{mname} M={M} roof {roof:.4f} ms  dot {t_dot:.4f} ms ({roof / t_dot:.1%}, "
+                  f"{tflop / t_dot * 1e3:.0f} TFLOP/s)", flush=True)
             for ci in PROFILED:
                 try:
                     print(f"   kernels (us) of candidate {ci}:",
-                          kernel_times(lambda: grouped_mxfp4_moe(**p, config=CANDS[ci], **kw)), flush=True)
+                          kernel_times(lambda: grouped_mxfp4_moe(**p, config=cands[ci], **kw)), flush=True)
                 except Exception as ex:
                     print("   profiler failed", repr(ex)[:200])
-            for cf in CANDS:
+            for cf in cands:
                 try:
                     out = grouped_mxfp4_moe(**p, config=cf, _poison=True, **kw)
                     outd = grouped_mxfp4_moe(**p, config=cf, deterministic=True, _poison=True, **kw)
                     torch.cuda.synchronize()
                     e, ed = rel(out, ref), rel(outd, ref)
                     t = time_graph(lambda: grouped_mxfp4_moe(**p, config=cf, **kw))
-                    print(f"   {json.dumps(cf)} err {e:.2e}/{ed:.2e} {t:.4f} ms ({roof / t:.1%}, x{t_dot / t:.2f} vs dot)",
+                    print(f"   {json.dumps(cf)} err {e:.2e}/{ed:.2e} {t:.4f} ms ({roof / t:.1%}, "
+                          f"{tflop / t * 1e3:.0f} TFLOP/s, x{t_dot / t:.2f} vs tuned)",
                           flush=True)
                 except Exception as ex:
                     print(f"   {json.dumps(cf)} FAILED {repr(ex)[:300]}", flush=True)

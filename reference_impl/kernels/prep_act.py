@@ -45,3 +45,21 @@ def route_prep_kernel(
         route_program(ids_ptr, sorted_ptr, block_expert_ptr, scratch_ptr, S, E, P, NB, S_PAD, E_PAD, BLOCK_M, FILL)
     else:
         prep_act_block(pid - 1, x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stride_om, ZERO_OUT, BLOCK)
+
+
+@triton.jit
+def prefill_prep_kernel(x_ptr, xp_ptr, sorted_ptr, S, K, KP, TOPK, stride_xm, stride_pm,
+                        ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Prefill path's B operand: xp[row, L] = x[token of sorted slot row, 128 (L // 128) +
+    physical_k(L % 128)] * 2**64 (prefill_wgmma.py's k order), zero on padding rows and past K.
+    One program = ROWS padded rows x BLOCK columns of xp."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    L = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    slot = tl.load(sorted_ptr + rows)
+    tok = (slot // TOPK).to(tl.int64)
+    c = L & 127
+    src = (L - c) + ((c >> 1) & 3) * 32 + (c >> 5) * 8 + ((c >> 4) & 1) * 2 + ((c >> 3) & 1) + (c & 1) * 4
+    ok = (slot < S)[:, None] & (src < K)[None, :]
+    x = tl.load(x_ptr + tok[:, None] * stride_xm + src[None, :], mask=ok, other=0.0)
+    dst = xp_ptr + rows[:, None].to(tl.int64) * stride_pm + L[None, :]
+    tl.store(dst, (x.to(tl.float32) * 1.8446744073709552e19).to(tl.bfloat16), mask=(L < KP)[None, :])

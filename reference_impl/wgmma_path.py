@@ -1,0 +1,75 @@
+"""Host side of the prefill path (kernels/prefill_wgmma.py): which devices run it, its
+buffers, TMA descriptors and launches. moe.py calls it between routing and the output.
+
+Buffers (P = padded sorted rows, a multiple of BLOCK_M = the wgmma's n):
+  xp  [P, H128] bf16  gathered hidden states in the kernels' k order, times 2**64
+  act [P, I128] bf16  the gate/up epilogue's output, same order and lift
+where X128 = X rounded up to the 128-value period of that order (zeros past X).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+try:  # Gluon's Hopper modules; absent from some Triton builds
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from .kernels import prefill_wgmma as _k
+except Exception:  # pragma: no cover - depends on the installed Triton
+    _k = None
+from .kernels.prep_act import prefill_prep_kernel
+
+PREP_ROWS, PREP_BLOCK = 16, 256
+
+
+def usable(cfg: dict, dev: torch.device) -> bool:
+    """wgmma is sm_90(a) only; REFIMPL_WGMMA=0 turns the path off."""
+    if cfg.get("path") != "wgmma" or _k is None or dev.type != "cuda":
+        return False
+    if os.environ.get("REFIMPL_WGMMA", "1") == "0" or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    return torch.cuda.get_device_capability(dev) == (9, 0)
+
+
+def _pad128(n: int) -> int:
+    return triton.cdiv(n, 128) * 128
+
+
+def _desc(t: torch.Tensor, bn: int):
+    layout = gl.NVMMASharedLayout.get_default_for([bn, _k.KS.value], gl.bfloat16)
+    return TensorDescriptor.from_tensor(t, [bn, _k.KS.value], layout)
+
+
+def prep(x, sorted_slots, S, topk, P):
+    H = x.shape[1]
+    xp = torch.empty(P, _pad128(H), dtype=torch.bfloat16, device=x.device)
+    prefill_prep_kernel[(P // PREP_ROWS, triton.cdiv(xp.shape[1], PREP_BLOCK))](
+        x, xp, sorted_slots, S, H, xp.shape[1], topk, x.stride(0), xp.stride(0),
+        ROWS=PREP_ROWS, BLOCK=PREP_BLOCK, num_warps=4)
+    return xp
+
+
+def gemm1(xp, w13, s13, block_expert, H, I, bn, c1, clamp, has_clamp, poison):
+    P = xp.shape[0]
+    act = torch.empty(P, _pad128(I), dtype=torch.bfloat16, device=xp.device)
+    if poison:
+        act.fill_(float("nan"))
+    NT = act.shape[1] // 64
+    _k.prefill_gemm1_swiglu_kernel[(P // bn * NT,)](
+        _desc(xp, bn), w13.view(torch.int32), s13, act, block_expert,
+        H, xp.shape[1], I, NT, w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        clamp, HAS_CLAMP=has_clamp, BN=bn, STAGES=c1.get("STAGES", 4), WC=c1.get("w_cache", ""),
+        MASK=not (H % 128 == 0 and I % 128 == 0), num_warps=4)
+    return act
+
+
+def gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, bn, c2, rsf, mode):
+    P = act.shape[0]
+    NT = triton.cdiv(H, 64)
+    _k.prefill_gemm2_combine_kernel[(P // bn * NT,)](
+        _desc(act, bn), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
+        S, H, I, act.shape[1], NT, topk, w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
+        rsf, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), WC=c2.get("w_cache", ""),
+        MASK=not (I % 128 == 0 and H % 64 == 0), num_warps=4)
