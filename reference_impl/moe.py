@@ -234,8 +234,8 @@ def grouped_mxfp4_moe(
         if _poison:
             act.fill_(float("nan"))
     if wg:  # hidden states gathered per sorted row in the kernels' k order, then wgmma
-        act = wgmma_path.gemm1(wgmma_path.prep(x, sorted_slots, S, topk, P), w13, s13, block_expert,
-                               H, I, BM, c1, clamp, has_clamp, _poison)
+        act = wgmma_path.gemm1(wgmma_path.prep(x, sorted_slots, S, topk, P), w13, s13, sorted_slots,
+                               block_expert, S, H, I, BM, c1, clamp, has_clamp, _poison)
     elif mma:
         _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,

@@ -51,25 +51,27 @@ def prep(x, sorted_slots, S, topk, P):
     return xp
 
 
-def gemm1(xp, w13, s13, block_expert, H, I, bn, c1, clamp, has_clamp, poison):
+def gemm1(xp, w13, s13, sorted_slots, block_expert, S, H, I, bn, c1, clamp, has_clamp, poison):
     P = xp.shape[0]
     act = torch.empty(P, _pad128(I), dtype=torch.bfloat16, device=xp.device)
     if poison:
         act.fill_(float("nan"))
-    NT = act.shape[1] // 64
+    nw = c1.get("num_warps", 4)
+    NT = act.shape[1] // (16 * nw)
     _k.prefill_gemm1_swiglu_kernel[(P // bn * NT,)](
-        _desc(xp, bn), w13.view(torch.int32), s13, act, block_expert,
-        H, xp.shape[1], I, NT, w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-        clamp, HAS_CLAMP=has_clamp, BN=bn, STAGES=c1.get("STAGES", 4), WC=c1.get("w_cache", ""),
-        MASK=not (H % 128 == 0 and I % 128 == 0), num_warps=4)
+        _desc(xp, bn), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
+        S, H, xp.shape[1], I, NT, w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
+        clamp, HAS_CLAMP=has_clamp, BN=bn, STAGES=c1.get("STAGES", 4), NW=nw, WC=c1.get("w_cache", ""), PF=c1.get("PF", 1),
+        MASK=not (H % 128 == 0 and I % 128 == 0), num_warps=nw)
     return act
 
 
 def gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, bn, c2, rsf, mode):
     P = act.shape[0]
-    NT = triton.cdiv(H, 64)
+    nw = c2.get("num_warps", 4)
+    NT = triton.cdiv(H, 16 * nw)
     _k.prefill_gemm2_combine_kernel[(P // bn * NT,)](
         _desc(act, bn), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
         S, H, I, act.shape[1], NT, topk, w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-        rsf, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), WC=c2.get("w_cache", ""),
-        MASK=not (I % 128 == 0 and H % 64 == 0), num_warps=4)
+        rsf, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), NW=nw, WC=c2.get("w_cache", ""), PF=c2.get("PF", 1),
+        MASK=not (I % 128 == 0 and H % (16 * nw) == 0), num_warps=nw)

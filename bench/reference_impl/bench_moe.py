@@ -50,12 +50,20 @@ def mma(g1, g2):
     return {"path": "mma", "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2))}
 
 
+def wgmma(bn, stages, nw=4):
+    """A prefill-path (Gluon, wgmma, sm_90) config: BN tokens per block, TMA stages, warps."""
+    g = {"STAGES": stages, "num_warps": nw}
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": dict(g)}
+
+
 # the tl.dot configs that won the earlier tunings (bench/NOTES.md), beside the decode path's
+# and the prefill path's
+WGMMA = [wgmma(64, 3), wgmma(128, 3), wgmma(128, 4)]
 MMA = [mma((1, 2), (1, 2)), mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 4), (1, 4)), mma((1, 4, ".cg"), (1, 4, ".cg")),
        mma((1, 2), (2, 1))]
 SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False)] + MMA
-MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4]
-LARGE = [cfg(128, (32, 128, 4, 3), (64, 128, 4, 3)), cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), MMA[0]]
+MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4] + WGMMA[:2]
+LARGE = [cfg(128, (32, 128, 4, 3), (64, 128, 4, 3)), cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), MMA[0]] + WGMMA
 
 
 def candidates(M):

@@ -3,7 +3,8 @@ the A operand straight from registers and the token rows as B from a TMA ring.
 
 Why: at large M the tl.dot kernels spend ~6 instructions per weight value moving the
 dequantized tile into an MMA operand layout through shared memory, and mma.sync
-(m16n8) needs many more instructions per FLOP than wgmma. Here, per warpgroup:
+(m16n8) needs many more instructions per FLOP than wgmma. A program = ROWS = 16 * NW
+weight rows (one or two warpgroups) x BN token rows of one expert block. Per warpgroup:
 
 * A = 64 weight rows x 64 k of one stage, dequantized in registers into wgmma's
   register-A layout (each warp 16 rows; lane = 4 g + t4). A lane reads the 8 bytes
@@ -18,9 +19,13 @@ dequantized tile into an MMA operand layout through shared memory, and mma.sync
   (prefill_prep_kernel), and the gate/up epilogue writes the down GEMM's input in
   that order. The sum over k is order-free.
 * B = BN token rows x 64 k, TMA-loaded into an STAGES-deep shared ring
-  (mbarriers); wgmma runs asynchronously one stage behind the next stage's loads
-  and dequant.
-* The gate/up GEMM's 64 MMA rows are the features that land in 64 consecutive
+  (mbarriers), shared by the program's warpgroups: at M = 4096 the B tiles, re-read
+  by every row tile, are most of the L2 traffic, so two warpgroups (NW = 8) halve it.
+  The next stage's weight words are loaded before this stage's MMAs. (Dequantizing
+  the next stage during the MMAs as well was measured slower: bench/NOTES.md, v8.)
+* The MMA's token dim is split in three parts (BN/4, BN/4, BN/2 tokens) with their own
+  accumulators; the last block of an expert skips the parts past its last token.
+* The gate/up GEMM's MMA rows are the features that land in ROWS consecutive
   columns of the permuted activations, so its epilogue stores whole rows.
 
 The activations carry 2**64 and the products 2x (decode_mma.py: LIFT, HALF), so the
@@ -34,7 +39,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .decode_mma import _DQ, HALF, LIFT, _scale_pair
 
-ROWS = gl.constexpr(64)  # weight rows per program (wgmma's m)
 KS = gl.constexpr(64)  # logical k per stage (one 128-byte TMA box row of bf16)
 CHUNK = gl.constexpr(128)  # the permutation's period along k
 
@@ -52,10 +56,10 @@ def physical_k(L: int) -> int:
 
 
 @gluon.constexpr_function
-def _view_layout():
-    """[64 rows, 2 ml, 2 h, 2 hi, 4 t4, 2 lo] (k = 32 ml + 16 h + 8 hi + 2 t4 + lo within
+def _view_layout(NW):
+    """[16 NW rows, 2 ml, 2 h, 2 hi, 4 t4, 2 lo] (k = 32 ml + 16 h + 8 hi + 2 t4 + lo within
     a stage): registers lo, hi, h (the eight values of one word), ml, then row + 8;
-    lanes t4 then g; warps 16-row slabs. As a [64, 64] tensor this is wgmma's A layout."""
+    lanes t4 then g; warps 16-row slabs. As a [16 NW, 64] tensor this is wgmma's A layout."""
     def e(d, v):
         b = [0] * 6
         b[d] = v
@@ -63,24 +67,25 @@ def _view_layout():
     return gl.DistributedLinearLayout(
         reg_bases=[e(5, 1), e(3, 1), e(2, 1), e(1, 1), e(0, 8)],
         lane_bases=[e(4, 1), e(4, 2), e(0, 1), e(0, 2), e(0, 4)],
-        warp_bases=[e(0, 16), e(0, 32)], block_bases=[], shape=[64, 2, 2, 2, 4, 2])
+        warp_bases=[e(0, 16 << i) for i in range(NW.bit_length() - 1)], block_bases=[],
+        shape=[16 * NW, 2, 2, 2, 4, 2])
 
 
 @gluon.constexpr_function
-def _word_layout():  # [64, 2 ml, 4 t4]
-    return gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(5, _view_layout())))
+def _word_layout(NW):  # [16 NW, 2 ml, 4 t4]
+    return gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(5, _view_layout(NW))))
 
 
 @gluon.constexpr_function
-def _acc_layout(BN):
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+def _acc_layout(N, NW):
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, N, 16])
 
 
 @gluon.jit
-def _word_ids():
-    """(row, ml, t4) index tensors of a stage's weight words, [64, 1, 1] / [1, 2, 1] / [1, 1, 4]."""
-    WL: gl.constexpr = _word_layout()
-    rho = gl.arange(0, 64, layout=gl.SliceLayout(1, gl.SliceLayout(2, WL)))
+def _word_ids(NW: gl.constexpr):
+    """(row, ml, t4) index tensors of a stage's weight words, [16 NW, 1, 1] / [1, 2, 1] / [1, 1, 4]."""
+    WL: gl.constexpr = _word_layout(NW)
+    rho = gl.arange(0, 16 * NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, WL)))
     ml = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(2, WL)))
     t4 = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, WL)))
     return (gl.expand_dims(gl.expand_dims(rho, 1), 2), gl.expand_dims(gl.expand_dims(ml, 0), 2),
@@ -88,20 +93,21 @@ def _word_ids():
 
 
 @gluon.jit
-def _to_view(x):
-    """[64, 2, 4] in the word layout -> [64, 2, 2, 2, 4, 2] in the view layout (broadcast)."""
+def _to_view(x, ROWS: gl.constexpr):
+    """[ROWS, 2, 4] in the word layout -> [ROWS, 2, 2, 2, 4, 2] in the view layout (broadcast)."""
     x6 = gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 2), 3), 5)
-    return x6.broadcast_to([64, 2, 2, 2, 4, 2])
+    return x6.broadcast_to([ROWS, 2, 2, 2, 4, 2])
 
 
 @gluon.jit
-def _a_stage(words, scales, BN: gl.constexpr):
-    """words [64, 2, 4] int32, scales [64, 1, 4] E8M0 bytes -> A [64, 64] bf16 in wgmma's
-    register layout, scale applied."""
-    a = gl.inline_asm_elementwise(A_ASM, A_CONSTRAINTS, [_to_view(words), _to_view(_scale_pair(scales))],
+def _a_stage(words, scales, N: gl.constexpr):
+    """words [ROWS, 2, 4] int32, scales [ROWS, 1, 4] E8M0 bytes -> A [ROWS, 64] bf16 in wgmma's
+    register layout (for an N-wide MMA), scale applied."""
+    ROWS: gl.constexpr = words.shape[0]
+    a = gl.inline_asm_elementwise(A_ASM, A_CONSTRAINTS, [_to_view(words, ROWS), _to_view(_scale_pair(scales), ROWS)],
                                   dtype=gl.bfloat16, is_pure=True, pack=8)
-    a = gl.reshape(a, [64, 64])
-    return gl.convert_layout(a, gl.DotOperandLayout(0, _acc_layout(BN), 2), assert_trivial=True)
+    a = gl.reshape(a, [ROWS, 64])
+    return gl.convert_layout(a, gl.DotOperandLayout(0, _acc_layout(N, ROWS // 16), 2), assert_trivial=True)
 
 
 @gluon.jit
@@ -139,20 +145,106 @@ def _issue(desc, row0, kt, smem, bars, STAGES: gl.constexpr, BN: gl.constexpr):
 def _wait(kt, smem, bars, STAGES: gl.constexpr):
     s = kt % STAGES
     mbarrier.wait(bars.index(s), (kt // STAGES) & 1)
-    return smem.index(s).permute((1, 0))
+    return smem.index(s)
+
+
+@gluon.jit
+def _parts(tile, BN: gl.constexpr):
+    """The stage's B tile as the MMA's [k, n] operand in three parts: tokens [0, BN/4),
+    [BN/4, BN/2) and [BN/2, BN)."""
+    Q: gl.constexpr = BN // 4
+    return (tile.slice(0, Q).permute((1, 0)), tile.slice(Q, Q).permute((1, 0)),
+            tile.slice(2 * Q, 2 * Q).permute((1, 0)))
+
+
+@gluon.jit
+def _wide(a, N: gl.constexpr):
+    """A in the operand layout of an N-wide MMA (the same registers: a renaming)."""
+    return gl.convert_layout(a, gl.DotOperandLayout(0, _acc_layout(N, a.shape[0] // 16), 2), assert_trivial=True)
+
+
+@gluon.jit
+def _mma_parts(a, tile, p0, p1, p2, parts, BN: gl.constexpr):
+    """p_i += a @ the tokens of part i of the stage's B tile, for the block's first `parts`
+    parts. Padding sits at the end of an expert's rows, so the last block of an expert skips
+    the parts it does not reach (the same for the whole program): BN = 128 keeps the dequant
+    amortized over 128 tokens, and a tail block of a few tokens costs a BN/4-wide MMA."""
+    b0, b1, b2 = _parts(tile, BN)
+    if parts == 3:
+        p0 = warpgroup_mma(a, b0, p0, is_async=True)
+        p1 = warpgroup_mma(a, b1, p1, is_async=True)
+        p2 = warpgroup_mma(_wide(a, BN // 2), b2, p2, is_async=True)
+        p0, p1, p2 = warpgroup_mma_wait(0, deps=[p0, p1, p2])
+    elif parts == 2:
+        p0 = warpgroup_mma(a, b0, p0, is_async=True)
+        p1 = warpgroup_mma(a, b1, p1, is_async=True)
+        p0, p1 = warpgroup_mma_wait(0, deps=[p0, p1])
+    else:
+        p0 = warpgroup_mma(a, b0, p0)
+    return p0, p1, p2
+
+
+@gluon.jit
+def _mma_parts_gu(ga, ua, tile, g0, g1, g2, u0, u1, u2, parts, BN: gl.constexpr):
+    """_mma_parts for the gate and the up tile at once (one wait for all of them)."""
+    b0, b1, b2 = _parts(tile, BN)
+    if parts == 3:
+        g0 = warpgroup_mma(ga, b0, g0, is_async=True)
+        g1 = warpgroup_mma(ga, b1, g1, is_async=True)
+        g2 = warpgroup_mma(_wide(ga, BN // 2), b2, g2, is_async=True)
+        u0 = warpgroup_mma(ua, b0, u0, is_async=True)
+        u1 = warpgroup_mma(ua, b1, u1, is_async=True)
+        u2 = warpgroup_mma(_wide(ua, BN // 2), b2, u2, is_async=True)
+        g0, g1, g2, u0, u1, u2 = warpgroup_mma_wait(0, deps=[g0, g1, g2, u0, u1, u2])
+    elif parts == 2:
+        g0 = warpgroup_mma(ga, b0, g0, is_async=True)
+        g1 = warpgroup_mma(ga, b1, g1, is_async=True)
+        u0 = warpgroup_mma(ua, b0, u0, is_async=True)
+        u1 = warpgroup_mma(ua, b1, u1, is_async=True)
+        g0, g1, u0, u1 = warpgroup_mma_wait(0, deps=[g0, g1, u0, u1])
+    else:
+        g0 = warpgroup_mma(ga, b0, g0, is_async=True)
+        u0 = warpgroup_mma(ua, b0, u0, is_async=True)
+        g0, u0 = warpgroup_mma_wait(0, deps=[g0, u0])
+    return g0, g1, g2, u0, u1, u2
+
+
+@gluon.jit
+def _acc_parts(ROWS: gl.constexpr, BN: gl.constexpr):
+    z = gl.zeros([ROWS, BN // 4], gl.float32, layout=_acc_layout(BN // 4, ROWS // 16))
+    return z, z, gl.zeros([ROWS, BN // 2], gl.float32, layout=_acc_layout(BN // 2, ROWS // 16))
+
+
+@gluon.jit
+def _prologue(desc, row0, nk, sorted_ptr, S, BN: gl.constexpr, STAGES: gl.constexpr):
+    """The B ring with its first STAGES - 1 stages in flight, and how many of the block's
+    three token parts (_parts) hold a token."""
+    smem, bars = _ring(BN, STAGES, desc)
+    for i in gl.static_range(STAGES - 1):
+        if i < nk:
+            _issue(desc, row0, i, smem, bars, STAGES, BN)
+    parts = 1 + (gl.load(sorted_ptr + row0 + BN // 4) < S).to(gl.int32) + (gl.load(sorted_ptr + row0 + BN // 2) < S).to(gl.int32)
+    return smem, bars, parts
+
+
+@gluon.jit
+def _release(bars, STAGES: gl.constexpr):
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
 
 
 @gluon.jit
 def prefill_gemm1_swiglu_kernel(
-    x_desc, w_ptr, s_ptr, act_ptr, block_expert_ptr,
-    K, KP, I, NT, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit,
-    HAS_CLAMP: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "",
+    x_desc, w_ptr, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
+    S, K, KP, I, NT, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit,
+    HAS_CLAMP: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
+    WC: gl.constexpr = "", PF: gl.constexpr = 1,
 ):
-    """act[b*BN + t, 64 nt + j] = silu(gate) * up of feature 128 (nt // 2) + physical_k(64 (nt % 2) + j),
-    times 2**64: the down GEMM's B in its permuted order. x_desc: the permuted, gathered hidden
-    states [rows, KP] (prefill_prep_kernel); w_ptr: int32 view of w13; strides in bytes / elements
-    of the uint8 tensors."""
+    """act[b*BN + t, ROWS nt + j] = silu(gate) * up of feature 128 c + physical_k(L), where
+    ROWS nt + j = 128 c + L, times 2**64: the down GEMM's B in its permuted order. x_desc: the
+    permuted, gathered hidden states [rows, KP] (prefill_prep_kernel); w_ptr: int32 view of
+    w13; strides in bytes / elements of the uint8 tensors."""
+    ROWS: gl.constexpr = 16 * NW
     pid = gl.program_id(0)
     b = pid // NT  # tiles of one block run side by side, so its B rows stay in L2
     nt = pid % NT
@@ -160,10 +252,11 @@ def prefill_gemm1_swiglu_kernel(
     if e < 0:
         return
     e = e.to(gl.int64)
-    rho, ml, t4 = _word_ids()
-    # MMA row rho holds feature f: logical L = 64 (nt % 2) + rho of chunk nt // 2
-    L = (nt % 2) * 64 + rho
-    f = (nt // 2) * CHUNK + ((L >> 1) & 3) * 32 + (L >> 5) * 8 + ((L >> 4) & 1) * 2 + ((L >> 3) & 1) + (L & 1) * 4
+    rho, ml, t4 = _word_ids(NW)
+    # MMA row rho holds feature f: logical position L of chunk c
+    j = nt * ROWS + rho
+    L = j % CHUNK
+    f = (j - L) + ((L >> 1) & 3) * 32 + (L >> 5) * 8 + ((L >> 4) & 1) * 2 + ((L >> 3) & 1) + (L & 1) * 4
     row_ok = f < I
     rw = stride_wn // 4
     g_rows = w_ptr + e * (stride_we // 4) + f.to(gl.int64) * rw + t4 * 4 + ml
@@ -173,30 +266,43 @@ def prefill_gemm1_swiglu_kernel(
     KG = K // 32
     nk = KP // KS
 
-    smem, bars = _ring(BN, STAGES, x_desc)
-    for i in gl.static_range(STAGES - 1):
-        if i < nk:
-            _issue(x_desc, b * BN, i, smem, bars, STAGES, BN)
-    gacc = gl.zeros([64, BN], gl.float32, layout=_acc_layout(BN))
-    uacc = gl.zeros([64, BN], gl.float32, layout=_acc_layout(BN))
+    smem, bars, parts = _prologue(x_desc, b * BN, nk, sorted_ptr, S, BN, STAGES)
+    g0, g1, g2 = _acc_parts(ROWS, BN)
+    u0, u1, u2 = _acc_parts(ROWS, BN)
+    # the weights of stages kt + 1 .. kt + PF are in flight during stage kt (registers)
     gw, gs = _load_stage(g_rows, sg_rows, 0, row_ok, t4, KG, MASK, WC)
     uw, us = _load_stage(u_rows, su_rows, 0, row_ok, t4, KG, MASK, WC)
+    gw2, gs2 = _load_stage(g_rows, sg_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
+    uw2, us2 = _load_stage(u_rows, su_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
     for kt in range(nk):
-        ga = _a_stage(gw, gs, BN)
-        ua = _a_stage(uw, us, BN)
-        nx = gl.minimum(kt + 1, nk - 1)  # next stage's weights in flight during this stage's MMAs
-        gw, gs = _load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
-        uw, us = _load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
-        bt = _wait(kt, smem, bars, STAGES)
-        gacc = warpgroup_mma(ga, bt, gacc, is_async=True)
-        uacc = warpgroup_mma(ua, bt, uacc, is_async=True)
-        gacc, uacc = warpgroup_mma_wait(0, deps=[gacc, uacc])
+        ga = _a_stage(gw, gs, BN // 4)
+        ua = _a_stage(uw, us, BN // 4)
+        nx = gl.minimum(kt + PF, nk - 1)
+        if PF == 2:
+            gw, gs, uw, us = gw2, gs2, uw2, us2
+            gw2, gs2 = _load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
+            uw2, us2 = _load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
+        else:
+            gw, gs = _load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
+            uw, us = _load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
+        g0, g1, g2, u0, u1, u2 = _mma_parts_gu(ga, ua, _wait(kt, smem, bars, STAGES),
+                                               g0, g1, g2, u0, u1, u2, parts, BN)
         if kt + STAGES - 1 < nk:  # the slot of stage kt - 1, whose MMAs are done
             _issue(x_desc, b * BN, kt + STAGES - 1, smem, bars, STAGES, BN)
-    gacc, uacc = warpgroup_mma_wait(0, deps=[gacc, uacc])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(bars.index(i))
+    _release(bars, STAGES)
 
+    _swiglu_store(g0, u0, act_ptr, b * BN, nt, stride_am, clamp_limit, HAS_CLAMP)
+    if parts > 1:
+        _swiglu_store(g1, u1, act_ptr, b * BN + BN // 4, nt, stride_am, clamp_limit, HAS_CLAMP)
+    if parts > 2:
+        _swiglu_store(g2, u2, act_ptr, b * BN + BN // 2, nt, stride_am, clamp_limit, HAS_CLAMP)
+
+
+@gluon.jit
+def _swiglu_store(gacc, uacc, act_ptr, row0, nt, stride_am, clamp_limit, HAS_CLAMP: gl.constexpr):
+    """act[row0 + t, ROWS nt + j] = silu(gate) * up * 2**64 for one [ROWS features, T tokens] tile."""
+    ROWS: gl.constexpr = gacc.shape[0]
+    T: gl.constexpr = gacc.shape[1]
     gate = gacc * HALF
     up = uacc * HALF
     if HAS_CLAMP:
@@ -204,22 +310,23 @@ def prefill_gemm1_swiglu_kernel(
         up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
     h = (gate / (1.0 + gl.exp(-gate)) * up * LIFT).to(gl.bfloat16)
     # each thread 8 consecutive columns of one row: 16-byte stores
-    OL: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, 4], [0, 1])
+    OL: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [ROWS // 64, 4], [0, 1])
     h = gl.convert_layout(h, OL)
-    j = gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(1, OL)), 1)
-    t = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, OL)), 0)
-    gl.store(act_ptr + (b * BN + t).to(gl.int64) * stride_am + nt * 64 + j, h)
+    j = gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(1, OL)), 1)
+    t = gl.expand_dims(gl.arange(0, T, layout=gl.SliceLayout(0, OL)), 0)
+    gl.store(act_ptr + (row0 + t).to(gl.int64) * stride_am + nt * ROWS + j, h)
 
 
 @gluon.jit
 def prefill_gemm2_combine_kernel(
     a_desc, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
     S, N, K, KP, NT, TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor,
-    OUT_MODE: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "",
+    OUT_MODE: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
+    WC: gl.constexpr = "", PF: gl.constexpr = 1,
 ):
-    """out[token] += w * rsf * act[b*BN + t] @ W2^T for 64 output columns (OUT_MODE as in
+    """out[token] += w * rsf * act[b*BN + t] @ W2^T for ROWS output columns (OUT_MODE as in
     gemm2_combine). a_desc: the gate/up epilogue's permuted activations [rows, KP]."""
+    ROWS: gl.constexpr = 16 * NW
     pid = gl.program_id(0)
     b = pid // NT
     nt = pid % NT
@@ -227,37 +334,50 @@ def prefill_gemm2_combine_kernel(
     if e < 0:
         return
     e = e.to(gl.int64)
-    rho, ml, t4 = _word_ids()
-    n = nt * 64 + rho
+    rho, ml, t4 = _word_ids(NW)
+    n = nt * ROWS + rho
     row_ok = n < N
     w_rows = w_ptr + e * (stride_we // 4) + n.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
     s_rows = s_ptr + e * stride_se + n.to(gl.int64) * stride_sn + t4
     KG = K // 32
     nk = KP // KS
 
-    smem, bars = _ring(BN, STAGES, a_desc)
-    for i in gl.static_range(STAGES - 1):
-        if i < nk:
-            _issue(a_desc, b * BN, i, smem, bars, STAGES, BN)
-    acc = gl.zeros([64, BN], gl.float32, layout=_acc_layout(BN))
+    smem, bars, parts = _prologue(a_desc, b * BN, nk, sorted_ptr, S, BN, STAGES)
+    p0, p1, p2 = _acc_parts(ROWS, BN)
     wd, sc = _load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, WC)
+    wd2, sc2 = _load_stage(w_rows, s_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
     for kt in range(nk):
-        a = _a_stage(wd, sc, BN)
-        wd, sc = _load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, WC)
-        bt = _wait(kt, smem, bars, STAGES)
-        acc = warpgroup_mma(a, bt, acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[acc])
+        a = _a_stage(wd, sc, BN // 4)
+        if PF == 2:
+            wd, sc = wd2, sc2
+            wd2, sc2 = _load_stage(w_rows, s_rows, gl.minimum(kt + 2, nk - 1), row_ok, t4, KG, MASK, WC)
+        else:
+            wd, sc = _load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, WC)
+        p0, p1, p2 = _mma_parts(a, _wait(kt, smem, bars, STAGES), p0, p1, p2, parts, BN)
         if kt + STAGES - 1 < nk:
             _issue(a_desc, b * BN, kt + STAGES - 1, smem, bars, STAGES, BN)
-    acc = warpgroup_mma_wait(0, deps=[acc])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(bars.index(i))
+    _release(bars, STAGES)
 
+    _combine(p0, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)
+    if parts > 1:
+        _combine(p1, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 4, nt, S, N, TOPK, stride_om, scale_factor,
+                 OUT_MODE)
+    if parts > 2:
+        _combine(p2, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 2, nt, S, N, TOPK, stride_om, scale_factor,
+                 OUT_MODE)
+
+
+@gluon.jit
+def _combine(acc, out_ptr, sorted_ptr, topk_w_ptr, row0, nt, S, N, TOPK, stride_om, scale_factor,
+             OUT_MODE: gl.constexpr):
+    """out[token of slot row0 + t, ROWS nt + j] += w * rsf * acc[j, t] (or the slot's row, OUT_MODE 2)."""
+    ROWS: gl.constexpr = acc.shape[0]
+    T: gl.constexpr = acc.shape[1]
     # each thread two consecutive output columns of one token (paired bf16 atomics)
-    OL: gl.constexpr = gl.BlockedLayout([2, 1], [32, 1], [1, 4], [0, 1])
+    OL: gl.constexpr = gl.BlockedLayout([2, 1], [32, 1], [ROWS // 64, 4], [0, 1])
     v = gl.convert_layout(acc, OL)
-    col = nt * 64 + gl.expand_dims(gl.arange(0, 64, layout=gl.SliceLayout(1, OL)), 1)
-    slot = gl.expand_dims(gl.load(sorted_ptr + b * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, OL))), 0)
+    col = nt * ROWS + gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(1, OL)), 1)
+    slot = gl.expand_dims(gl.load(sorted_ptr + row0 + gl.arange(0, T, layout=gl.SliceLayout(0, OL))), 0)
     ok = (slot < S) & (col < N)
     wt = gl.load(topk_w_ptr + slot, mask=ok, other=0.0).to(gl.float32) * (scale_factor * HALF)
     v = v * wt

@@ -50,16 +50,20 @@ def route_prep_kernel(
 @triton.jit
 def prefill_prep_kernel(x_ptr, xp_ptr, sorted_ptr, S, K, KP, TOPK, stride_xm, stride_pm,
                         ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    """Prefill path's B operand: xp[row, L] = x[token of sorted slot row, 128 (L // 128) +
-    physical_k(L % 128)] * 2**64 (prefill_wgmma.py's k order), zero on padding rows and past K.
-    One program = ROWS padded rows x BLOCK columns of xp."""
+    """Prefill path's B operand: xp[row, 128 c + L] = x[token of sorted row, 128 c +
+    physical_k(L)] * 2**64 (prefill_wgmma.py's k order), zero from K to KP. One program =
+    ROWS padded rows x BLOCK columns (a multiple of 128). Padding rows are left unwritten:
+    a token column of the MMA only reaches its own outputs, which are never stored."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    L = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     slot = tl.load(sorted_ptr + rows)
+    ok = slot < S
+    if tl.max(ok.to(tl.int32), 0) == 0:
+        return
+    k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     tok = (slot // TOPK).to(tl.int64)
-    c = L & 127
-    src = (L - c) + ((c >> 1) & 3) * 32 + (c >> 5) * 8 + ((c >> 4) & 1) * 2 + ((c >> 3) & 1) + (c & 1) * 4
-    ok = (slot < S)[:, None] & (src < K)[None, :]
-    x = tl.load(x_ptr + tok[:, None] * stride_xm + src[None, :], mask=ok, other=0.0)
-    dst = xp_ptr + rows[:, None].to(tl.int64) * stride_pm + L[None, :]
-    tl.store(dst, (x.to(tl.float32) * 1.8446744073709552e19).to(tl.bfloat16), mask=(L < KP)[None, :])
+    x = tl.load(x_ptr + tok[:, None] * stride_xm + k[None, :], mask=ok[:, None] & (k < K)[None, :], other=0.0)
+    # within 128 values: physical k = 32 t4 + 8 m + 4 lo + 2 h + hi -> logical 32 m + 16 h + 8 hi + 2 t4 + lo
+    x = tl.reshape(x, [ROWS, BLOCK // 128, 4, 4, 2, 2, 2])
+    x = tl.reshape(tl.permute(x, (0, 1, 3, 5, 6, 2, 4)), [ROWS, BLOCK])
+    dst = xp_ptr + rows[:, None].to(tl.int64) * stride_pm + k[None, :]
+    tl.store(dst, (x.to(tl.float32) * 1.8446744073709552e19).to(tl.bfloat16), mask=ok[:, None] & (k < KP)[None, :])

@@ -161,6 +161,58 @@ def test_decode_config_runs_or_falls_back():
     assert not moe_mod._mma_path({"BLOCK_M": 16}, torch.device(DEV))
 
 
+def test_prefill_config_runs_or_falls_back():
+    """A prefill-path config ("path": "wgmma", Gluon kernels) runs on sm_90 only, and
+    elsewhere (the CPU interpreter here) falls back to the tl.dot kernels, same result."""
+    from reference_impl import wgmma_path
+    cfg = {"path": "wgmma", "BLOCK_M": 64, "gemm1": {"STAGES": 3, "num_warps": 4},
+           "gemm2": {"STAGES": 3, "num_warps": 4}}
+    p = make_problem(6, 4, 256, 128, 2, device=DEV, seed=12, invalid_frac=0.2)
+    check(p, config=cfg, clamp_limit=0.5)
+    can = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0) and wgmma_path._k is not None
+    assert wgmma_path.usable(cfg, torch.device(DEV)) == can
+    assert not wgmma_path.usable({"path": "mma"}, torch.device(DEV))
+
+
+def test_physical_k_is_a_permutation_within_each_scale_group_row():
+    """The prefill kernels' k order: a bijection of 0..127 that keeps each logical k16 step's
+    values inside the 4 scale groups of its lanes (t4 = the group: 32 t4 <= k < 32 t4 + 32)."""
+    from reference_impl.kernels.prefill_wgmma import physical_k
+    ks = [physical_k(L) for L in range(128)]
+    assert sorted(ks) == list(range(128))
+    for L in range(128):
+        assert ks[L] // 32 == (L >> 1) & 3  # lane t4 of the wgmma A fragment reads group t4
+        assert ks[L] // 8 % 4 == L >> 5  # word m of the group feeds k16 steps 2m, 2m + 1
+
+
+def test_prefill_prep_gathers_sorted_rows_in_kernel_k_order():
+    """prefill_prep_kernel: row r of xp is the hidden state of sorted slot r's token, each
+    128-value chunk in physical_k order, times 2**64, zeros from K to the padded KP;
+    padding rows are left as they were (their MMA columns are never stored)."""
+    import triton
+    from reference_impl.kernels.prefill_wgmma import physical_k
+    from reference_impl.kernels.prep_act import prefill_prep_kernel
+    M, K, topk, ROWS, BLOCK = 3, 160, 2, 16, 128  # K = 128 + 32: a tail chunk
+    KP = triton.cdiv(K, 128) * 128
+    g = torch.Generator(device=DEV).manual_seed(6)
+    x = torch.randn(M, K, generator=g, device=DEV).to(torch.bfloat16)
+    S = M * topk
+    order = [5, 0, 3, S, S, 1, 2, 4]
+    srt = torch.tensor(order + [S] * (2 * ROWS - len(order)), dtype=torch.int32, device=DEV)
+    xp = torch.full((srt.numel(), KP), float("nan"), dtype=torch.bfloat16, device=DEV)
+    prefill_prep_kernel[(srt.numel() // ROWS, KP // BLOCK)](
+        x, xp, srt, S, K, KP, topk, x.stride(0), xp.stride(0), ROWS=ROWS, BLOCK=BLOCK)
+    src = torch.tensor([128 * (L // 128) + physical_k(L % 128) for L in range(KP)], device=DEV)
+    inside = src < K
+    for r, slot in enumerate(srt.tolist()):
+        if slot >= S:
+            assert torch.isnan(xp[r].float()).all()
+            continue
+        want = torch.zeros(KP, device=DEV)
+        want[inside] = x[slot // topk].float()[src[inside]] * 2.0 ** 64
+        assert torch.equal(xp[r].float(), want), r
+
+
 def _b_pairs(x):
     """The decode path's B-pair layout of x: within every 8 values k0 k4 k1 k5 k2 k6 k3 k7, times 2**64."""
     M, H = x.shape

@@ -130,9 +130,69 @@ def test_decode_path_graph_replay(model, det):
     print(f"decode graph {model} det={det} ok")
 
 
-def test_decode_path_scales_above_one():
+def wgmma(bn, stages=3, nw=4):
+    g = {"STAGES": stages, "num_warps": nw}
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": dict(g)}
+
+
+sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                          reason="the prefill path's wgmma needs sm_90")
+
+
+@sm90
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("M", [1, 7, 300, 1024])
+@pytest.mark.parametrize("det", [False, True])
+@pytest.mark.parametrize("cfg", [wgmma(64), wgmma(128, 4), wgmma(128, 3, 8)], ids=["bn64", "bn128", "bn128nw8"])
+def test_prefill_path_matches_reference(model, M, det, cfg):
+    """The Gluon prefill path (reference_impl/kernels/prefill_wgmma.py), forced by config:
+    blocks with one, two and three token parts, gpt-oss's K tails, poisoned buffers."""
+    p, kw = problem(model, M, seed=M * 31 + det + cfg["BLOCK_M"], invalid_frac=0.05)
+    out = grouped_mxfp4_moe(**p, deterministic=det, config=cfg, _poison=True, **kw)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    e = rel(out, reference_mxfp4_moe(**p, **kw))
+    print(f"prefill {model} M={M} det={det} bn={cfg['BLOCK_M']} rel_err={e:.2e}")
+    assert e <= 1e-2
+    if M <= 7:
+        assert rel(out, reference_mxfp4_moe(**p, compute_dtype=torch.float64, **kw)) <= 1e-2
+
+
+@sm90
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("det", [False, True])
+def test_prefill_path_graph_replay(model, det):
+    M = 512
+    p, kw = problem(model, M, seed=78)
+    static = dict(p)
+    run = lambda: grouped_mxfp4_moe(**static, deterministic=det, config=wgmma(128), **kw)  # noqa: E731
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run()
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = run()
+    for trial in range(3):
+        q, _ = problem(model, M, seed=3000 + trial, invalid_frac=0.1 * trial)
+        for k in ("hidden_states", "topk_ids", "topk_weights"):
+            static[k].copy_(q[k])
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        eager = run()
+        if det:
+            assert torch.equal(out, eager)
+        assert rel(out, reference_mxfp4_moe(**static, **kw)) <= 1e-2
+    print(f"prefill graph {model} det={det} ok")
+
+
+@pytest.mark.parametrize("cfg", [DECODE, pytest.param(wgmma(64), marks=sm90)], ids=["decode", "prefill"])
+def test_scales_above_one(cfg):
     """E8M0 exponents 115..140 (scales up to 2**13) and every byte value, so every e2m1
-    code, the 0.5 subnormal inside the kernel included, meets the fp64 reference."""
+    code, the 0.5 subnormal inside the kernel included, meets the fp64 reference (both
+    Gluon paths: they share the dequant and the scale fold)."""
     E, H, I, topk, M = 2, 256, 128, 1, 3
     g = torch.Generator(device="cuda").manual_seed(3)
     kw = dict(generator=g, device="cuda")
@@ -144,7 +204,7 @@ def test_decode_path_scales_above_one():
     ids = torch.tensor([[0], [1], [-1]], dtype=torch.int32, device="cuda")
     p = dict(hidden_states=x, w13_packed=w13, w2_packed=w2, w13_scale=s13, w2_scale=s2, topk_ids=ids,
              topk_weights=torch.ones(M, topk, device="cuda"), hidden_size=H, intermediate_size=I)
-    out = grouped_mxfp4_moe(**p, deterministic=True, config=DECODE, _poison=True)
+    out = grouped_mxfp4_moe(**p, deterministic=True, config=cfg, _poison=True)
     ref = reference_mxfp4_moe(**p, compute_dtype=torch.float64)
     assert torch.isfinite(out).all()
     assert rel(out[:2], ref[:2]) <= 1e-2
