@@ -161,6 +161,8 @@ def main() -> int:
             for scale in ("e8m0", "float32"):
                 cases.append(dict(E=256, H=4096, I=2048, M=M, topk=8, scale=scale, rsf=2.5, lim=10.0))
         cases.append(dict(E=256, H=4096, I=2048, M=16, topk=8, scale="float32", rsf=1.5, lim=7.0, invalid=True))
+        # the prefill path (wgmma, sm_90) at the sizes its tuned configs choose it
+        cases.append(dict(E=256, H=4096, I=2048, M=1024, topk=8, scale="e8m0", rsf=2.5, lim=10.0))
     results, ok_all = [], True
     for i, c in enumerate(cases):
         layer, dispatch = make_case(c["E"], c["H"], c["I"], c["M"], c["topk"], c["scale"], seed=100 + i, with_invalid=c.get("invalid", False))
@@ -184,7 +186,9 @@ def main() -> int:
         sync()
         err = rel_err(grouped, slot_out)
         exact = bool(torch.equal(switched, slot_out)) and calls["n"] == n1
-        r = dict(c, rel_err=err, grouped_ran=ran_grouped, env0_equals_slot=exact,
+        # which of the bundle's kernel paths its tuned configs pick here ("mma", "wgmma" or the tl.dot kernels)
+        tuned = moe_mod._configs.get_config(c["M"], c["E"], c["topk"], c["H"], c["I"], devname if DEV == "cuda" else None)
+        r = dict(c, path=tuned.get("path", "tl.dot"), rel_err=err, grouped_ran=ran_grouped, env0_equals_slot=exact,
                  grouped_finite=bool(torch.isfinite(grouped).all()), first_call_s=round(time.perf_counter() - t0, 3))
         if DEV == "cuda" and c["M"] == 8 and c["scale"] == "e8m0":  # the patched method inside a captured CUDA graph
             s = torch.cuda.Stream()
