@@ -41,7 +41,13 @@ def wgmma(bn, stages, nw, pf=1):
     return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": dict(g)}
 
 
-WGMMA_CANDS = [wgmma(128, 4, 4), wgmma(128, 3, 4), wgmma(64, 3, 4), wgmma(64, 4, 4)]
+def mixed(c1, c2):
+    """gemm1 from config c1, gemm2 from c2 (same BLOCK_M)."""
+    return {**c1, "gemm2": c2["gemm2"]}
+
+
+WGMMA_CANDS = [wgmma(128, 3, 4), mixed(wgmma(128, 3, 4), wgmma(128, 3, 8)), mixed(wgmma(128, 3, 4), wgmma(128, 2, 8)),
+               mixed(wgmma(64, 3, 4), wgmma(64, 3, 8))]
 
 
 def kernel_times(fn, reps=10):
