@@ -234,6 +234,15 @@ def _release(bars, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _block_tile(block_expert_ptr, NT):
+    """(token block, row tile, expert as int64; < 0 past the used blocks) of this program. The
+    row tiles of one block are consecutive programs, so the block's B rows stay in L2."""
+    pid = gl.program_id(0)
+    b = pid // NT
+    return b, pid % NT, gl.load(block_expert_ptr + b).to(gl.int64)
+
+
+@gluon.jit
 def prefill_gemm1_swiglu_kernel(
     x_desc, w_ptr, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
     S, K, KP, I, NT, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit,
@@ -245,13 +254,9 @@ def prefill_gemm1_swiglu_kernel(
     permuted, gathered hidden states [rows, KP] (prefill_prep_kernel); w_ptr: int32 view of
     w13; strides in bytes / elements of the uint8 tensors."""
     ROWS: gl.constexpr = 16 * NW
-    pid = gl.program_id(0)
-    b = pid // NT  # tiles of one block run side by side, so its B rows stay in L2
-    nt = pid % NT
-    e = gl.load(block_expert_ptr + b)
+    b, nt, e = _block_tile(block_expert_ptr, NT)
     if e < 0:
         return
-    e = e.to(gl.int64)
     rho, ml, t4 = _word_ids(NW)
     # MMA row rho holds feature f: logical position L of chunk c
     j = nt * ROWS + rho
@@ -327,13 +332,9 @@ def prefill_gemm2_combine_kernel(
     """out[token] += w * rsf * act[b*BN + t] @ W2^T for ROWS output columns (OUT_MODE as in
     gemm2_combine). a_desc: the gate/up epilogue's permuted activations [rows, KP]."""
     ROWS: gl.constexpr = 16 * NW
-    pid = gl.program_id(0)
-    b = pid // NT
-    nt = pid % NT
-    e = gl.load(block_expert_ptr + b)
+    b, nt, e = _block_tile(block_expert_ptr, NT)
     if e < 0:
         return
-    e = e.to(gl.int64)
     rho, ml, t4 = _word_ids(NW)
     n = nt * ROWS + rho
     row_ok = n < N

@@ -29,6 +29,35 @@ def problem(model, M, seed, **kw):
     return p, dict(clamp_limit=c["clamp"], routed_scaling_factor=c["rsf"])
 
 
+def graph_replay_matches(model, M, det, cfg, seed):
+    """Capture one forward with cfg, replay it three times with new routing (more -1 slots
+    each time) and new inputs: equal to eager (bitwise when deterministic) and to the reference."""
+    p, kw = problem(model, M, seed=seed)
+    static = dict(p)
+    run = lambda: grouped_mxfp4_moe(**static, deterministic=det, config=cfg, **kw)  # noqa: E731
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run()
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = run()
+    for trial in range(3):
+        q, _ = problem(model, M, seed=seed + 1000 + trial, invalid_frac=0.1 * trial)
+        for k in ("hidden_states", "topk_ids", "topk_weights"):
+            static[k].copy_(q[k])
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        eager = run()
+        if det:
+            assert torch.equal(out, eager)
+        else:
+            assert rel(out, eager) <= 1e-2  # bf16 atomics: order-dependent rounding
+        assert rel(out, reference_mxfp4_moe(**static, **kw)) <= 1e-2
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("M", [1, 7, 64, 300, 1024])
 @pytest.mark.parametrize("det", [False, True])
@@ -51,31 +80,7 @@ def test_real_shapes_match_reference(model, M, det):
 @pytest.mark.parametrize("M", [1, 16, 64, 512])
 @pytest.mark.parametrize("det", [False, True])
 def test_cuda_graph_replay_new_routing(model, M, det):
-    c = MODELS[model]
-    p, kw = problem(model, M, seed=M + 5)
-    static = {k: v for k, v in p.items()}
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        grouped_mxfp4_moe(**static, deterministic=det, **kw)  # compile outside capture
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = grouped_mxfp4_moe(**static, deterministic=det, **kw)
-    for trial in range(3):
-        q, _ = problem(model, M, seed=1000 + 31 * trial + M, invalid_frac=0.1 * trial)
-        for k in ("hidden_states", "topk_ids", "topk_weights"):
-            static[k].copy_(q[k])
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        eager = grouped_mxfp4_moe(**static, deterministic=det, **kw)
-        ref = reference_mxfp4_moe(**static, **kw)
-        if det:
-            assert torch.equal(out, eager)
-        else:
-            assert rel(out, eager) <= 1e-2  # bf16 atomics: order-dependent rounding
-        assert rel(out, ref) <= 1e-2
+    graph_replay_matches(model, M, det, None, seed=M + 5)  # the tuned config of each M
     print(f"graph {model} M={M} det={det} ok")
 
 
@@ -104,29 +109,7 @@ def test_decode_path_matches_reference(model, M, det, q2):
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
 def test_decode_path_graph_replay(model, det):
-    M = 16
-    p, kw = problem(model, M, seed=77)
-    static = dict(p)
-    run = lambda: grouped_mxfp4_moe(**static, deterministic=det, config=DECODE, **kw)  # noqa: E731
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = run()
-    for trial in range(3):
-        q, _ = problem(model, M, seed=2000 + trial, invalid_frac=0.1 * trial)
-        for k in ("hidden_states", "topk_ids", "topk_weights"):
-            static[k].copy_(q[k])
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        eager = run()
-        if det:
-            assert torch.equal(out, eager)
-        assert rel(out, reference_mxfp4_moe(**static, **kw)) <= 1e-2
+    graph_replay_matches(model, 16, det, DECODE, seed=77)
     print(f"decode graph {model} det={det} ok")
 
 
@@ -162,29 +145,7 @@ def test_prefill_path_matches_reference(model, M, det, cfg):
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
 def test_prefill_path_graph_replay(model, det):
-    M = 512
-    p, kw = problem(model, M, seed=78)
-    static = dict(p)
-    run = lambda: grouped_mxfp4_moe(**static, deterministic=det, config=wgmma(128), **kw)  # noqa: E731
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = run()
-    for trial in range(3):
-        q, _ = problem(model, M, seed=3000 + trial, invalid_frac=0.1 * trial)
-        for k in ("hidden_states", "topk_ids", "topk_weights"):
-            static[k].copy_(q[k])
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        eager = run()
-        if det:
-            assert torch.equal(out, eager)
-        assert rel(out, reference_mxfp4_moe(**static, **kw)) <= 1e-2
+    graph_replay_matches(model, 512, det, wgmma(128), seed=78)
     print(f"prefill graph {model} det={det} ok")
 
 
