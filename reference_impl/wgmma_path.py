@@ -25,12 +25,32 @@ PREP_ROWS, PREP_BLOCK = 16, 256
 
 
 def usable(cfg: dict, dev: torch.device) -> bool:
-    """wgmma is sm_90(a) only; REFIMPL_WGMMA=0 turns the path off."""
-    if cfg.get("path") != "wgmma" or _k is None or dev.type != "cuda":
+    """wgmma is sm_90(a) only; REFIMPL_WGMMA=0 turns the path off. A prefill config the
+    kernels cannot take is an error, not a silent fallback."""
+    if cfg.get("path") != "wgmma":
+        return False
+    check_config(cfg)
+    if _k is None or dev.type != "cuda":
         return False
     if os.environ.get("REFIMPL_WGMMA", "1") == "0" or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return False
     return torch.cuda.get_device_capability(dev) == (9, 0)
+
+
+def check_config(cfg: dict) -> None:
+    """BLOCK_M: the MMA's token dim, split in parts of BLOCK_M/4 that wgmma needs as multiples
+    of 8 (and registers bound from above); num_warps: one or two warpgroups; STAGES >= 2."""
+    bad = []
+    if cfg.get("BLOCK_M") not in (32, 64, 128):
+        bad.append(f"BLOCK_M={cfg.get('BLOCK_M')} (32, 64 or 128)")
+    for g in ("gemm1", "gemm2"):
+        c = cfg.get(g, {})
+        if c.get("num_warps", 4) not in (4, 8):
+            bad.append(f"{g}.num_warps={c.get('num_warps')} (4 or 8)")
+        if int(c.get("STAGES", 4)) < 2 or c.get("PF", 1) not in (1, 2):
+            bad.append(f"{g}: STAGES={c.get('STAGES')} (>= 2), PF={c.get('PF')} (1 or 2)")
+    if bad:
+        raise ValueError("config: the prefill path (\"wgmma\") cannot take " + "; ".join(bad))
 
 
 def _pad128(n: int) -> int:

@@ -19,10 +19,11 @@ weight rows (one or two warpgroups) x BN token rows of one expert block. Per war
   (prefill_prep_kernel), and the gate/up epilogue writes the down GEMM's input in
   that order. The sum over k is order-free.
 * B = BN token rows x 64 k, TMA-loaded into an STAGES-deep shared ring
-  (mbarriers), shared by the program's warpgroups: at M = 4096 the B tiles, re-read
-  by every row tile, are most of the L2 traffic, so two warpgroups (NW = 8) halve it.
-  The next stage's weight words are loaded before this stage's MMAs. (Dequantizing
-  the next stage during the MMAs as well was measured slower: bench/NOTES.md, v8.)
+  (mbarriers), shared by the program's warpgroups. Two warpgroups (NW = 8) halve the
+  L2 traffic of the B tiles, which every row tile re-reads; on the H200 that lost to
+  the occupancy it costs, so the tuned configs use one (bench/NOTES.md, v8, as for
+  dequantizing the next stage during the MMAs, also slower). The next stage's weight
+  words are loaded before this stage's MMAs.
 * The MMA's token dim is split in three parts (BN/4, BN/4, BN/2 tokens) with their own
   accumulators; the last block of an expert skips the parts past its last token.
 * The gate/up GEMM's MMA rows are the features that land in ROWS consecutive

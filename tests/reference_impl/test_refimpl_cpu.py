@@ -172,6 +172,10 @@ def test_prefill_config_runs_or_falls_back():
     can = DEV == "cuda" and torch.cuda.get_device_capability() == (9, 0) and wgmma_path._k is not None
     assert wgmma_path.usable(cfg, torch.device(DEV)) == can
     assert not wgmma_path.usable({"path": "mma"}, torch.device(DEV))
+    with pytest.raises(ValueError, match="BLOCK_M=48"):
+        grouped_mxfp4_moe(**p, config={**cfg, "BLOCK_M": 48})
+    with pytest.raises(ValueError, match="gemm2.num_warps=2"):
+        wgmma_path.usable({**cfg, "gemm2": {"num_warps": 2}}, torch.device(DEV))
 
 
 def test_physical_k_is_a_permutation_within_each_scale_group_row():
