@@ -9,6 +9,8 @@ import triton.language as tl
 
 from .route import route_program
 
+LIFT = tl.constexpr(1.8446744073709552e19)  # 2**64: the Gluon kernels' activation lift (decode_mma.LIFT)
+
 
 @triton.jit
 def prep_act_kernel(x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stride_om,
@@ -26,7 +28,7 @@ def prep_act_block(blk, x_ptr, xb_ptr, out_ptr, n, H, stride_xm, stride_bm, stri
     col = offs % H
     x = tl.load(x_ptr + row * stride_xm + col, mask=ok, other=0.0)
     pcol = (col & ~7) | ((col & 3) << 1) | ((col >> 2) & 1)
-    tl.store(xb_ptr + row * stride_bm + pcol, (x.to(tl.float32) * 1.8446744073709552e19).to(tl.bfloat16), mask=ok)
+    tl.store(xb_ptr + row * stride_bm + pcol, (x.to(tl.float32) * LIFT).to(tl.bfloat16), mask=ok)
     if ZERO_OUT:
         tl.store(out_ptr + row * stride_om + col, tl.zeros([BLOCK], dtype=out_ptr.dtype.element_ty), mask=ok)
 
@@ -66,4 +68,4 @@ def prefill_prep_kernel(x_ptr, xp_ptr, sorted_ptr, S, K, KP, TOPK, stride_xm, st
     x = tl.reshape(x, [ROWS, BLOCK // 128, 4, 4, 2, 2, 2])
     x = tl.reshape(tl.permute(x, (0, 1, 3, 5, 6, 2, 4)), [ROWS, BLOCK])
     dst = xp_ptr + rows[:, None].to(tl.int64) * stride_pm + k[None, :]
-    tl.store(dst, (x.to(tl.float32) * 1.8446744073709552e19).to(tl.bfloat16), mask=ok[:, None] & (k < KP)[None, :])
+    tl.store(dst, (x.to(tl.float32) * LIFT).to(tl.bfloat16), mask=ok[:, None] & (k < KP)[None, :])

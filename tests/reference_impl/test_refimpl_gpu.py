@@ -29,6 +29,21 @@ def problem(model, M, seed, **kw):
     return p, dict(clamp_limit=c["clamp"], routed_scaling_factor=c["rsf"])
 
 
+def matches_reference(p, kw, M, det, cfg, label):
+    """One poisoned forward with cfg (None: the tuned config) against the fp32 reference
+    (and fp64 at M <= 7): finite, relative error <= 1e-2."""
+    out = grouped_mxfp4_moe(**p, deterministic=det, config=cfg, _poison=True, **kw)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    e = rel(out, reference_mxfp4_moe(**p, **kw))
+    print(f"{label} M={M} det={det} rel_err={e:.2e}")
+    assert e <= 1e-2
+    if M <= 7:
+        e64 = rel(out, reference_mxfp4_moe(**p, compute_dtype=torch.float64, **kw))
+        print(f"{label} M={M} det={det} rel_err_f64={e64:.2e}")
+        assert e64 <= 1e-2
+
+
 def graph_replay_matches(model, M, det, cfg, seed):
     """Capture one forward with cfg, replay it three times with new routing (more -1 slots
     each time) and new inputs: equal to eager (bitwise when deterministic) and to the reference."""
@@ -63,17 +78,7 @@ def graph_replay_matches(model, M, det, cfg, seed):
 @pytest.mark.parametrize("det", [False, True])
 def test_real_shapes_match_reference(model, M, det):
     p, kw = problem(model, M, seed=M * 17 + det, invalid_frac=0.05)
-    out = grouped_mxfp4_moe(**p, deterministic=det, _poison=True, **kw)
-    torch.cuda.synchronize()
-    ref = reference_mxfp4_moe(**p, **kw)
-    assert torch.isfinite(out).all()
-    e = rel(out, ref)
-    print(f"{model} M={M} det={det} rel_err={e:.2e}")
-    assert e <= 1e-2
-    if M <= 7:
-        e64 = rel(out, reference_mxfp4_moe(**p, compute_dtype=torch.float64, **kw))
-        print(f"{model} M={M} det={det} rel_err_f64={e64:.2e}")
-        assert e64 <= 1e-2
+    matches_reference(p, kw, M, det, None, model)
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -95,15 +100,7 @@ def test_decode_path_matches_reference(model, M, det, q2):
     """The Gluon decode path (reference_impl/kernels/decode_mma.py), forced by config."""
     cfg = {**DECODE, "gemm2": {"Q": q2, "num_warps": 2 if q2 == 1 else 1}}
     p, kw = problem(model, M, seed=M * 29 + det + 7 * q2, invalid_frac=0.05)
-    out = grouped_mxfp4_moe(**p, deterministic=det, config=cfg, _poison=True, **kw)
-    torch.cuda.synchronize()
-    ref = reference_mxfp4_moe(**p, **kw)
-    assert torch.isfinite(out).all()
-    e = rel(out, ref)
-    print(f"decode {model} M={M} det={det} q2={q2} rel_err={e:.2e}")
-    assert e <= 1e-2
-    if M <= 7:
-        assert rel(out, reference_mxfp4_moe(**p, compute_dtype=torch.float64, **kw)) <= 1e-2
+    matches_reference(p, kw, M, det, cfg, f"decode {model} q2={q2}")
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -131,14 +128,7 @@ def test_prefill_path_matches_reference(model, M, det, cfg):
     """The Gluon prefill path (reference_impl/kernels/prefill_wgmma.py), forced by config:
     blocks with one, two and three token parts, gpt-oss's K tails, poisoned buffers."""
     p, kw = problem(model, M, seed=M * 31 + det + cfg["BLOCK_M"], invalid_frac=0.05)
-    out = grouped_mxfp4_moe(**p, deterministic=det, config=cfg, _poison=True, **kw)
-    torch.cuda.synchronize()
-    assert torch.isfinite(out).all()
-    e = rel(out, reference_mxfp4_moe(**p, **kw))
-    print(f"prefill {model} M={M} det={det} bn={cfg['BLOCK_M']} rel_err={e:.2e}")
-    assert e <= 1e-2
-    if M <= 7:
-        assert rel(out, reference_mxfp4_moe(**p, compute_dtype=torch.float64, **kw)) <= 1e-2
+    matches_reference(p, kw, M, det, cfg, f"prefill {model} bn={cfg['BLOCK_M']}")
 
 
 @sm90
