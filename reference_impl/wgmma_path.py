@@ -17,6 +17,7 @@ try:  # Gluon's Hopper modules; absent from some Triton builds
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from .kernels import prefill_wgmma as _k
+    from .kernels import prefill_ws as _ws
 except Exception:  # pragma: no cover - depends on the installed Triton
     _k = None
 from .kernels.prep_act import prefill_prep_kernel
@@ -49,6 +50,12 @@ def check_config(cfg: dict) -> None:
             bad.append(f"{g}.num_warps={c.get('num_warps')} (4 or 8)")
         if int(c.get("STAGES", 4)) < 2 or c.get("PF", 1) not in (1, 2):
             bad.append(f"{g}: STAGES={c.get('STAGES')} (>= 2), PF={c.get('PF')} (1 or 2)")
+        if c.get("atom_vec", 2) not in (2, 8):
+            bad.append(f"{g}.atom_vec={c.get('atom_vec')} (2 or 8)")
+        if c.get("ws") not in (None, 2, 4) or (g == "gemm2" and c.get("ws")):
+            bad.append(f"{g}.ws={c.get('ws')} (gemm1: 2 or 4 warpgroup partitions)")
+        elif c.get("ws") and not 1 <= c.get("LAG", 1) < int(c.get("STAGES", 4)):
+            bad.append(f"{g}.LAG={c.get('LAG')} (1 .. STAGES - 1)")
     if bad:
         raise ValueError("config: the prefill path (\"wgmma\") cannot take " + "; ".join(bad))
 
@@ -76,13 +83,22 @@ def gemm1(xp, w13, s13, sorted_slots, block_expert, S, H, I, bn, c1, clamp, has_
     act = torch.empty(P, _pad128(I), dtype=torch.bfloat16, device=xp.device)
     if poison:
         act.fill_(float("nan"))
+    args = (_desc(xp, bn), w13.view(torch.int32), s13, act, sorted_slots, block_expert, S, H, xp.shape[1], I)
+    strides = (w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0), clamp)
+    mask = not (H % 128 == 0 and I % 128 == 0)
+    cw = c1.get("ws")
+    if cw:  # warp-specialized: cw warpgroups of 32 stacked features each share a B tile
+        NT = act.shape[1] // (32 * cw)
+        extra = {"maxnreg": c1["maxnreg"]} if "maxnreg" in c1 else {}
+        _ws.prefill_gemm1_ws_kernel[(P // bn * NT,)](
+            *args, NT, *strides, HAS_CLAMP=has_clamp, BN=bn, STAGES=c1.get("STAGES", 4), CW=cw,
+            LAG=c1.get("LAG", 1), MASK=mask, num_warps=4, **extra)
+        return act
     nw = c1.get("num_warps", 4)
     NT = act.shape[1] // (16 * nw)
     _k.prefill_gemm1_swiglu_kernel[(P // bn * NT,)](
-        _desc(xp, bn), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
-        S, H, xp.shape[1], I, NT, w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-        clamp, HAS_CLAMP=has_clamp, BN=bn, STAGES=c1.get("STAGES", 4), NW=nw, WC=c1.get("w_cache", ""), PF=c1.get("PF", 1),
-        MASK=not (H % 128 == 0 and I % 128 == 0), num_warps=nw)
+        *args, NT, *strides, HAS_CLAMP=has_clamp, BN=bn, STAGES=c1.get("STAGES", 4), NW=nw,
+        WC=c1.get("w_cache", ""), PF=c1.get("PF", 1), MASK=mask, num_warps=nw)
     return act
 
 
@@ -94,4 +110,4 @@ def gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, bn, c
         _desc(act, bn), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
         S, H, I, act.shape[1], NT, topk, w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
         rsf, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), NW=nw, WC=c2.get("w_cache", ""), PF=c2.get("PF", 1),
-        MASK=not (I % 128 == 0 and H % (16 * nw) == 0), num_warps=nw)
+        AV=c2.get("atom_vec", 2), MASK=not (I % 128 == 0 and H % (16 * nw) == 0), num_warps=nw)

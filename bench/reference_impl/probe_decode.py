@@ -31,13 +31,13 @@ def mma(g1, g2):
 # scale words, column tiles; bench/NOTES.md, v6 and v7)
 CANDS = [mma((1, 2), (1, 2)), mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 4, ".cg"), (1, 4, ".cg")),
          mma((1, 2, ".cg"), (2, 1, ".cg"))]
-PROFILED = (0, 1)  # candidates whose per-kernel times are printed
+PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
-def wgmma(bn, stages, nw, pf=1):
+def wgmma(bn, stages, nw, pf=1, **extra):
     """A prefill-path config: BN tokens per block, TMA stages, warps (16 weight rows each),
-    weight stages in flight in registers."""
-    g = {"STAGES": stages, "num_warps": nw, "PF": pf}
+    weight stages in flight in registers; extra keys go to both GEMMs (stack, atom_vec)."""
+    g = {"STAGES": stages, "num_warps": nw, "PF": pf, **extra}
     return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": dict(g)}
 
 
@@ -46,8 +46,18 @@ def mixed(c1, c2):
     return {**c1, "gemm2": c2["gemm2"]}
 
 
-WGMMA_CANDS = [wgmma(128, 3, 4), mixed(wgmma(128, 3, 4), wgmma(128, 3, 8)), mixed(wgmma(128, 3, 4), wgmma(128, 2, 8)),
-               mixed(wgmma(64, 3, 4), wgmma(64, 3, 8))]
+def ws(bn, stages, cw, lag=1, **extra):
+    """gemm1 warp-specialized (cw warpgroup partitions sharing the B ring), gemm2 the tuned
+    one-warpgroup kernel with 16-byte atomics."""
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag, **extra},
+            "gemm2": {"STAGES": 3, "num_warps": 4, "atom_vec": 8}}
+
+
+# v9: gate/up rows stacked in one accumulator (stack), 16-byte atomics in the down GEMM (atom_vec),
+# the gate/up GEMM warp-specialized (ws)
+WGMMA_CANDS = [wgmma(128, 3, 4), wgmma(128, 3, 4, atom_vec=8),
+               ws(128, 4, 4), ws(128, 4, 4, 2), ws(128, 6, 4, 2), ws(128, 4, 2, 1, maxnreg=128), ws(128, 4, 2, 1),
+               ws(64, 4, 4, 2)]
 
 
 def kernel_times(fn, reps=10):
@@ -73,7 +83,9 @@ def main():
     ap.add_argument("--ms", default="1,4,16,64,256")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--family", default="mma", choices=("mma", "wgmma"))
+    ap.add_argument("--profile", default=",".join(map(str, PROFILED)), help="candidate indices to profile")
     args = ap.parse_args()
+    profiled = [int(i) for i in args.profile.split(",") if i]
     cands = CANDS if args.family == "mma" else WGMMA_CANDS
     bw = copy_bw()
     print(f"copy {bw / 1e12:.2f} TB/s", flush=True)
@@ -95,7 +107,7 @@ def main():
             tflop = 6 * int((p["topk_ids"] >= 0).sum()) * H * I / 1e12  # the FLOPs the MoE needs
             print(f"{mname} M={M} roof {roof:.4f} ms  dot {t_dot:.4f} ms ({roof / t_dot:.1%}, "
                   f"{tflop / t_dot * 1e3:.0f} TFLOP/s)", flush=True)
-            for ci in PROFILED:
+            for ci in profiled:
                 try:
                     print(f"   kernels (us) of candidate {ci}:",
                           kernel_times(lambda: grouped_mxfp4_moe(**p, config=cands[ci], **kw)), flush=True)

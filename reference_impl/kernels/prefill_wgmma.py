@@ -253,7 +253,8 @@ def prefill_gemm1_swiglu_kernel(
     """act[b*BN + t, ROWS nt + j] = silu(gate) * up of feature 128 c + physical_k(L), where
     ROWS nt + j = 128 c + L, times 2**64: the down GEMM's B in its permuted order. x_desc: the
     permuted, gathered hidden states [rows, KP] (prefill_prep_kernel); w_ptr: int32 view of
-    w13; strides in bytes / elements of the uint8 tensors."""
+    w13; strides in bytes / elements of the uint8 tensors. (prefill_ws.py computes the same
+    with the gate and up rows stacked in one accumulator, in warp-specialized partitions.)"""
     ROWS: gl.constexpr = 16 * NW
     b, nt, e = _block_tile(block_expert_ptr, NT)
     if e < 0:
@@ -261,9 +262,7 @@ def prefill_gemm1_swiglu_kernel(
     rho, ml, t4 = _word_ids(NW)
     # MMA row rho holds feature f: logical position L of chunk c
     j = nt * ROWS + rho
-    L = j % CHUNK
-    f = (j - L) + ((L >> 1) & 3) * 32 + (L >> 5) * 8 + ((L >> 4) & 1) * 2 + ((L >> 3) & 1) + (L & 1) * 4
-    row_ok = f < I
+    f, row_ok = _feature(j, I)
     rw = stride_wn // 4
     g_rows = w_ptr + e * (stride_we // 4) + f.to(gl.int64) * rw + t4 * 4 + ml
     u_rows = g_rows + I * rw
@@ -297,16 +296,45 @@ def prefill_gemm1_swiglu_kernel(
             _issue(x_desc, b * BN, kt + STAGES - 1, smem, bars, STAGES, BN)
     _release(bars, STAGES)
 
-    _swiglu_store(g0, u0, act_ptr, b * BN, nt, stride_am, clamp_limit, HAS_CLAMP)
+    _swiglu_store(g0, u0, act_ptr, b * BN, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
     if parts > 1:
-        _swiglu_store(g1, u1, act_ptr, b * BN + BN // 4, nt, stride_am, clamp_limit, HAS_CLAMP)
+        _swiglu_store(g1, u1, act_ptr, b * BN + BN // 4, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
     if parts > 2:
-        _swiglu_store(g2, u2, act_ptr, b * BN + BN // 2, nt, stride_am, clamp_limit, HAS_CLAMP)
+        _swiglu_store(g2, u2, act_ptr, b * BN + BN // 2, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
 
 
 @gluon.jit
-def _swiglu_store(gacc, uacc, act_ptr, row0, nt, stride_am, clamp_limit, HAS_CLAMP: gl.constexpr):
-    """act[row0 + t, ROWS nt + j] = silu(gate) * up * 2**64 for one [ROWS features, T tokens] tile."""
+def _feature(j, I):
+    """The feature whose output lands in act column j (logical position L = j % 128 of its
+    chunk, physical_k(L) within it), and whether it exists (< I)."""
+    L = j % CHUNK
+    f = (j - L) + ((L >> 1) & 3) * 32 + (L >> 5) * 8 + ((L >> 4) & 1) * 2 + ((L >> 3) & 1) + (L & 1) * 4
+    return f, f < I
+
+
+@gluon.jit
+def _unstack(acc):
+    """A stacked accumulator [ROWS, T] (slab w: gate rows g, up rows g + 8) -> gate and up
+    [ROWS / 2, T], row 8 w + g. Rows g and g + 8 are registers of one thread: no data moves."""
+    ROWS: gl.constexpr = acc.shape[0]
+    T: gl.constexpr = acc.shape[1]
+    x = gl.permute(gl.reshape(acc, [ROWS // 16, 2, 8, T]), (0, 2, 3, 1))
+    gate, up = gl.split(x)
+    return gl.reshape(gate, [ROWS // 2, T]), gl.reshape(up, [ROWS // 2, T])
+
+
+@gluon.constexpr_function
+def _store_layout(F, NW):
+    """[F features, tokens], 8 consecutive features a thread (16-byte stores), the rest of the
+    lanes and the warps along the tokens."""
+    tpw = min(8, F // 8)
+    wr = min(NW, max(1, F // (8 * tpw)))
+    return gl.BlockedLayout([8, 1], [tpw, 32 // tpw], [wr, NW // wr], [0, 1])
+
+
+@gluon.jit
+def _swiglu_store(gacc, uacc, act_ptr, row0, col0, stride_am, clamp_limit, HAS_CLAMP: gl.constexpr):
+    """act[row0 + t, col0 + j] = silu(gate) * up * 2**64 for one [ROWS features, T tokens] tile."""
     ROWS: gl.constexpr = gacc.shape[0]
     T: gl.constexpr = gacc.shape[1]
     gate = gacc * HALF
@@ -316,11 +344,11 @@ def _swiglu_store(gacc, uacc, act_ptr, row0, nt, stride_am, clamp_limit, HAS_CLA
         up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
     h = (gate / (1.0 + gl.exp(-gate)) * up * LIFT).to(gl.bfloat16)
     # each thread 8 consecutive columns of one row: 16-byte stores
-    OL: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [ROWS // 64, 4], [0, 1])
+    OL: gl.constexpr = _store_layout(ROWS, gl.num_warps())
     h = gl.convert_layout(h, OL)
     j = gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(1, OL)), 1)
     t = gl.expand_dims(gl.arange(0, T, layout=gl.SliceLayout(0, OL)), 0)
-    gl.store(act_ptr + (row0 + t).to(gl.int64) * stride_am + nt * ROWS + j, h)
+    gl.store(act_ptr + (row0 + t).to(gl.int64) * stride_am + col0 + j, h)
 
 
 @gluon.jit
@@ -328,7 +356,7 @@ def prefill_gemm2_combine_kernel(
     a_desc, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
     S, N, K, KP, NT, TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor,
     OUT_MODE: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", PF: gl.constexpr = 1,
+    WC: gl.constexpr = "", PF: gl.constexpr = 1, AV: gl.constexpr = 2,
 ):
     """out[token] += w * rsf * act[b*BN + t] @ W2^T for ROWS output columns (OUT_MODE as in
     gemm2_combine). a_desc: the gate/up epilogue's permuted activations [rows, KP]."""
@@ -360,23 +388,24 @@ def prefill_gemm2_combine_kernel(
             _issue(a_desc, b * BN, kt + STAGES - 1, smem, bars, STAGES, BN)
     _release(bars, STAGES)
 
-    _combine(p0, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)
+    _combine(p0, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE, AV)
     if parts > 1:
         _combine(p1, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 4, nt, S, N, TOPK, stride_om, scale_factor,
-                 OUT_MODE)
+                 OUT_MODE, AV)
     if parts > 2:
         _combine(p2, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 2, nt, S, N, TOPK, stride_om, scale_factor,
-                 OUT_MODE)
+                 OUT_MODE, AV)
 
 
 @gluon.jit
 def _combine(acc, out_ptr, sorted_ptr, topk_w_ptr, row0, nt, S, N, TOPK, stride_om, scale_factor,
-             OUT_MODE: gl.constexpr):
+             OUT_MODE: gl.constexpr, AV: gl.constexpr):
     """out[token of slot row0 + t, ROWS nt + j] += w * rsf * acc[j, t] (or the slot's row, OUT_MODE 2)."""
     ROWS: gl.constexpr = acc.shape[0]
     T: gl.constexpr = acc.shape[1]
-    # each thread two consecutive output columns of one token (paired bf16 atomics)
-    OL: gl.constexpr = gl.BlockedLayout([2, 1], [32, 1], [ROWS // 64, 4], [0, 1])
+    # each thread AV consecutive output columns of one token: AV = 8 makes the bf16 atomics
+    # 16-byte vectors (atom .v8.bf16), four times fewer than pairs
+    OL: gl.constexpr = gl.BlockedLayout([AV, 1], [64 // AV, AV // 2], [ROWS // 64, 4], [0, 1])
     v = gl.convert_layout(acc, OL)
     col = nt * ROWS + gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(1, OL)), 1)
     slot = gl.expand_dims(gl.load(sorted_ptr + row0 + gl.arange(0, T, layout=gl.SliceLayout(0, OL))), 0)
