@@ -266,7 +266,7 @@ def grouped_mxfp4_moe(
                 act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""),
+                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), AV=c2.get("atom_vec", 2),
                 MASK=not (I % 128 == 0 and H % (16 * c2["Q"]) == 0), num_warps=c2["num_warps"],
             )
             return

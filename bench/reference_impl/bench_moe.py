@@ -45,25 +45,32 @@ def cfg(bm, g1, g2, vec=None):
 
 def mma(g1, g2):
     """A decode-path (Gluon, mma.sync) config: (Q tiles of 16 rows, warps[, weight cache
-    modifier]) per GEMM."""
-    k = ("Q", "num_warps", "w_cache")
+    modifier[, atomics width]]) per GEMM."""
+    k = ("Q", "num_warps", "w_cache", "atom_vec")
     return {"path": "mma", "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2))}
 
 
-def wgmma(bn, stages, nw=4):
-    """A prefill-path (Gluon, wgmma, sm_90) config: BN tokens per block, TMA stages, warps."""
+def wgmma(bn, stages, nw=4, av=8):
+    """A prefill-path (Gluon, wgmma, sm_90) config: BN tokens per block, TMA stages, warps,
+    the down GEMM's atomics width."""
     g = {"STAGES": stages, "num_warps": nw}
-    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": dict(g)}
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": {**g, "atom_vec": av}}
+
+
+def ws(bn, stages, cw, lag=1):
+    """The prefill path with the warp-specialized gate/up GEMM (cw warpgroup partitions)."""
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag},
+            "gemm2": {"STAGES": 3, "num_warps": 4, "atom_vec": 8}}
 
 
 # the tl.dot configs that won the earlier tunings (bench/NOTES.md), beside the decode path's
 # and the prefill path's
-WGMMA = [wgmma(64, 3), wgmma(128, 3), wgmma(128, 4)]
-MMA = [mma((1, 2), (1, 2)), mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 4), (1, 4)), mma((1, 4, ".cg"), (1, 4, ".cg")),
-       mma((1, 2), (2, 1))]
+WGMMA = [wgmma(64, 3), wgmma(128, 3), wgmma(128, 4), ws(128, 4, 4), ws(128, 6, 4, 2)]
+MMA = [mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 2, ".cg"), (1, 2, ".cg", 8)), mma((1, 2, ".cg"), (2, 2, ".cg", 8)),
+       mma((1, 2), (1, 2, "", 8)), mma((1, 4, ".cg"), (1, 4, ".cg", 8))]
 SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False)] + MMA
 MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4] + WGMMA[:2]
-LARGE = [cfg(128, (32, 128, 4, 3), (64, 128, 4, 3)), cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), MMA[0]] + WGMMA
+LARGE = [cfg(128, (32, 128, 4, 3), (64, 128, 4, 3)), cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), MMA[1]] + WGMMA
 
 
 def candidates(M):

@@ -22,15 +22,15 @@ from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
 def mma(g1, g2):
-    keys = ("Q", "num_warps", "w_cache")
+    keys = ("Q", "num_warps", "w_cache", "atom_vec")
     return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
 
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
 # knobs: chunks per trip, register prefetch, register caps, cp.async stages, L2 prefetch,
 # scale words, column tiles; bench/NOTES.md, v6 and v7)
-CANDS = [mma((1, 2), (1, 2)), mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 4, ".cg"), (1, 4, ".cg")),
-         mma((1, 2, ".cg"), (2, 1, ".cg"))]
+CANDS = [mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 2, ".cg"), (1, 2, ".cg", 8)), mma((1, 2, ".cg"), (2, 2, ".cg", 8)),
+         mma((1, 2, ".cg"), (1, 4, ".cg", 8))]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 

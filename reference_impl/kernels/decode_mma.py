@@ -228,7 +228,7 @@ def decode_gemm2_combine_kernel(
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
     OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "",
+    WC: gl.constexpr = "", AV: gl.constexpr = 2,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
@@ -261,12 +261,38 @@ def decode_gemm2_combine_kernel(
         acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK, WC),
                         _load_act(a_rows, c, tok_ok & kin), acc)
 
+    if AV == 8:
+        _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor,
+                      OUT_MODE)
+        return
     oq, olane, oi = _out_ids(NW, Q)
     col = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
     slot = gl.load(sorted_ptr + b * 8 + (olane % 4) * 2 + oi % 2)
     ok = (slot < S) & (col < N)
     wt = gl.load(topk_w_ptr + slot, mask=ok, other=0.0).to(gl.float32) * (scale_factor * HALF)
     v = _total(acc) * wt
+    if OUT_MODE == 2:
+        gl.store(out_ptr + slot.to(gl.int64) * stride_om + col, v, mask=ok)
+    else:
+        tok = (slot // TOPK).to(gl.int64)
+        gl.atomic_add(out_ptr + tok * stride_om + col, v.to(out_ptr.dtype.element_ty), mask=ok, sem="relaxed")
+
+
+@gluon.jit
+def _combine_rows(v, out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor,
+                  OUT_MODE: gl.constexpr):
+    """The epilogue with 8 consecutive output columns of one token a thread, so the bf16
+    atomics are 16-byte vectors (atom .v8.bf16): v [Q, 32, 4] in the fragment order
+    (column 16 q + 8 (i // 2) + lane // 4, token 2 (lane % 4) + i % 2) becomes [16 Q, 8]."""
+    Q: gl.constexpr = v.shape[0]
+    NW: gl.constexpr = gl.num_warps()
+    v = gl.reshape(gl.permute(gl.reshape(v, [Q, 8, 4, 2, 2]), (0, 3, 1, 2, 4)), [16 * Q, 8])
+    OL: gl.constexpr = gl.BlockedLayout([8, 1], [2 * Q, 16 // Q], [1, NW], [0, 1])
+    v = gl.convert_layout(v, OL)
+    col = nt * (16 * Q) + gl.expand_dims(gl.arange(0, 16 * Q, layout=gl.SliceLayout(1, OL)), 1)
+    slot = gl.expand_dims(gl.load(sorted_ptr + b * 8 + gl.arange(0, 8, layout=gl.SliceLayout(0, OL))), 0)
+    ok = (slot < S) & (col < N)
+    v = v * (gl.load(topk_w_ptr + slot, mask=ok, other=0.0).to(gl.float32) * (scale_factor * HALF))
     if OUT_MODE == 2:
         gl.store(out_ptr + slot.to(gl.int64) * stride_om + col, v, mask=ok)
     else:

@@ -1,6 +1,8 @@
 """Real-shape GPU tests: DeepSeek-V4-Flash and gpt-oss-120b MoE shapes against the
 PyTorch reference, and CUDA-graph capture/replay with new routing and inputs.
 Skipped without CUDA. Results are logged in bench/reference_impl/gpu_test_log.txt."""
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -95,24 +97,36 @@ DECODE = {"path": "mma", "gemm1": {"Q": 1, "num_warps": 2}, "gemm2": {"Q": 1, "n
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("M", [1, 7, 64, 300])
 @pytest.mark.parametrize("det", [False, True])
-@pytest.mark.parametrize("q2", [1, 2])
-def test_decode_path_matches_reference(model, M, det, q2):
-    """The Gluon decode path (reference_impl/kernels/decode_mma.py), forced by config."""
-    cfg = {**DECODE, "gemm2": {"Q": q2, "num_warps": 2 if q2 == 1 else 1}}
-    p, kw = problem(model, M, seed=M * 29 + det + 7 * q2, invalid_frac=0.05)
-    matches_reference(p, kw, M, det, cfg, f"decode {model} q2={q2}")
+@pytest.mark.parametrize("q2,nw2,av", [(1, 2, 2), (2, 1, 2), (1, 2, 8), (2, 2, 8)], ids=["q1", "q2", "q1av8", "q2av8"])
+def test_decode_path_matches_reference(model, M, det, q2, nw2, av):
+    """The Gluon decode path (reference_impl/kernels/decode_mma.py), forced by config; av=8:
+    the down GEMM's epilogue with 16-byte atomics (or stores, deterministic)."""
+    cfg = {**DECODE, "gemm2": {"Q": q2, "num_warps": nw2, "atom_vec": av}}
+    p, kw = problem(model, M, seed=M * 29 + det + 7 * q2 + av, invalid_frac=0.05)
+    matches_reference(p, kw, M, det, cfg, f"decode {model} q2={q2} av={av}")
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-@pytest.mark.parametrize("det", [False, True])
-def test_decode_path_graph_replay(model, det):
-    graph_replay_matches(model, 16, det, DECODE, seed=77)
-    print(f"decode graph {model} det={det} ok")
+@pytest.mark.parametrize("av", [2, 8])
+def test_decode_path_graph_replay(model, det, av):
+    graph_replay_matches(model, 16, det, {**DECODE, "gemm2": {**DECODE["gemm2"], "atom_vec": av}}, seed=77)
+    print(f"decode graph {model} det={det} av={av} ok")
 
 
-def wgmma(bn, stages=3, nw=4):
+def wgmma(bn, stages=3, nw=4, av=2):
     g = {"STAGES": stages, "num_warps": nw}
-    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": dict(g)}
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": {**g, "atom_vec": av}}
+
+
+def ws(bn, stages, cw, lag=1, **extra):
+    """The warp-specialized gate/up GEMM (kernels/prefill_ws.py), 16-byte atomics after."""
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag, **extra},
+            "gemm2": {"STAGES": 3, "num_warps": 4, "atom_vec": 8}}
+
+
+PREFILL = [wgmma(64), wgmma(128, 4), wgmma(128, 3, 8), wgmma(128, 3, 4, 8), ws(128, 4, 4), ws(64, 6, 4, 2),
+           ws(128, 4, 2, 1, maxnreg=128)]
+PREFILL_IDS = ["bn64", "bn128", "bn128nw8", "bn128av8", "ws4", "ws4bn64lag2", "ws2"]
 
 
 sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -123,23 +137,26 @@ sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("M", [1, 7, 300, 1024])
 @pytest.mark.parametrize("det", [False, True])
-@pytest.mark.parametrize("cfg", [wgmma(64), wgmma(128, 4), wgmma(128, 3, 8)], ids=["bn64", "bn128", "bn128nw8"])
+@pytest.mark.parametrize("cfg", PREFILL, ids=PREFILL_IDS)
 def test_prefill_path_matches_reference(model, M, det, cfg):
-    """The Gluon prefill path (reference_impl/kernels/prefill_wgmma.py), forced by config:
-    blocks with one, two and three token parts, gpt-oss's K tails, poisoned buffers."""
+    """The Gluon prefill path (reference_impl/kernels/prefill_wgmma.py, prefill_ws.py),
+    forced by config: blocks with one, two and three token parts, gpt-oss's K tails,
+    poisoned buffers."""
     p, kw = problem(model, M, seed=M * 31 + det + cfg["BLOCK_M"], invalid_frac=0.05)
-    matches_reference(p, kw, M, det, cfg, f"prefill {model} bn={cfg['BLOCK_M']}")
+    matches_reference(p, kw, M, det, cfg, f"prefill {model} {json.dumps(cfg)}")
 
 
 @sm90
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
-def test_prefill_path_graph_replay(model, det):
-    graph_replay_matches(model, 512, det, wgmma(128), seed=78)
-    print(f"prefill graph {model} det={det} ok")
+@pytest.mark.parametrize("cfg", [wgmma(128), ws(128, 4, 4)], ids=["plain", "ws4"])
+def test_prefill_path_graph_replay(model, det, cfg):
+    graph_replay_matches(model, 512, det, cfg, seed=78)
+    print(f"prefill graph {model} det={det} {json.dumps(cfg)} ok")
 
 
-@pytest.mark.parametrize("cfg", [DECODE, pytest.param(wgmma(64), marks=sm90)], ids=["decode", "prefill"])
+@pytest.mark.parametrize("cfg", [DECODE, pytest.param(wgmma(64), marks=sm90), pytest.param(ws(64, 4, 4), marks=sm90)],
+                         ids=["decode", "prefill", "prefill_ws"])
 def test_scales_above_one(cfg):
     """E8M0 exponents 115..140 (scales up to 2**13) and every byte value, so every e2m1
     code, the 0.5 subnormal inside the kernel included, meets the fp64 reference (both
