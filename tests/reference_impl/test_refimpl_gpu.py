@@ -107,6 +107,7 @@ def test_decode_path_matches_reference(model, M, det, q2, nw2, av):
 
 
 @pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("det", [False, True])
 @pytest.mark.parametrize("av", [2, 8])
 def test_decode_path_graph_replay(model, det, av):
     graph_replay_matches(model, 16, det, {**DECODE, "gemm2": {**DECODE["gemm2"], "atom_vec": av}}, seed=77)
