@@ -52,8 +52,8 @@ def check_config(cfg: dict) -> None:
             bad.append(f"{g}: STAGES={c.get('STAGES')} (>= 2), PF={c.get('PF')} (1 or 2)")
         if c.get("atom_vec", 2) not in (2, 8):
             bad.append(f"{g}.atom_vec={c.get('atom_vec')} (2 or 8)")
-        if c.get("ws") not in (None, 2, 4) or (g == "gemm2" and c.get("ws")):
-            bad.append(f"{g}.ws={c.get('ws')} (gemm1: 2 or 4 warpgroup partitions)")
+        if c.get("ws") not in (None, 2, 4):
+            bad.append(f"{g}.ws={c.get('ws')} (2 or 4 warpgroup partitions)")
         elif c.get("ws") and not 1 <= c.get("LAG", 1) < int(c.get("STAGES", 4)):
             bad.append(f"{g}.LAG={c.get('LAG')} (1 .. STAGES - 1)")
     if bad:
@@ -104,10 +104,20 @@ def gemm1(xp, w13, s13, sorted_slots, block_expert, S, H, I, bn, c1, clamp, has_
 
 def gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, bn, c2, rsf, mode):
     P = act.shape[0]
+    args = (_desc(act, bn), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw, S, H, I, act.shape[1])
+    strides = (w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0), rsf)
+    cw = c2.get("ws")
+    if cw:  # warp-specialized: cw warpgroups of 64 output columns each share a B tile
+        NT = triton.cdiv(H, 64 * cw)
+        extra = {"maxnreg": c2["maxnreg"]} if "maxnreg" in c2 else {}
+        _ws.prefill_gemm2_ws_kernel[(P // bn * NT,)](
+            *args, NT, topk, *strides, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), CW=cw,
+            AV=c2.get("atom_vec", 2), LAG=c2.get("LAG", 1), MASK=not (I % 128 == 0 and H % (64 * cw) == 0),
+            num_warps=4, **extra)
+        return
     nw = c2.get("num_warps", 4)
     NT = triton.cdiv(H, 16 * nw)
     _k.prefill_gemm2_combine_kernel[(P // bn * NT,)](
-        _desc(act, bn), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
-        S, H, I, act.shape[1], NT, topk, w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-        rsf, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), NW=nw, WC=c2.get("w_cache", ""), PF=c2.get("PF", 1),
-        AV=c2.get("atom_vec", 2), MASK=not (I % 128 == 0 and H % (16 * nw) == 0), num_warps=nw)
+        *args, NT, topk, *strides, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), NW=nw,
+        WC=c2.get("w_cache", ""), PF=c2.get("PF", 1), AV=c2.get("atom_vec", 2),
+        MASK=not (I % 128 == 0 and H % (16 * nw) == 0), num_warps=nw)

@@ -57,15 +57,19 @@ def wgmma(bn, stages, nw=4, av=8):
     return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": {**g, "atom_vec": av}}
 
 
-def ws(bn, stages, cw, lag=1):
-    """The prefill path with the warp-specialized gate/up GEMM (cw warpgroup partitions)."""
-    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag},
-            "gemm2": {"STAGES": 3, "num_warps": 4, "atom_vec": 8}}
+def ws(bn, stages, cw, lag=1, down=None):
+    """The prefill path with the warp-specialized gate/up GEMM (cw warpgroup partitions);
+    down=(stages, cw, lag): the down GEMM warp-specialized too."""
+    g2 = {"STAGES": 3, "num_warps": 4, "atom_vec": 8}
+    if down:
+        g2 = {"STAGES": down[0], "ws": down[1], "LAG": down[2], "atom_vec": 8}
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag}, "gemm2": g2}
 
 
 # the tl.dot configs that won the earlier tunings (bench/NOTES.md), beside the decode path's
 # and the prefill path's
-WGMMA = [wgmma(64, 3), wgmma(128, 3), wgmma(128, 4), ws(128, 4, 4), ws(128, 6, 4, 2)]
+WGMMA = [wgmma(64, 3), wgmma(128, 3), wgmma(128, 4), ws(128, 4, 4), ws(128, 4, 4, 1, (4, 4, 1)),
+         ws(128, 4, 4, 1, (6, 4, 2))]
 MMA = [mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 2, ".cg"), (1, 2, ".cg", 8)), mma((1, 2, ".cg"), (2, 2, ".cg", 8)),
        mma((1, 2), (1, 2, "", 8)), mma((1, 4, ".cg"), (1, 4, ".cg", 8))]
 SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False)] + MMA

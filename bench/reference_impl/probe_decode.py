@@ -46,18 +46,19 @@ def mixed(c1, c2):
     return {**c1, "gemm2": c2["gemm2"]}
 
 
-def ws(bn, stages, cw, lag=1, **extra):
-    """gemm1 warp-specialized (cw warpgroup partitions sharing the B ring), gemm2 the tuned
-    one-warpgroup kernel with 16-byte atomics."""
-    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag, **extra},
-            "gemm2": {"STAGES": 3, "num_warps": 4, "atom_vec": 8}}
+def ws(bn, stages, cw, lag=1, down=None, **extra):
+    """gemm1 warp-specialized (cw warpgroup partitions sharing the B ring); gemm2 the
+    one-warpgroup kernel, or with down=(stages, cw, lag) warp-specialized too; 16-byte atomics."""
+    g2 = {"STAGES": 3, "num_warps": 4, "atom_vec": 8}
+    if down:
+        g2 = {"STAGES": down[0], "ws": down[1], "LAG": down[2], "atom_vec": 8}
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag, **extra}, "gemm2": g2}
 
 
-# v9: gate/up rows stacked in one accumulator (stack), 16-byte atomics in the down GEMM (atom_vec),
-# the gate/up GEMM warp-specialized (ws)
-WGMMA_CANDS = [wgmma(128, 3, 4), wgmma(128, 3, 4, atom_vec=8),
-               ws(128, 4, 4), ws(128, 4, 4, 2), ws(128, 6, 4, 2), ws(128, 4, 2, 1, maxnreg=128), ws(128, 4, 2, 1),
-               ws(64, 4, 4, 2)]
+# v9: 16-byte atomics in the down GEMM (atom_vec), the gate/up GEMM warp-specialized (ws), then
+# the down GEMM too
+WGMMA_CANDS = [wgmma(128, 4, 4, atom_vec=8), ws(128, 4, 4), ws(128, 4, 4, 1, (4, 4, 1)), ws(128, 4, 4, 1, (6, 4, 2)),
+               ws(128, 4, 4, 1, (4, 2, 1)), wgmma(64, 3, 4, atom_vec=8), ws(64, 4, 4, 1, (4, 4, 1))]
 
 
 def kernel_times(fn, reps=10):

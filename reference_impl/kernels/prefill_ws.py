@@ -1,4 +1,4 @@
-"""Warp-specialized gate/up GEMM of the prefill path (Gluon, sm_90).
+"""Warp-specialized GEMMs of the prefill path (Gluon, sm_90).
 
 Why: prefill_wgmma's gate/up GEMM re-reads the token tile B once per 64 (or, with two
 warpgroups, 128) weight rows, and at M=4096 those re-reads keep L2 near its limit
@@ -14,7 +14,8 @@ past its MMAs on a slot). Warpgroup 0 also refills the ring: at stage kt it wait
 every warpgroup released stage kt - LAG and loads stage kt - LAG + STAGES into that
 slot, so the others may trail it by up to LAG stages and otherwise run out of step.
 (A dedicated producer warp would cost a whole extra warpgroup of registers: Triton pads
-partitions to warpgroups and splits one register file among them.)
+partitions to warpgroups and splits one register file among them.) The down GEMM has the
+same structure with 64 output columns a warpgroup and prefill_wgmma's combine epilogue.
 
 Numerics and the k order are prefill_wgmma's (physical_k, the 2**64 lift, HALF).
 """
@@ -23,25 +24,45 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from .prefill_wgmma import (
-    KS, _a_stage, _acc_parts, _block_tile, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
+    KS, _a_stage, _acc_parts, _block_tile, _combine, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
     _word_ids,
 )
 
 
 @gluon.jit
-def _consume(c: gl.constexpr, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk,
-             K, I, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit,
-             HAS_CLAMP: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, CW: gl.constexpr,
-             LAG: gl.constexpr, MASK: gl.constexpr):
-    """Warpgroup c: features [32 (CW nt + c), + 32) of token block b (and the ring if c == 0)."""
-    rho, ml, t4 = _word_ids(4)
-    col0 = nt * (32 * CW) + c * 32
-    f, row_ok = _feature(col0 + (rho // 16) * 8 + rho % 8, I)
-    row = f + ((rho // 8) % 2) * I  # up rows sit 8 below their gate rows
-    w_rows = w_ptr + e * (stride_we // 4) + row.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
-    s_rows = s_ptr + e * stride_se + row.to(gl.int64) * stride_sn + t4
-    KG = K // 32
+def _ring(desc, row0, nk, BN: gl.constexpr, STAGES: gl.constexpr, CW: gl.constexpr):
+    """The B ring (`full`: TMA landed; `empty`: all CW warpgroups are past a slot), its first
+    STAGES stages in flight."""
+    smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, KS], desc.layout)
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=CW)
+    for i in gl.static_range(STAGES):
+        if i < nk:
+            mbarrier.expect(full.index(i), BN * KS * 2)
+            tma.async_copy_global_to_shared(desc, [row0, i * KS], full.index(i), smem.index(i))
+    return smem, full, empty
 
+
+@gluon.jit
+def _release(full, empty, STAGES: gl.constexpr):
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(full.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+@gluon.jit
+def _parts_used(sorted_ptr, row0, S, BN: gl.constexpr):
+    """How many of the block's three token parts hold a token (prefill_wgmma._parts)."""
+    return 1 + (gl.load(sorted_ptr + row0 + BN // 4) < S).to(gl.int32) + (gl.load(sorted_ptr + row0 + BN // 2) < S).to(gl.int32)
+
+
+@gluon.jit
+def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, desc, smem, full, empty, row0, parts, nk,
+              BN: gl.constexpr, STAGES: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
+    """One warpgroup's 64 MMA rows x the block's tokens over all of K; warpgroup 0 refills the ring."""
     p0, p1, p2 = _acc_parts(64, BN)
     wd, sc = _load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, "")
     for kt in range(nk):
@@ -58,8 +79,24 @@ def _consume(c: gl.constexpr, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, 
                 so = old % STAGES
                 mbarrier.wait(empty.index(so), (old // STAGES) & 1)
                 mbarrier.expect(full.index(so), BN * KS * 2)
-                tma.async_copy_global_to_shared(x_desc, [b * BN, (old + STAGES) * KS], full.index(so), smem.index(so))
+                tma.async_copy_global_to_shared(desc, [row0, (old + STAGES) * KS], full.index(so), smem.index(so))
+    return p0, p1, p2
 
+
+@gluon.jit
+def _gate_up(c: gl.constexpr, rt, HAS_CLAMP: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+             CW: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
+    """Warpgroup c of the gate/up GEMM: features [32 (CW nt + c), + 32) of token block b."""
+    (desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I,
+     stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit) = rt
+    rho, ml, t4 = _word_ids(4)
+    col0 = nt * (32 * CW) + c * 32
+    f, row_ok = _feature(col0 + (rho // 16) * 8 + rho % 8, I)
+    row = f + ((rho // 8) % 2) * I  # up rows sit 8 below their gate rows
+    w_rows = w_ptr + e * (stride_we // 4) + row.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
+    s_rows = s_ptr + e * stride_se + row.to(gl.int64) * stride_sn + t4
+    p0, p1, p2 = _mainloop(c, w_rows, s_rows, row_ok, t4, K // 32, desc, smem, full, empty, b * BN, parts, nk,
+                           BN, STAGES, LAG, MASK)
     g0, u0 = _unstack(p0)
     _swiglu_store(g0, u0, act_ptr, b * BN, col0, stride_am, clamp_limit, HAS_CLAMP)
     if parts > 1:
@@ -69,6 +106,31 @@ def _consume(c: gl.constexpr, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, 
         g2, u2 = _unstack(p2)
         _swiglu_store(g2, u2, act_ptr, b * BN + BN // 2, col0, stride_am, clamp_limit, HAS_CLAMP)
 
+
+@gluon.jit
+def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.constexpr,
+          STAGES: gl.constexpr, CW: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
+    """Warpgroup c of the down GEMM: output columns [64 (CW nt + c), + 64) of token block b."""
+    (desc, smem, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk, S, N, K,
+     TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor) = rt
+    rho, ml, t4 = _word_ids(4)
+    tile = nt * CW + c
+    n = tile * 64 + rho
+    w_rows = w_ptr + e * (stride_we // 4) + n.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
+    s_rows = s_ptr + e * stride_se + n.to(gl.int64) * stride_sn + t4
+    p0, p1, p2 = _mainloop(c, w_rows, s_rows, n < N, t4, K // 32, desc, smem, full, empty, b * BN, parts, nk,
+                           BN, STAGES, LAG, MASK)
+    _combine(p0, out_ptr, sorted_ptr, topk_w_ptr, b * BN, tile, S, N, TOPK, stride_om, scale_factor, OUT_MODE, AV)
+    if parts > 1:
+        _combine(p1, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 4, tile, S, N, TOPK, stride_om, scale_factor,
+                 OUT_MODE, AV)
+    if parts > 2:
+        _combine(p2, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 2, tile, S, N, TOPK, stride_om, scale_factor,
+                 OUT_MODE, AV)
+
+
+# The partitions get their runtime arguments as one tuple and their constexprs spelled out:
+# Gluon hands a built tuple's constexprs to a partition as tensors.
 
 @gluon.jit
 def prefill_gemm1_ws_kernel(
@@ -83,37 +145,43 @@ def prefill_gemm1_ws_kernel(
     if e < 0:
         return
     nk = KP // KS
-    smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, KS], x_desc.layout)
-    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(full.index(i), count=1)
-        mbarrier.init(empty.index(i), count=CW)
-    for i in gl.static_range(STAGES):
-        if i < nk:
-            mbarrier.expect(full.index(i), BN * KS * 2)
-            tma.async_copy_global_to_shared(x_desc, [b * BN, i * KS], full.index(i), smem.index(i))
-    row0 = b * BN
-    parts = 1 + (gl.load(sorted_ptr + row0 + BN // 4) < S).to(gl.int32) + (gl.load(sorted_ptr + row0 + BN // 2) < S).to(gl.int32)
-    # the partitions' arguments are spelled out: Gluon passes a built tuple's constexprs as tensors
+    smem, full, empty = _ring(x_desc, b * BN, nk, BN, STAGES, CW)
+    rt = (x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, _parts_used(sorted_ptr, b * BN, S, BN), nk,
+          K, I, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit)
     if CW == 2:
-        gl.warp_specialize([
-            (_consume, (0, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I, stride_we,
-                        stride_wn, stride_se, stride_sn, stride_am, clamp_limit, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
-            (_consume, (1, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I, stride_we,
-                        stride_wn, stride_se, stride_sn, stride_am, clamp_limit, HAS_CLAMP, BN, STAGES, CW, LAG, MASK))],
-            [4], [CREGS])
+        gl.warp_specialize([(_gate_up, (0, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (1, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK))], [4], [CREGS])
     else:
-        gl.warp_specialize([
-            (_consume, (0, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I, stride_we,
-                        stride_wn, stride_se, stride_sn, stride_am, clamp_limit, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
-            (_consume, (1, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I, stride_we,
-                        stride_wn, stride_se, stride_sn, stride_am, clamp_limit, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
-            (_consume, (2, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I, stride_we,
-                        stride_wn, stride_se, stride_sn, stride_am, clamp_limit, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
-            (_consume, (3, x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I, stride_we,
-                        stride_wn, stride_se, stride_sn, stride_am, clamp_limit, HAS_CLAMP, BN, STAGES, CW, LAG, MASK))],
-            [4, 4, 4], [CREGS, CREGS, CREGS])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(full.index(i))
-        mbarrier.invalidate(empty.index(i))
+        gl.warp_specialize([(_gate_up, (0, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (1, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (2, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (3, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK))], [4, 4, 4], [CREGS] * 3)
+    _release(full, empty, STAGES)
+
+
+@gluon.jit
+def prefill_gemm2_ws_kernel(
+    a_desc, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
+    S, N, K, KP, NT, TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor,
+    OUT_MODE: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, CW: gl.constexpr, MASK: gl.constexpr,
+    AV: gl.constexpr = 8, LAG: gl.constexpr = 1, CREGS: gl.constexpr = 120,
+):
+    """prefill_gemm2_combine_kernel's output for 64 CW output columns a program (partitions
+    as in prefill_gemm1_ws_kernel)."""
+    b, nt, e = _block_tile(block_expert_ptr, NT)
+    if e < 0:
+        return
+    nk = KP // KS
+    smem, full, empty = _ring(a_desc, b * BN, nk, BN, STAGES, CW)
+    rt = (a_desc, smem, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt,
+          _parts_used(sorted_ptr, b * BN, S, BN), nk, S, N, K, TOPK, stride_we, stride_wn, stride_se, stride_sn,
+          stride_om, scale_factor)
+    if CW == 2:
+        gl.warp_specialize([(_down, (0, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK)),
+                            (_down, (1, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK))], [4], [CREGS])
+    else:
+        gl.warp_specialize([(_down, (0, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK)),
+                            (_down, (1, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK)),
+                            (_down, (2, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK)),
+                            (_down, (3, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK))], [4, 4, 4], [CREGS] * 3)
+    _release(full, empty, STAGES)

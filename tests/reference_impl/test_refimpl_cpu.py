@@ -179,14 +179,14 @@ def test_prefill_config_runs_or_falls_back():
     # the warp-specialized gate/up GEMM and the down GEMM's atomics width
     with pytest.raises(ValueError, match="gemm1.ws=3"):
         wgmma_path.usable({**cfg, "gemm1": {"STAGES": 4, "ws": 3}}, torch.device(DEV))
-    with pytest.raises(ValueError, match="gemm2.ws=4"):
-        wgmma_path.usable({**cfg, "gemm2": {"STAGES": 4, "ws": 4}}, torch.device(DEV))
+    with pytest.raises(ValueError, match="gemm2.ws=1"):
+        wgmma_path.usable({**cfg, "gemm2": {"STAGES": 4, "ws": 1}}, torch.device(DEV))
     with pytest.raises(ValueError, match="gemm1.LAG=4"):
         wgmma_path.usable({**cfg, "gemm1": {"STAGES": 4, "ws": 4, "LAG": 4}}, torch.device(DEV))
     with pytest.raises(ValueError, match="gemm2.atom_vec=4"):
         wgmma_path.usable({**cfg, "gemm2": {"STAGES": 3, "atom_vec": 4}}, torch.device(DEV))
     assert wgmma_path.usable({**cfg, "gemm1": {"STAGES": 4, "ws": 4, "LAG": 3},
-                              "gemm2": {"STAGES": 3, "atom_vec": 8}}, torch.device(DEV)) == can
+                              "gemm2": {"STAGES": 3, "ws": 2, "atom_vec": 8}}, torch.device(DEV)) == can
 
 
 def test_physical_k_is_a_permutation_within_each_scale_group_row():

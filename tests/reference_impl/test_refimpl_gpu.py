@@ -119,15 +119,18 @@ def wgmma(bn, stages=3, nw=4, av=2):
     return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": {**g, "atom_vec": av}}
 
 
-def ws(bn, stages, cw, lag=1, **extra):
-    """The warp-specialized gate/up GEMM (kernels/prefill_ws.py), 16-byte atomics after."""
-    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag, **extra},
-            "gemm2": {"STAGES": 3, "num_warps": 4, "atom_vec": 8}}
+def ws(bn, stages, cw, lag=1, down=None, **extra):
+    """The warp-specialized gate/up GEMM (kernels/prefill_ws.py), 16-byte atomics after;
+    down=(stages, cw, lag): the down GEMM warp-specialized too."""
+    g2 = {"STAGES": 3, "num_warps": 4, "atom_vec": 8}
+    if down:
+        g2 = {"STAGES": down[0], "ws": down[1], "LAG": down[2], "atom_vec": 8}
+    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag, **extra}, "gemm2": g2}
 
 
 PREFILL = [wgmma(64), wgmma(128, 4), wgmma(128, 3, 8), wgmma(128, 3, 4, 8), ws(128, 4, 4), ws(64, 6, 4, 2),
-           ws(128, 4, 2, 1, maxnreg=128)]
-PREFILL_IDS = ["bn64", "bn128", "bn128nw8", "bn128av8", "ws4", "ws4bn64lag2", "ws2"]
+           ws(128, 4, 2, 1, maxnreg=128), ws(128, 4, 4, 1, (4, 4, 1)), ws(64, 4, 4, 1, (6, 2, 2))]
+PREFILL_IDS = ["bn64", "bn128", "bn128nw8", "bn128av8", "ws4", "ws4bn64lag2", "ws2", "ws4down4", "ws4down2lag2"]
 
 
 sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -150,13 +153,15 @@ def test_prefill_path_matches_reference(model, M, det, cfg):
 @sm90
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
-@pytest.mark.parametrize("cfg", [wgmma(128), ws(128, 4, 4)], ids=["plain", "ws4"])
+@pytest.mark.parametrize("cfg", [wgmma(128), ws(128, 4, 4), ws(128, 4, 4, 1, (4, 4, 1))],
+                         ids=["plain", "ws4", "ws4down4"])
 def test_prefill_path_graph_replay(model, det, cfg):
     graph_replay_matches(model, 512, det, cfg, seed=78)
     print(f"prefill graph {model} det={det} {json.dumps(cfg)} ok")
 
 
-@pytest.mark.parametrize("cfg", [DECODE, pytest.param(wgmma(64), marks=sm90), pytest.param(ws(64, 4, 4), marks=sm90)],
+@pytest.mark.parametrize("cfg", [DECODE, pytest.param(wgmma(64), marks=sm90),
+                                 pytest.param(ws(64, 4, 4, 1, (4, 4, 1)), marks=sm90)],
                          ids=["decode", "prefill", "prefill_ws"])
 def test_scales_above_one(cfg):
     """E8M0 exponents 115..140 (scales up to 2**13) and every byte value, so every e2m1
