@@ -388,12 +388,21 @@ def prefill_gemm2_combine_kernel(
             _issue(a_desc, b * BN, kt + STAGES - 1, smem, bars, STAGES, BN)
     _release(bars, STAGES)
 
-    _combine(p0, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE, AV)
+    _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om,
+                   scale_factor, OUT_MODE, AV)
+
+
+@gluon.jit
+def _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, row0, nt, S, N, TOPK, stride_om,
+                   scale_factor, OUT_MODE: gl.constexpr, AV: gl.constexpr):
+    """_combine for each token part of the block that holds a token."""
+    BN: gl.constexpr = 2 * p2.shape[1]
+    _combine(p0, out_ptr, sorted_ptr, topk_w_ptr, row0, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE, AV)
     if parts > 1:
-        _combine(p1, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 4, nt, S, N, TOPK, stride_om, scale_factor,
+        _combine(p1, out_ptr, sorted_ptr, topk_w_ptr, row0 + BN // 4, nt, S, N, TOPK, stride_om, scale_factor,
                  OUT_MODE, AV)
     if parts > 2:
-        _combine(p2, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 2, nt, S, N, TOPK, stride_om, scale_factor,
+        _combine(p2, out_ptr, sorted_ptr, topk_w_ptr, row0 + BN // 2, nt, S, N, TOPK, stride_om, scale_factor,
                  OUT_MODE, AV)
 
 

@@ -24,7 +24,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from .prefill_wgmma import (
-    KS, _a_stage, _acc_parts, _block_tile, _combine, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
+    KS, _a_stage, _acc_parts, _block_tile, _combine_parts, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
     _word_ids,
 )
 
@@ -120,13 +120,8 @@ def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.
     s_rows = s_ptr + e * stride_se + n.to(gl.int64) * stride_sn + t4
     p0, p1, p2 = _mainloop(c, w_rows, s_rows, n < N, t4, K // 32, desc, smem, full, empty, b * BN, parts, nk,
                            BN, STAGES, LAG, MASK)
-    _combine(p0, out_ptr, sorted_ptr, topk_w_ptr, b * BN, tile, S, N, TOPK, stride_om, scale_factor, OUT_MODE, AV)
-    if parts > 1:
-        _combine(p1, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 4, tile, S, N, TOPK, stride_om, scale_factor,
-                 OUT_MODE, AV)
-    if parts > 2:
-        _combine(p2, out_ptr, sorted_ptr, topk_w_ptr, b * BN + BN // 2, tile, S, N, TOPK, stride_om, scale_factor,
-                 OUT_MODE, AV)
+    _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, tile, S, N, TOPK, stride_om,
+                   scale_factor, OUT_MODE, AV)
 
 
 # The partitions get their runtime arguments as one tuple and their constexprs spelled out:
