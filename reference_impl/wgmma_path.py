@@ -1,5 +1,6 @@
-"""Host side of the prefill path (kernels/prefill_wgmma.py): which devices run it, its
-buffers, TMA descriptors and launches. moe.py calls it between routing and the output.
+"""Host side of the prefill path (kernels/prefill_wgmma.py, and kernels/prefill_ws.py where a
+GEMM's config has "ws": its warp-specialized form): which devices run it, its buffers, TMA
+descriptors and launches. moe.py calls it between routing and the output.
 
 Buffers (P = padded sorted rows, a multiple of BLOCK_M = the wgmma's n):
   xp  [P, H128] bf16  gathered hidden states in the kernels' k order, times 2**64

@@ -21,13 +21,15 @@ weight rows (one or two warpgroups) x BN token rows of one expert block. Per war
 * B = BN token rows x 64 k, TMA-loaded into an STAGES-deep shared ring
   (mbarriers), shared by the program's warpgroups. Two warpgroups (NW = 8) halve the
   L2 traffic of the B tiles, which every row tile re-reads; on the H200 that lost to
-  the occupancy it costs, so the tuned configs use one (bench/NOTES.md, v8, as for
-  dequantizing the next stage during the MMAs, also slower). The next stage's weight
-  words are loaded before this stage's MMAs.
+  the occupancy it costs (bench/NOTES.md, v8, as for dequantizing the next stage during
+  the MMAs, also slower), and warpgroups sharing a ring here run in lockstep (a CTA
+  barrier around each refill): prefill_ws.py shares one between four warpgroup
+  partitions instead. The next stage's weight words are loaded before this stage's MMAs.
 * The MMA's token dim is split in three parts (BN/4, BN/4, BN/2 tokens) with their own
   accumulators; the last block of an expert skips the parts past its last token.
 * The gate/up GEMM's MMA rows are the features that land in ROWS consecutive
-  columns of the permuted activations, so its epilogue stores whole rows.
+  columns of the permuted activations, so its epilogue stores whole rows. The down
+  GEMM adds its top-k results with AV-wide bf16 atomics (AV = 8: 16-byte vectors).
 
 The activations carry 2**64 and the products 2x (decode_mma.py: LIFT, HALF), so the
 valid E8M0 range is the decode path's (65..191).
