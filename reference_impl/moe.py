@@ -235,7 +235,7 @@ def grouped_mxfp4_moe(
             act.fill_(float("nan"))
     if wg:  # hidden states gathered per sorted row in the kernels' k order, then wgmma
         act = wgmma_path.gemm1(wgmma_path.prep(x, sorted_slots, S, topk, P), w13, s13, sorted_slots,
-                               block_expert, S, H, I, BM, c1, clamp, has_clamp, _poison)
+                               block_expert, S, H, I, wgmma_path.token_parts(cfg), c1, clamp, has_clamp, _poison)
     elif mma:
         _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
@@ -259,7 +259,8 @@ def grouped_mxfp4_moe(
 
     def launch2(mode, buf):
         if wg:
-            wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, BM, c2, rsf, mode)
+            wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, wgmma_path.token_parts(cfg),
+                             c2, rsf, mode)
             return
         if mma:
             _decode_mma.decode_gemm2_combine_kernel[(NB * triton.cdiv(H, 16 * c2["Q"]),)](

@@ -24,6 +24,9 @@ except Exception:  # pragma: no cover - depends on the installed Triton
 from .kernels.prep_act import prefill_prep_kernel
 
 PREP_ROWS, PREP_BLOCK = 16, 256
+# registers of each warp-specialized partition but the first, by partition count: what is left
+# of the 64K register file (the first takes the rest); 3 partitions leave room for BLOCK_M = 160
+CREGS = {2: 120, 3: 160, 4: 120}
 
 
 def usable(cfg: dict, dev: torch.device) -> bool:
@@ -39,12 +42,37 @@ def usable(cfg: dict, dev: torch.device) -> bool:
     return torch.cuda.get_device_capability(dev) == (9, 0)
 
 
+def token_parts(cfg: dict) -> tuple:
+    """The three token parts of a block (T0, T1, BLOCK_M - T0 - T1): "parts" [T0, T1] in the
+    config, else quarters, quarters, half."""
+    bn = cfg["BLOCK_M"]
+    t0, t1 = cfg.get("parts", (bn // 4, bn // 4))
+    return int(t0), int(t1), bn - int(t0) - int(t1)
+
+
+def _boxes(cfg: dict) -> tuple:
+    """Token rows of the two TMA boxes a B stage is loaded with: parts 0 + 1, and part 2."""
+    t0, t1, t2 = token_parts(cfg)
+    return t0 + t1, t2
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
 def check_config(cfg: dict) -> None:
-    """BLOCK_M: the MMA's token dim, split in parts of BLOCK_M/4 that wgmma needs as multiples
-    of 8 (and registers bound from above); num_warps: one or two warpgroups; STAGES >= 2."""
+    """BLOCK_M: the MMA's token dim (a TMA box of at most 256 rows, whole 16-row slabs for the
+    gather), split in three parts that wgmma needs as multiples of 8 (and registers bound from
+    above); num_warps: one or two warpgroups; STAGES >= 2."""
     bad = []
-    if cfg.get("BLOCK_M") not in (32, 64, 128):
-        bad.append(f"BLOCK_M={cfg.get('BLOCK_M')} (32, 64 or 128)")
+    bn = cfg.get("BLOCK_M")
+    if not isinstance(bn, int) or not 32 <= bn <= 256 or bn % 16:
+        bad.append(f"BLOCK_M={bn} (a multiple of 16 in 32..256)")
+    elif not isinstance(cfg.get("parts", []), (list, tuple)) or len(cfg.get("parts", [0, 0])) != 2:
+        bad.append(f"parts={cfg.get('parts')} ([T0, T1]: the first two token parts)")
+    elif any(t <= 0 or t % 8 for t in token_parts(cfg)) or not all(_pow2(t) for t in _boxes(cfg)):
+        bad.append(f"parts={cfg.get('parts')} with BLOCK_M={bn} (three parts, each a positive multiple of 8; "
+                   "the first two and the third each a power of two in all)")
     for g in ("gemm1", "gemm2"):
         c = cfg.get(g, {})
         if c.get("num_warps", 4) not in (4, 8):
@@ -53,8 +81,8 @@ def check_config(cfg: dict) -> None:
             bad.append(f"{g}: STAGES={c.get('STAGES')} (>= 2), PF={c.get('PF')} (1 or 2)")
         if c.get("atom_vec", 2) not in (2, 8):
             bad.append(f"{g}.atom_vec={c.get('atom_vec')} (2 or 8)")
-        if c.get("ws") not in (None, 2, 4):
-            bad.append(f"{g}.ws={c.get('ws')} (2 or 4 warpgroup partitions)")
+        if c.get("ws") not in (None, 2, 3, 4):
+            bad.append(f"{g}.ws={c.get('ws')} (2, 3 or 4 warpgroup partitions)")
         elif c.get("ws") and not 1 <= c.get("LAG", 1) < int(c.get("STAGES", 4)):
             bad.append(f"{g}.LAG={c.get('LAG')} (1 .. STAGES - 1)")
     if bad:
@@ -79,46 +107,50 @@ def prep(x, sorted_slots, S, topk, P):
     return xp
 
 
-def gemm1(xp, w13, s13, sorted_slots, block_expert, S, H, I, bn, c1, clamp, has_clamp, poison):
+def gemm1(xp, w13, s13, sorted_slots, block_expert, S, H, I, parts, c1, clamp, has_clamp, poison):
     P = xp.shape[0]
+    bn, t0, t1 = sum(parts), parts[0], parts[1]
     act = torch.empty(P, _pad128(I), dtype=torch.bfloat16, device=xp.device)
     if poison:
         act.fill_(float("nan"))
-    args = (_desc(xp, bn), w13.view(torch.int32), s13, act, sorted_slots, block_expert, S, H, xp.shape[1], I)
+    args = (_desc(xp, t0 + t1), _desc(xp, bn - t0 - t1), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
+            S, H, xp.shape[1], I)
     strides = (w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0), clamp)
-    mask = not (H % 128 == 0 and I % 128 == 0)
     cw = c1.get("ws")
     if cw:  # warp-specialized: cw warpgroups of 32 stacked features each share a B tile
-        NT = act.shape[1] // (32 * cw)
+        NT = triton.cdiv(act.shape[1], 32 * cw)
         extra = {"maxnreg": c1["maxnreg"]} if "maxnreg" in c1 else {}
         _ws.prefill_gemm1_ws_kernel[(P // bn * NT,)](
-            *args, NT, *strides, HAS_CLAMP=has_clamp, BN=bn, STAGES=c1.get("STAGES", 4), CW=cw,
-            LAG=c1.get("LAG", 1), MASK=mask, num_warps=4, **extra)
+            *args, NT, *strides, HAS_CLAMP=has_clamp, BN=bn, T0=t0, T1=t1, STAGES=c1.get("STAGES", 4), CW=cw,
+            LAG=c1.get("LAG", 1), MASK=not (H % 128 == 0 and I % 128 == 0), CREGS=c1.get("CREGS", CREGS[cw]),
+            num_warps=4, **extra)
         return act
     nw = c1.get("num_warps", 4)
     NT = act.shape[1] // (16 * nw)
     _k.prefill_gemm1_swiglu_kernel[(P // bn * NT,)](
-        *args, NT, *strides, HAS_CLAMP=has_clamp, BN=bn, STAGES=c1.get("STAGES", 4), NW=nw,
-        WC=c1.get("w_cache", ""), PF=c1.get("PF", 1), MASK=mask, num_warps=nw)
+        *args, NT, *strides, HAS_CLAMP=has_clamp, BN=bn, T0=t0, T1=t1, STAGES=c1.get("STAGES", 4), NW=nw,
+        WC=c1.get("w_cache", ""), PF=c1.get("PF", 1), MASK=not (H % 128 == 0 and I % 128 == 0), num_warps=nw)
     return act
 
 
-def gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, bn, c2, rsf, mode):
+def gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, parts, c2, rsf, mode):
     P = act.shape[0]
-    args = (_desc(act, bn), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw, S, H, I, act.shape[1])
+    bn, t0, t1 = sum(parts), parts[0], parts[1]
+    args = (_desc(act, t0 + t1), _desc(act, bn - t0 - t1), w2.view(torch.int32), s2, buf, sorted_slots, block_expert,
+            tw, S, H, I, act.shape[1])
     strides = (w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0), rsf)
     cw = c2.get("ws")
     if cw:  # warp-specialized: cw warpgroups of 64 output columns each share a B tile
         NT = triton.cdiv(H, 64 * cw)
         extra = {"maxnreg": c2["maxnreg"]} if "maxnreg" in c2 else {}
         _ws.prefill_gemm2_ws_kernel[(P // bn * NT,)](
-            *args, NT, topk, *strides, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), CW=cw,
-            AV=c2.get("atom_vec", 2), LAG=c2.get("LAG", 1), MASK=not (I % 128 == 0 and H % (64 * cw) == 0),
+            *args, NT, topk, *strides, OUT_MODE=mode, BN=bn, T0=t0, T1=t1, STAGES=c2.get("STAGES", 4), CW=cw,
+            AV=c2.get("atom_vec", 2), LAG=c2.get("LAG", 1), MASK=I % 128 != 0, CREGS=c2.get("CREGS", CREGS[cw]),
             num_warps=4, **extra)
         return
     nw = c2.get("num_warps", 4)
     NT = triton.cdiv(H, 16 * nw)
     _k.prefill_gemm2_combine_kernel[(P // bn * NT,)](
-        *args, NT, topk, *strides, OUT_MODE=mode, BN=bn, STAGES=c2.get("STAGES", 4), NW=nw,
+        *args, NT, topk, *strides, OUT_MODE=mode, BN=bn, T0=t0, T1=t1, STAGES=c2.get("STAGES", 4), NW=nw,
         WC=c2.get("w_cache", ""), PF=c2.get("PF", 1), AV=c2.get("atom_vec", 2),
         MASK=not (I % 128 == 0 and H % (16 * nw) == 0), num_warps=nw)

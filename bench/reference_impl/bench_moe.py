@@ -57,19 +57,22 @@ def wgmma(bn, stages, nw=4, av=8):
     return {"path": "wgmma", "BLOCK_M": bn, "gemm1": dict(g), "gemm2": {**g, "atom_vec": av}}
 
 
-def ws(bn, stages, cw, lag=1, down=None):
+def ws(bn, stages, cw, lag=1, down=None, parts=None):
     """The prefill path with the warp-specialized gate/up GEMM (cw warpgroup partitions);
-    down=(stages, cw, lag): the down GEMM warp-specialized too."""
+    down=(stages, cw, lag): the down GEMM warp-specialized too; parts=(T0, T1): the block's
+    first two token parts (default BN/4 each)."""
     g2 = {"STAGES": 3, "num_warps": 4, "atom_vec": 8}
     if down:
         g2 = {"STAGES": down[0], "ws": down[1], "LAG": down[2], "atom_vec": 8}
-    return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag}, "gemm2": g2}
+    c = {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag}, "gemm2": g2}
+    return {**c, "parts": list(parts)} if parts else c
 
 
 # the tl.dot configs that won the earlier tunings (bench/NOTES.md), beside the decode path's
 # and the prefill path's
 WGMMA = [wgmma(64, 3), wgmma(128, 3), wgmma(128, 4), ws(128, 4, 4), ws(128, 4, 4, 1, (4, 4, 1)),
-         ws(128, 4, 4, 1, (6, 4, 2))]
+         ws(128, 4, 4, 1, (6, 4, 2)), ws(160, 4, 3, 1, (4, 3, 1), (64, 64)), ws(144, 4, 4, 1, (4, 4, 1), (64, 64)),
+         ws(192, 4, 3, 1, (4, 3, 1), (64, 64))]
 MMA = [mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 2, ".cg"), (1, 2, ".cg", 8)), mma((1, 2, ".cg"), (2, 2, ".cg", 8)),
        mma((1, 2), (1, 2, "", 8)), mma((1, 4, ".cg"), (1, 4, ".cg", 8))]
 SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False)] + MMA

@@ -59,6 +59,11 @@ def ws(bn, stages, cw, lag=1, down=None, **extra):
 # the down GEMM too
 WGMMA_CANDS = [wgmma(128, 4, 4, atom_vec=8), ws(128, 4, 4), ws(128, 4, 4, 1, (4, 4, 1)), ws(128, 4, 4, 1, (6, 4, 2)),
                ws(128, 4, 4, 1, (4, 2, 1)), wgmma(64, 3, 4, atom_vec=8), ws(64, 4, 4, 1, (4, 4, 1))]
+# v10: blocks larger than 128 tokens (128 + 16, 128 + 32, 128 + 64), so fewer experts spill a
+# few tokens into a second block that pays the whole dequant again (probe_balance.py)
+WGMMA_CANDS += [{**ws(160, 4, 3, 1, (4, 3, 1)), "parts": [64, 64]}, {**ws(144, 4, 4, 1, (4, 4, 1)), "parts": [64, 64]},
+                {**ws(192, 4, 3, 1, (4, 3, 1)), "parts": [64, 64]}, {**ws(160, 3, 3, 1, (3, 3, 1)), "parts": [64, 64]},
+                {**ws(160, 4, 3, 2, (4, 3, 2)), "parts": [64, 64]}]
 
 
 def kernel_times(fn, reps=10):

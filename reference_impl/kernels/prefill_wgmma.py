@@ -129,35 +129,48 @@ def _load_stage(w_rows, s_rows, kt, row_ok, t4, KG, MASK: gl.constexpr, WC: gl.c
 
 
 @gluon.jit
-def _ring(BN: gl.constexpr, STAGES: gl.constexpr, desc):
-    smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, KS], desc.layout)
+def _ring(hd, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, td):
+    """The B ring: per stage a head buffer (parts 0 and 1: T0 + T1 token rows) and a tail
+    buffer (part 2), each filled by its own TMA box, so that BN may be the sum of two powers of
+    two (a box and a tensor dim must be one); one mbarrier a stage."""
+    hs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T0 + T1, KS], hd.layout)
+    ts = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN - T0 - T1, KS], td.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
-    return smem, bars
+    return hs, ts, bars
 
 
 @gluon.jit
-def _issue(desc, row0, kt, smem, bars, STAGES: gl.constexpr, BN: gl.constexpr):
+def fetch_b(hd, td, hs, ts, bar, slot, row0, kt, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
+    """TMA of stage kt's B tile into ring slot `slot`, the tail only where part 2 holds a token."""
+    if parts > 2:
+        mbarrier.expect(bar, BN * KS * 2)
+        tma.async_copy_global_to_shared(td, [row0 + T0 + T1, kt * KS], bar, ts.index(slot))
+    else:
+        mbarrier.expect(bar, (T0 + T1) * KS * 2)
+    tma.async_copy_global_to_shared(hd, [row0, kt * KS], bar, hs.index(slot))
+
+
+@gluon.jit
+def _issue(hd, td, hs, ts, bars, row0, kt, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr,
+           STAGES: gl.constexpr):
     s = kt % STAGES
-    mbarrier.expect(bars.index(s), BN * KS * 2)
-    tma.async_copy_global_to_shared(desc, [row0, kt * KS], bars.index(s), smem.index(s))
+    fetch_b(hd, td, hs, ts, bars.index(s), s, row0, kt, parts, T0, T1, BN)
 
 
 @gluon.jit
-def _wait(kt, smem, bars, STAGES: gl.constexpr):
+def _wait(kt, hs, ts, bars, STAGES: gl.constexpr):
     s = kt % STAGES
     mbarrier.wait(bars.index(s), (kt // STAGES) & 1)
-    return smem.index(s)
+    return hs.index(s), ts.index(s)
 
 
 @gluon.jit
-def _parts(tile, BN: gl.constexpr):
-    """The stage's B tile as the MMA's [k, n] operand in three parts: tokens [0, BN/4),
-    [BN/4, BN/2) and [BN/2, BN)."""
-    Q: gl.constexpr = BN // 4
-    return (tile.slice(0, Q).permute((1, 0)), tile.slice(Q, Q).permute((1, 0)),
-            tile.slice(2 * Q, 2 * Q).permute((1, 0)))
+def _parts(head, tail, T0: gl.constexpr, T1: gl.constexpr):
+    """A stage's B tile (head and tail buffers) as the MMA's [k, n] operand in three parts:
+    tokens [0, T0), [T0, T0 + T1) and the tail's."""
+    return head.slice(0, T0).permute((1, 0)), head.slice(T0, T1).permute((1, 0)), tail.permute((1, 0))
 
 
 @gluon.jit
@@ -167,20 +180,22 @@ def _wide(a, N: gl.constexpr):
 
 
 @gluon.jit
-def _mma_parts(a, tile, p0, p1, p2, parts, BN: gl.constexpr):
+def _mma_parts(a, head, tail, p0, p1, p2, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
     """p_i += a @ the tokens of part i of the stage's B tile, for the block's first `parts`
-    parts. Padding sits at the end of an expert's rows, so the last block of an expert skips
-    the parts it does not reach (the same for the whole program): BN = 128 keeps the dequant
-    amortized over 128 tokens, and a tail block of a few tokens costs a BN/4-wide MMA."""
-    b0, b1, b2 = _parts(tile, BN)
+    parts (a in the T0-wide operand layout). Padding sits at the end of an expert's rows, so
+    the last block of an expert skips the parts it does not reach (the same for the whole
+    program). A block pays the weight dequant once whatever its token count, so an expert
+    whose tokens spill into a second block pays it twice: BN is as large as the registers
+    allow, and a block of a few tokens costs a T0-wide MMA."""
+    b0, b1, b2 = _parts(head, tail, T0, T1)
     if parts == 3:
         p0 = warpgroup_mma(a, b0, p0, is_async=True)
-        p1 = warpgroup_mma(a, b1, p1, is_async=True)
-        p2 = warpgroup_mma(_wide(a, BN // 2), b2, p2, is_async=True)
+        p1 = warpgroup_mma(_wide(a, T1), b1, p1, is_async=True)
+        p2 = warpgroup_mma(_wide(a, BN - T0 - T1), b2, p2, is_async=True)
         p0, p1, p2 = warpgroup_mma_wait(0, deps=[p0, p1, p2])
     elif parts == 2:
         p0 = warpgroup_mma(a, b0, p0, is_async=True)
-        p1 = warpgroup_mma(a, b1, p1, is_async=True)
+        p1 = warpgroup_mma(_wide(a, T1), b1, p1, is_async=True)
         p0, p1 = warpgroup_mma_wait(0, deps=[p0, p1])
     else:
         p0 = warpgroup_mma(a, b0, p0)
@@ -188,22 +203,24 @@ def _mma_parts(a, tile, p0, p1, p2, parts, BN: gl.constexpr):
 
 
 @gluon.jit
-def _mma_parts_gu(ga, ua, tile, g0, g1, g2, u0, u1, u2, parts, BN: gl.constexpr):
+def _mma_parts_gu(ga, ua, head, tail, g0, g1, g2, u0, u1, u2, parts, T0: gl.constexpr, T1: gl.constexpr,
+                  BN: gl.constexpr):
     """_mma_parts for the gate and the up tile at once (one wait for all of them)."""
-    b0, b1, b2 = _parts(tile, BN)
+    b0, b1, b2 = _parts(head, tail, T0, T1)
+    T2: gl.constexpr = BN - T0 - T1
     if parts == 3:
         g0 = warpgroup_mma(ga, b0, g0, is_async=True)
-        g1 = warpgroup_mma(ga, b1, g1, is_async=True)
-        g2 = warpgroup_mma(_wide(ga, BN // 2), b2, g2, is_async=True)
+        g1 = warpgroup_mma(_wide(ga, T1), b1, g1, is_async=True)
+        g2 = warpgroup_mma(_wide(ga, T2), b2, g2, is_async=True)
         u0 = warpgroup_mma(ua, b0, u0, is_async=True)
-        u1 = warpgroup_mma(ua, b1, u1, is_async=True)
-        u2 = warpgroup_mma(_wide(ua, BN // 2), b2, u2, is_async=True)
+        u1 = warpgroup_mma(_wide(ua, T1), b1, u1, is_async=True)
+        u2 = warpgroup_mma(_wide(ua, T2), b2, u2, is_async=True)
         g0, g1, g2, u0, u1, u2 = warpgroup_mma_wait(0, deps=[g0, g1, g2, u0, u1, u2])
     elif parts == 2:
         g0 = warpgroup_mma(ga, b0, g0, is_async=True)
-        g1 = warpgroup_mma(ga, b1, g1, is_async=True)
+        g1 = warpgroup_mma(_wide(ga, T1), b1, g1, is_async=True)
         u0 = warpgroup_mma(ua, b0, u0, is_async=True)
-        u1 = warpgroup_mma(ua, b1, u1, is_async=True)
+        u1 = warpgroup_mma(_wide(ua, T1), b1, u1, is_async=True)
         g0, g1, u0, u1 = warpgroup_mma_wait(0, deps=[g0, g1, u0, u1])
     else:
         g0 = warpgroup_mma(ga, b0, g0, is_async=True)
@@ -213,21 +230,29 @@ def _mma_parts_gu(ga, ua, tile, g0, g1, g2, u0, u1, u2, parts, BN: gl.constexpr)
 
 
 @gluon.jit
-def _acc_parts(ROWS: gl.constexpr, BN: gl.constexpr):
-    z = gl.zeros([ROWS, BN // 4], gl.float32, layout=_acc_layout(BN // 4, ROWS // 16))
-    return z, z, gl.zeros([ROWS, BN // 2], gl.float32, layout=_acc_layout(BN // 2, ROWS // 16))
+def _acc_parts(ROWS: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
+    W: gl.constexpr = ROWS // 16
+    return (gl.zeros([ROWS, T0], gl.float32, layout=_acc_layout(T0, W)),
+            gl.zeros([ROWS, T1], gl.float32, layout=_acc_layout(T1, W)),
+            gl.zeros([ROWS, BN - T0 - T1], gl.float32, layout=_acc_layout(BN - T0 - T1, W)))
 
 
 @gluon.jit
-def _prologue(desc, row0, nk, sorted_ptr, S, BN: gl.constexpr, STAGES: gl.constexpr):
-    """The B ring with its first STAGES - 1 stages in flight, and how many of the block's
-    three token parts (_parts) hold a token."""
-    smem, bars = _ring(BN, STAGES, desc)
+def parts_used(sorted_ptr, row0, S, T0: gl.constexpr, T1: gl.constexpr):
+    """How many of the block's three token parts (_parts) hold a token."""
+    return 1 + (gl.load(sorted_ptr + row0 + T0) < S).to(gl.int32) + (gl.load(sorted_ptr + row0 + T0 + T1) < S).to(gl.int32)
+
+
+@gluon.jit
+def _prologue(hd, td, row0, nk, sorted_ptr, S, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr,
+              STAGES: gl.constexpr):
+    """The B ring with its first STAGES - 1 stages in flight, and parts_used."""
+    hs, ts, bars = _ring(hd, T0, T1, BN, STAGES, td)
+    parts = parts_used(sorted_ptr, row0, S, T0, T1)
     for i in gl.static_range(STAGES - 1):
         if i < nk:
-            _issue(desc, row0, i, smem, bars, STAGES, BN)
-    parts = 1 + (gl.load(sorted_ptr + row0 + BN // 4) < S).to(gl.int32) + (gl.load(sorted_ptr + row0 + BN // 2) < S).to(gl.int32)
-    return smem, bars, parts
+            _issue(hd, td, hs, ts, bars, row0, i, parts, T0, T1, BN, STAGES)
+    return hs, ts, bars, parts
 
 
 @gluon.jit
@@ -247,10 +272,10 @@ def _block_tile(block_expert_ptr, NT):
 
 @gluon.jit
 def prefill_gemm1_swiglu_kernel(
-    x_desc, w_ptr, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
+    x_desc, xt_desc, w_ptr, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
     S, K, KP, I, NT, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit,
-    HAS_CLAMP: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", PF: gl.constexpr = 1,
+    HAS_CLAMP: gl.constexpr, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr,
+    NW: gl.constexpr, MASK: gl.constexpr, WC: gl.constexpr = "", PF: gl.constexpr = 1,
 ):
     """act[b*BN + t, ROWS nt + j] = silu(gate) * up of feature 128 c + physical_k(L), where
     ROWS nt + j = 128 c + L, times 2**64: the down GEMM's B in its permuted order. x_desc: the
@@ -273,17 +298,17 @@ def prefill_gemm1_swiglu_kernel(
     KG = K // 32
     nk = KP // KS
 
-    smem, bars, parts = _prologue(x_desc, b * BN, nk, sorted_ptr, S, BN, STAGES)
-    g0, g1, g2 = _acc_parts(ROWS, BN)
-    u0, u1, u2 = _acc_parts(ROWS, BN)
+    hs, ts, bars, parts = _prologue(x_desc, xt_desc, b * BN, nk, sorted_ptr, S, T0, T1, BN, STAGES)
+    g0, g1, g2 = _acc_parts(ROWS, T0, T1, BN)
+    u0, u1, u2 = _acc_parts(ROWS, T0, T1, BN)
     # the weights of stages kt + 1 .. kt + PF are in flight during stage kt (registers)
     gw, gs = _load_stage(g_rows, sg_rows, 0, row_ok, t4, KG, MASK, WC)
     uw, us = _load_stage(u_rows, su_rows, 0, row_ok, t4, KG, MASK, WC)
     gw2, gs2 = _load_stage(g_rows, sg_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
     uw2, us2 = _load_stage(u_rows, su_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
     for kt in range(nk):
-        ga = _a_stage(gw, gs, BN // 4)
-        ua = _a_stage(uw, us, BN // 4)
+        ga = _a_stage(gw, gs, T0)
+        ua = _a_stage(uw, us, T0)
         nx = gl.minimum(kt + PF, nk - 1)
         if PF == 2:
             gw, gs, uw, us = gw2, gs2, uw2, us2
@@ -292,17 +317,17 @@ def prefill_gemm1_swiglu_kernel(
         else:
             gw, gs = _load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
             uw, us = _load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
-        g0, g1, g2, u0, u1, u2 = _mma_parts_gu(ga, ua, _wait(kt, smem, bars, STAGES),
-                                               g0, g1, g2, u0, u1, u2, parts, BN)
+        head, tail = _wait(kt, hs, ts, bars, STAGES)
+        g0, g1, g2, u0, u1, u2 = _mma_parts_gu(ga, ua, head, tail, g0, g1, g2, u0, u1, u2, parts, T0, T1, BN)
         if kt + STAGES - 1 < nk:  # the slot of stage kt - 1, whose MMAs are done
-            _issue(x_desc, b * BN, kt + STAGES - 1, smem, bars, STAGES, BN)
+            _issue(x_desc, xt_desc, hs, ts, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
     _release(bars, STAGES)
 
     _swiglu_store(g0, u0, act_ptr, b * BN, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
     if parts > 1:
-        _swiglu_store(g1, u1, act_ptr, b * BN + BN // 4, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
+        _swiglu_store(g1, u1, act_ptr, b * BN + T0, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
     if parts > 2:
-        _swiglu_store(g2, u2, act_ptr, b * BN + BN // 2, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
+        _swiglu_store(g2, u2, act_ptr, b * BN + T0 + T1, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
 
 
 @gluon.jit
@@ -355,10 +380,10 @@ def _swiglu_store(gacc, uacc, act_ptr, row0, col0, stride_am, clamp_limit, HAS_C
 
 @gluon.jit
 def prefill_gemm2_combine_kernel(
-    a_desc, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
+    a_desc, at_desc, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
     S, N, K, KP, NT, TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor,
-    OUT_MODE: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", PF: gl.constexpr = 1, AV: gl.constexpr = 2,
+    OUT_MODE: gl.constexpr, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr,
+    NW: gl.constexpr, MASK: gl.constexpr, WC: gl.constexpr = "", PF: gl.constexpr = 1, AV: gl.constexpr = 2,
 ):
     """out[token] += w * rsf * act[b*BN + t] @ W2^T for ROWS output columns (OUT_MODE as in
     gemm2_combine). a_desc: the gate/up epilogue's permuted activations [rows, KP]."""
@@ -374,20 +399,21 @@ def prefill_gemm2_combine_kernel(
     KG = K // 32
     nk = KP // KS
 
-    smem, bars, parts = _prologue(a_desc, b * BN, nk, sorted_ptr, S, BN, STAGES)
-    p0, p1, p2 = _acc_parts(ROWS, BN)
+    hs, ts, bars, parts = _prologue(a_desc, at_desc, b * BN, nk, sorted_ptr, S, T0, T1, BN, STAGES)
+    p0, p1, p2 = _acc_parts(ROWS, T0, T1, BN)
     wd, sc = _load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, WC)
     wd2, sc2 = _load_stage(w_rows, s_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
     for kt in range(nk):
-        a = _a_stage(wd, sc, BN // 4)
+        a = _a_stage(wd, sc, T0)
         if PF == 2:
             wd, sc = wd2, sc2
             wd2, sc2 = _load_stage(w_rows, s_rows, gl.minimum(kt + 2, nk - 1), row_ok, t4, KG, MASK, WC)
         else:
             wd, sc = _load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, WC)
-        p0, p1, p2 = _mma_parts(a, _wait(kt, smem, bars, STAGES), p0, p1, p2, parts, BN)
+        head, tail = _wait(kt, hs, ts, bars, STAGES)
+        p0, p1, p2 = _mma_parts(a, head, tail, p0, p1, p2, parts, T0, T1, BN)
         if kt + STAGES - 1 < nk:
-            _issue(a_desc, b * BN, kt + STAGES - 1, smem, bars, STAGES, BN)
+            _issue(a_desc, at_desc, hs, ts, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
     _release(bars, STAGES)
 
     _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om,
@@ -398,13 +424,14 @@ def prefill_gemm2_combine_kernel(
 def _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, row0, nt, S, N, TOPK, stride_om,
                    scale_factor, OUT_MODE: gl.constexpr, AV: gl.constexpr):
     """_combine for each token part of the block that holds a token."""
-    BN: gl.constexpr = 2 * p2.shape[1]
+    T0: gl.constexpr = p0.shape[1]
+    T1: gl.constexpr = p1.shape[1]
     _combine(p0, out_ptr, sorted_ptr, topk_w_ptr, row0, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE, AV)
     if parts > 1:
-        _combine(p1, out_ptr, sorted_ptr, topk_w_ptr, row0 + BN // 4, nt, S, N, TOPK, stride_om, scale_factor,
+        _combine(p1, out_ptr, sorted_ptr, topk_w_ptr, row0 + T0, nt, S, N, TOPK, stride_om, scale_factor,
                  OUT_MODE, AV)
     if parts > 2:
-        _combine(p2, out_ptr, sorted_ptr, topk_w_ptr, row0 + BN // 2, nt, S, N, TOPK, stride_om, scale_factor,
+        _combine(p2, out_ptr, sorted_ptr, topk_w_ptr, row0 + T0 + T1, nt, S, N, TOPK, stride_om, scale_factor,
                  OUT_MODE, AV)
 
 

@@ -21,19 +21,21 @@ Numerics and the k order are prefill_wgmma's (physical_k, the 2**64 lift, HALF).
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .prefill_wgmma import (
     KS, _a_stage, _acc_parts, _block_tile, _combine_parts, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
-    _word_ids,
+    _word_ids, fetch_b, parts_used,
 )
 
 
 @gluon.jit
-def _ring(desc, row0, nk, BN: gl.constexpr, STAGES: gl.constexpr, CW: gl.constexpr):
-    """The B ring (`full`: TMA landed; `empty`: all CW warpgroups are past a slot), its first
-    STAGES stages in flight."""
-    smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, KS], desc.layout)
+def _ring(hd, td, row0, nk, parts, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr,
+          CW: gl.constexpr):
+    """The B ring (prefill_wgmma._ring's head and tail buffers; `full`: TMA landed; `empty`: all
+    CW warpgroups are past a slot), its first STAGES stages in flight."""
+    hs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T0 + T1, KS], hd.layout)
+    ts = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN - T0 - T1, KS], td.layout)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -41,9 +43,8 @@ def _ring(desc, row0, nk, BN: gl.constexpr, STAGES: gl.constexpr, CW: gl.constex
         mbarrier.init(empty.index(i), count=CW)
     for i in gl.static_range(STAGES):
         if i < nk:
-            mbarrier.expect(full.index(i), BN * KS * 2)
-            tma.async_copy_global_to_shared(desc, [row0, i * KS], full.index(i), smem.index(i))
-    return smem, full, empty
+            fetch_b(hd, td, hs, ts, full.index(i), i, row0, i, parts, T0, T1, BN)
+    return hs, ts, full, empty
 
 
 @gluon.jit
@@ -54,23 +55,18 @@ def _release(full, empty, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _parts_used(sorted_ptr, row0, S, BN: gl.constexpr):
-    """How many of the block's three token parts hold a token (prefill_wgmma._parts)."""
-    return 1 + (gl.load(sorted_ptr + row0 + BN // 4) < S).to(gl.int32) + (gl.load(sorted_ptr + row0 + BN // 2) < S).to(gl.int32)
-
-
-@gluon.jit
-def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, desc, smem, full, empty, row0, parts, nk,
-              BN: gl.constexpr, STAGES: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
+def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, hd, td, hs, ts, full, empty, row0, parts, nk,
+              BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr, LAG: gl.constexpr,
+              MASK: gl.constexpr):
     """One warpgroup's 64 MMA rows x the block's tokens over all of K; warpgroup 0 refills the ring."""
-    p0, p1, p2 = _acc_parts(64, BN)
+    p0, p1, p2 = _acc_parts(64, T0, T1, BN)
     wd, sc = _load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, "")
     for kt in range(nk):
-        a = _a_stage(wd, sc, BN // 4)
+        a = _a_stage(wd, sc, T0)
         wd, sc = _load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, "")
         s = kt % STAGES
         mbarrier.wait(full.index(s), (kt // STAGES) & 1)
-        p0, p1, p2 = _mma_parts(a, smem.index(s), p0, p1, p2, parts, BN)
+        p0, p1, p2 = _mma_parts(a, hs.index(s), ts.index(s), p0, p1, p2, parts, T0, T1, BN)
         gl.thread_barrier()  # every warp of the group is past its MMAs on slot s (a partition barrier)
         mbarrier.arrive(empty.index(s), count=1)
         if c == 0:
@@ -78,48 +74,51 @@ def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, desc, smem, full,
             if (old >= 0) & (old + STAGES < nk):
                 so = old % STAGES
                 mbarrier.wait(empty.index(so), (old // STAGES) & 1)
-                mbarrier.expect(full.index(so), BN * KS * 2)
-                tma.async_copy_global_to_shared(desc, [row0, (old + STAGES) * KS], full.index(so), smem.index(so))
+                fetch_b(hd, td, hs, ts, full.index(so), so, row0, old + STAGES, parts, T0, T1, BN)
     return p0, p1, p2
 
 
 @gluon.jit
-def _gate_up(c: gl.constexpr, rt, HAS_CLAMP: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-             CW: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
+def _gate_up(c: gl.constexpr, rt, HAS_CLAMP: gl.constexpr, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr,
+             STAGES: gl.constexpr, CW: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
     """Warpgroup c of the gate/up GEMM: features [32 (CW nt + c), + 32) of token block b."""
-    (desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I,
+    (hd, td, hs, ts, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I,
      stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit) = rt
     rho, ml, t4 = _word_ids(4)
     col0 = nt * (32 * CW) + c * 32
     f, row_ok = _feature(col0 + (rho // 16) * 8 + rho % 8, I)
-    row = f + ((rho // 8) % 2) * I  # up rows sit 8 below their gate rows
+    # up rows sit 8 below their gate rows; features past I (a CW = 3 tile past the last
+    # feature, whose result is not stored) read row I - 1 where the loads are not masked
+    row = gl.minimum(f, I - 1) + ((rho // 8) % 2) * I
     w_rows = w_ptr + e * (stride_we // 4) + row.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
     s_rows = s_ptr + e * stride_se + row.to(gl.int64) * stride_sn + t4
-    p0, p1, p2 = _mainloop(c, w_rows, s_rows, row_ok, t4, K // 32, desc, smem, full, empty, b * BN, parts, nk,
-                           BN, STAGES, LAG, MASK)
-    g0, u0 = _unstack(p0)
-    _swiglu_store(g0, u0, act_ptr, b * BN, col0, stride_am, clamp_limit, HAS_CLAMP)
-    if parts > 1:
-        g1, u1 = _unstack(p1)
-        _swiglu_store(g1, u1, act_ptr, b * BN + BN // 4, col0, stride_am, clamp_limit, HAS_CLAMP)
-    if parts > 2:
-        g2, u2 = _unstack(p2)
-        _swiglu_store(g2, u2, act_ptr, b * BN + BN // 2, col0, stride_am, clamp_limit, HAS_CLAMP)
+    p0, p1, p2 = _mainloop(c, w_rows, s_rows, row_ok, t4, K // 32, hd, td, hs, ts, full, empty, b * BN, parts, nk,
+                           BN, T0, T1, STAGES, LAG, MASK)
+    if col0 < (I + 127) // 128 * 128:  # with CW = 3 the last tile reaches past act's width
+        g0, u0 = _unstack(p0)
+        _swiglu_store(g0, u0, act_ptr, b * BN, col0, stride_am, clamp_limit, HAS_CLAMP)
+        if parts > 1:
+            g1, u1 = _unstack(p1)
+            _swiglu_store(g1, u1, act_ptr, b * BN + T0, col0, stride_am, clamp_limit, HAS_CLAMP)
+        if parts > 2:
+            g2, u2 = _unstack(p2)
+            _swiglu_store(g2, u2, act_ptr, b * BN + T0 + T1, col0, stride_am, clamp_limit, HAS_CLAMP)
 
 
 @gluon.jit
-def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.constexpr,
-          STAGES: gl.constexpr, CW: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
+def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.constexpr, T0: gl.constexpr,
+          T1: gl.constexpr, STAGES: gl.constexpr, CW: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
     """Warpgroup c of the down GEMM: output columns [64 (CW nt + c), + 64) of token block b."""
-    (desc, smem, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk, S, N, K,
+    (hd, td, hs, ts, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk, S, N, K,
      TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor) = rt
     rho, ml, t4 = _word_ids(4)
     tile = nt * CW + c
     n = tile * 64 + rho
-    w_rows = w_ptr + e * (stride_we // 4) + n.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
-    s_rows = s_ptr + e * stride_se + n.to(gl.int64) * stride_sn + t4
-    p0, p1, p2 = _mainloop(c, w_rows, s_rows, n < N, t4, K // 32, desc, smem, full, empty, b * BN, parts, nk,
-                           BN, STAGES, LAG, MASK)
+    nl = gl.minimum(n, N - 1)  # columns past N (not stored) read row N - 1 where loads are not masked
+    w_rows = w_ptr + e * (stride_we // 4) + nl.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
+    s_rows = s_ptr + e * stride_se + nl.to(gl.int64) * stride_sn + t4
+    p0, p1, p2 = _mainloop(c, w_rows, s_rows, n < N, t4, K // 32, hd, td, hs, ts, full, empty, b * BN, parts, nk,
+                           BN, T0, T1, STAGES, LAG, MASK)
     _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, tile, S, N, TOPK, stride_om,
                    scale_factor, OUT_MODE, AV)
 
@@ -129,10 +128,10 @@ def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.
 
 @gluon.jit
 def prefill_gemm1_ws_kernel(
-    x_desc, w_ptr, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
+    x_desc, xt_desc, w_ptr, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
     S, K, KP, I, NT, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit,
-    HAS_CLAMP: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, CW: gl.constexpr, MASK: gl.constexpr,
-    LAG: gl.constexpr = 1, CREGS: gl.constexpr = 120,
+    HAS_CLAMP: gl.constexpr, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr,
+    CW: gl.constexpr, MASK: gl.constexpr, LAG: gl.constexpr = 1, CREGS: gl.constexpr = 120,
 ):
     """prefill_gemm1_swiglu_kernel's output (stacked form) for 32 CW features a program;
     launched with num_warps=4 (warpgroup 0) and CW - 1 more warpgroups as partitions."""
@@ -140,26 +139,31 @@ def prefill_gemm1_ws_kernel(
     if e < 0:
         return
     nk = KP // KS
-    smem, full, empty = _ring(x_desc, b * BN, nk, BN, STAGES, CW)
-    rt = (x_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, _parts_used(sorted_ptr, b * BN, S, BN), nk,
+    parts = parts_used(sorted_ptr, b * BN, S, T0, T1)
+    hs, ts, full, empty = _ring(x_desc, xt_desc, b * BN, nk, parts, BN, T0, T1, STAGES, CW)
+    rt = (x_desc, xt_desc, hs, ts, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk,
           K, I, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit)
     if CW == 2:
-        gl.warp_specialize([(_gate_up, (0, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
-                            (_gate_up, (1, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK))], [4], [CREGS])
+        gl.warp_specialize([(_gate_up, (0, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (1, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK))], [4], [CREGS])
+    elif CW == 3:
+        gl.warp_specialize([(_gate_up, (0, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (1, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (2, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK))], [4, 4], [CREGS] * 2)
     else:
-        gl.warp_specialize([(_gate_up, (0, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
-                            (_gate_up, (1, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
-                            (_gate_up, (2, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK)),
-                            (_gate_up, (3, rt, HAS_CLAMP, BN, STAGES, CW, LAG, MASK))], [4, 4, 4], [CREGS] * 3)
+        gl.warp_specialize([(_gate_up, (0, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (1, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (2, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_gate_up, (3, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK))], [4, 4, 4], [CREGS] * 3)
     _release(full, empty, STAGES)
 
 
 @gluon.jit
 def prefill_gemm2_ws_kernel(
-    a_desc, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
+    a_desc, at_desc, w_ptr, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
     S, N, K, KP, NT, TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor,
-    OUT_MODE: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, CW: gl.constexpr, MASK: gl.constexpr,
-    AV: gl.constexpr = 8, LAG: gl.constexpr = 1, CREGS: gl.constexpr = 120,
+    OUT_MODE: gl.constexpr, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr,
+    CW: gl.constexpr, MASK: gl.constexpr, AV: gl.constexpr = 8, LAG: gl.constexpr = 1, CREGS: gl.constexpr = 120,
 ):
     """prefill_gemm2_combine_kernel's output for 64 CW output columns a program (partitions
     as in prefill_gemm1_ws_kernel)."""
@@ -167,16 +171,21 @@ def prefill_gemm2_ws_kernel(
     if e < 0:
         return
     nk = KP // KS
-    smem, full, empty = _ring(a_desc, b * BN, nk, BN, STAGES, CW)
-    rt = (a_desc, smem, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt,
-          _parts_used(sorted_ptr, b * BN, S, BN), nk, S, N, K, TOPK, stride_we, stride_wn, stride_se, stride_sn,
-          stride_om, scale_factor)
+    parts = parts_used(sorted_ptr, b * BN, S, T0, T1)
+    hs, ts, full, empty = _ring(a_desc, at_desc, b * BN, nk, parts, BN, T0, T1, STAGES, CW)
+    rt = (a_desc, at_desc, hs, ts, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk,
+          S, N, K, TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor)
     if CW == 2:
-        gl.warp_specialize([(_down, (0, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK)),
-                            (_down, (1, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK))], [4], [CREGS])
+        gl.warp_specialize([(_down, (0, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_down, (1, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK))], [4], [CREGS])
+    elif CW == 3:
+        gl.warp_specialize([(_down, (0, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_down, (1, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_down, (2, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK))], [4, 4], [CREGS] * 2)
     else:
-        gl.warp_specialize([(_down, (0, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK)),
-                            (_down, (1, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK)),
-                            (_down, (2, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK)),
-                            (_down, (3, rt, OUT_MODE, AV, BN, STAGES, CW, LAG, MASK))], [4, 4, 4], [CREGS] * 3)
+        gl.warp_specialize([(_down, (0, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_down, (1, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_down, (2, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK)),
+                            (_down, (3, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK))], [4, 4, 4],
+                           [CREGS] * 3)
     _release(full, empty, STAGES)

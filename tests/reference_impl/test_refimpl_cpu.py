@@ -177,8 +177,8 @@ def test_prefill_config_runs_or_falls_back():
     with pytest.raises(ValueError, match="gemm2.num_warps=2"):
         wgmma_path.usable({**cfg, "gemm2": {"num_warps": 2}}, torch.device(DEV))
     # the warp-specialized gate/up GEMM and the down GEMM's atomics width
-    with pytest.raises(ValueError, match="gemm1.ws=3"):
-        wgmma_path.usable({**cfg, "gemm1": {"STAGES": 4, "ws": 3}}, torch.device(DEV))
+    with pytest.raises(ValueError, match="gemm1.ws=5"):
+        wgmma_path.usable({**cfg, "gemm1": {"STAGES": 4, "ws": 5}}, torch.device(DEV))
     with pytest.raises(ValueError, match="gemm2.ws=1"):
         wgmma_path.usable({**cfg, "gemm2": {"STAGES": 4, "ws": 1}}, torch.device(DEV))
     with pytest.raises(ValueError, match="gemm1.LAG=4"):
@@ -187,6 +187,17 @@ def test_prefill_config_runs_or_falls_back():
         wgmma_path.usable({**cfg, "gemm2": {"STAGES": 3, "atom_vec": 4}}, torch.device(DEV))
     assert wgmma_path.usable({**cfg, "gemm1": {"STAGES": 4, "ws": 4, "LAG": 3},
                               "gemm2": {"STAGES": 3, "ws": 2, "atom_vec": 8}}, torch.device(DEV)) == can
+    # token parts: BLOCK_M = (T0 + T1) + T2, two TMA boxes of a power of two rows each
+    assert wgmma_path.token_parts(cfg) == (16, 16, 32)
+    big = {**cfg, "BLOCK_M": 160, "parts": [64, 64], "gemm1": {"STAGES": 4, "ws": 3}}
+    assert wgmma_path.token_parts(big) == (64, 64, 32)
+    assert wgmma_path.usable(big, torch.device(DEV)) == can
+    with pytest.raises(ValueError, match=r"parts=\[48, 48\] with BLOCK_M=160"):
+        wgmma_path.usable({**big, "parts": [48, 48]}, torch.device(DEV))
+    with pytest.raises(ValueError, match=r"parts=\[64, 64, 32\]"):
+        wgmma_path.usable({**big, "parts": [64, 64, 32]}, torch.device(DEV))
+    with pytest.raises(ValueError, match="BLOCK_M=288"):
+        wgmma_path.usable({**big, "BLOCK_M": 288}, torch.device(DEV))
 
 
 def test_physical_k_is_a_permutation_within_each_scale_group_row():

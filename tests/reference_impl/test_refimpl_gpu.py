@@ -128,9 +128,19 @@ def ws(bn, stages, cw, lag=1, down=None, **extra):
     return {"path": "wgmma", "BLOCK_M": bn, "gemm1": {"STAGES": stages, "ws": cw, "LAG": lag, **extra}, "gemm2": g2}
 
 
+def parts(cfg, t0, t1):
+    """cfg with token parts (t0, t1, BLOCK_M - t0 - t1) instead of quarters and a half."""
+    return {**cfg, "parts": [t0, t1]}
+
+
+# bn96: the plain kernels with a 64-row head and a 32-row tail box; ws3bn160: three partitions
+# (160 registers each) and blocks of 128 + 32 tokens; ws4bn144: four partitions, 128 + 16
 PREFILL = [wgmma(64), wgmma(128, 4), wgmma(128, 3, 8), wgmma(128, 3, 4, 8), ws(128, 4, 4), ws(64, 6, 4, 2),
-           ws(128, 4, 2, 1, maxnreg=128), ws(128, 4, 4, 1, (4, 4, 1)), ws(64, 4, 4, 1, (6, 2, 2))]
-PREFILL_IDS = ["bn64", "bn128", "bn128nw8", "bn128av8", "ws4", "ws4bn64lag2", "ws2", "ws4down4", "ws4down2lag2"]
+           ws(128, 4, 2, 1, maxnreg=128), ws(128, 4, 4, 1, (4, 4, 1)), ws(64, 4, 4, 1, (6, 2, 2)),
+           parts(wgmma(96, 3, 4, 8), 32, 32), parts(ws(160, 4, 3, 1, (4, 3, 1)), 64, 64),
+           parts(ws(144, 4, 4, 1, (4, 4, 1)), 64, 64)]
+PREFILL_IDS = ["bn64", "bn128", "bn128nw8", "bn128av8", "ws4", "ws4bn64lag2", "ws2", "ws4down4", "ws4down2lag2",
+               "bn96", "ws3bn160", "ws4bn144"]
 
 
 sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -153,8 +163,9 @@ def test_prefill_path_matches_reference(model, M, det, cfg):
 @sm90
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
-@pytest.mark.parametrize("cfg", [wgmma(128), ws(128, 4, 4), ws(128, 4, 4, 1, (4, 4, 1))],
-                         ids=["plain", "ws4", "ws4down4"])
+@pytest.mark.parametrize("cfg", [wgmma(128), ws(128, 4, 4), ws(128, 4, 4, 1, (4, 4, 1)),
+                                 parts(ws(160, 4, 3, 1, (4, 3, 1)), 64, 64)],
+                         ids=["plain", "ws4", "ws4down4", "ws3bn160"])
 def test_prefill_path_graph_replay(model, det, cfg):
     graph_replay_matches(model, 512, det, cfg, seed=78)
     print(f"prefill graph {model} det={det} {json.dumps(cfg)} ok")
