@@ -128,49 +128,56 @@ def _load_stage(w_rows, s_rows, kt, row_ok, t4, KG, MASK: gl.constexpr, WC: gl.c
     return wd, sc
 
 
+@gluon.constexpr_function
+def ring_rows(BN):
+    """Rows of a ring slot: BN rounded up to a power of two (a shared buffer's dims must be)."""
+    return 1 << (BN - 1).bit_length()
+
+
 @gluon.jit
-def _ring(hd, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, td):
-    """The B ring: per stage a head buffer (parts 0 and 1: T0 + T1 token rows) and a tail
-    buffer (part 2), each filled by its own TMA box, so that BN may be the sum of two powers of
-    two (a box and a tensor dim must be one); one mbarrier a stage."""
-    hs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T0 + T1, KS], hd.layout)
-    ts = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN - T0 - T1, KS], td.layout)
+def _ring(hd, BN: gl.constexpr, STAGES: gl.constexpr):
+    """The B ring, one mbarrier a stage. A slot holds a head (parts 0 and 1: T0 + T1 token rows)
+    and a tail (part 2), each filled by its own TMA box, so that BN may be the sum of two powers
+    of two (a box's dims must be powers of two)."""
+    smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, ring_rows(BN), KS], hd.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
-    return hs, ts, bars
+    return smem, bars
 
 
 @gluon.jit
-def fetch_b(hd, td, hs, ts, bar, slot, row0, kt, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
+def fetch_b(hd, td, smem, bar, slot, row0, kt, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
     """TMA of stage kt's B tile into ring slot `slot`, the tail only where part 2 holds a token."""
+    dst = smem.index(slot)
     if parts > 2:
         mbarrier.expect(bar, BN * KS * 2)
-        tma.async_copy_global_to_shared(td, [row0 + T0 + T1, kt * KS], bar, ts.index(slot))
+        tma.async_copy_global_to_shared(td, [row0 + T0 + T1, kt * KS], bar, dst.slice(T0 + T1, BN - T0 - T1))
     else:
         mbarrier.expect(bar, (T0 + T1) * KS * 2)
-    tma.async_copy_global_to_shared(hd, [row0, kt * KS], bar, hs.index(slot))
+    tma.async_copy_global_to_shared(hd, [row0, kt * KS], bar, dst.slice(0, T0 + T1))
 
 
 @gluon.jit
-def _issue(hd, td, hs, ts, bars, row0, kt, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr,
+def _issue(hd, td, smem, bars, row0, kt, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr,
            STAGES: gl.constexpr):
     s = kt % STAGES
-    fetch_b(hd, td, hs, ts, bars.index(s), s, row0, kt, parts, T0, T1, BN)
+    fetch_b(hd, td, smem, bars.index(s), s, row0, kt, parts, T0, T1, BN)
 
 
 @gluon.jit
-def _wait(kt, hs, ts, bars, STAGES: gl.constexpr):
+def _wait(kt, smem, bars, STAGES: gl.constexpr):
     s = kt % STAGES
     mbarrier.wait(bars.index(s), (kt // STAGES) & 1)
-    return hs.index(s), ts.index(s)
+    return smem.index(s)
 
 
 @gluon.jit
-def _parts(head, tail, T0: gl.constexpr, T1: gl.constexpr):
-    """A stage's B tile (head and tail buffers) as the MMA's [k, n] operand in three parts:
-    tokens [0, T0), [T0, T0 + T1) and the tail's."""
-    return head.slice(0, T0).permute((1, 0)), head.slice(T0, T1).permute((1, 0)), tail.permute((1, 0))
+def _parts(tile, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
+    """A stage's B tile as the MMA's [k, n] operand in three parts: tokens [0, T0),
+    [T0, T0 + T1) and [T0 + T1, BN)."""
+    return (tile.slice(0, T0).permute((1, 0)), tile.slice(T0, T1).permute((1, 0)),
+            tile.slice(T0 + T1, BN - T0 - T1).permute((1, 0)))
 
 
 @gluon.jit
@@ -180,14 +187,14 @@ def _wide(a, N: gl.constexpr):
 
 
 @gluon.jit
-def _mma_parts(a, head, tail, p0, p1, p2, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
+def _mma_parts(a, tile, p0, p1, p2, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
     """p_i += a @ the tokens of part i of the stage's B tile, for the block's first `parts`
     parts (a in the T0-wide operand layout). Padding sits at the end of an expert's rows, so
     the last block of an expert skips the parts it does not reach (the same for the whole
     program). A block pays the weight dequant once whatever its token count, so an expert
     whose tokens spill into a second block pays it twice: BN is as large as the registers
     allow, and a block of a few tokens costs a T0-wide MMA."""
-    b0, b1, b2 = _parts(head, tail, T0, T1)
+    b0, b1, b2 = _parts(tile, T0, T1, BN)
     if parts == 3:
         p0 = warpgroup_mma(a, b0, p0, is_async=True)
         p1 = warpgroup_mma(_wide(a, T1), b1, p1, is_async=True)
@@ -203,10 +210,10 @@ def _mma_parts(a, head, tail, p0, p1, p2, parts, T0: gl.constexpr, T1: gl.conste
 
 
 @gluon.jit
-def _mma_parts_gu(ga, ua, head, tail, g0, g1, g2, u0, u1, u2, parts, T0: gl.constexpr, T1: gl.constexpr,
+def _mma_parts_gu(ga, ua, tile, g0, g1, g2, u0, u1, u2, parts, T0: gl.constexpr, T1: gl.constexpr,
                   BN: gl.constexpr):
     """_mma_parts for the gate and the up tile at once (one wait for all of them)."""
-    b0, b1, b2 = _parts(head, tail, T0, T1)
+    b0, b1, b2 = _parts(tile, T0, T1, BN)
     T2: gl.constexpr = BN - T0 - T1
     if parts == 3:
         g0 = warpgroup_mma(ga, b0, g0, is_async=True)
@@ -247,12 +254,12 @@ def parts_used(sorted_ptr, row0, S, T0: gl.constexpr, T1: gl.constexpr):
 def _prologue(hd, td, row0, nk, sorted_ptr, S, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr,
               STAGES: gl.constexpr):
     """The B ring with its first STAGES - 1 stages in flight, and parts_used."""
-    hs, ts, bars = _ring(hd, T0, T1, BN, STAGES, td)
+    smem, bars = _ring(hd, BN, STAGES)
     parts = parts_used(sorted_ptr, row0, S, T0, T1)
     for i in gl.static_range(STAGES - 1):
         if i < nk:
-            _issue(hd, td, hs, ts, bars, row0, i, parts, T0, T1, BN, STAGES)
-    return hs, ts, bars, parts
+            _issue(hd, td, smem, bars, row0, i, parts, T0, T1, BN, STAGES)
+    return smem, bars, parts
 
 
 @gluon.jit
@@ -298,7 +305,7 @@ def prefill_gemm1_swiglu_kernel(
     KG = K // 32
     nk = KP // KS
 
-    hs, ts, bars, parts = _prologue(x_desc, xt_desc, b * BN, nk, sorted_ptr, S, T0, T1, BN, STAGES)
+    smem, bars, parts = _prologue(x_desc, xt_desc, b * BN, nk, sorted_ptr, S, T0, T1, BN, STAGES)
     g0, g1, g2 = _acc_parts(ROWS, T0, T1, BN)
     u0, u1, u2 = _acc_parts(ROWS, T0, T1, BN)
     # the weights of stages kt + 1 .. kt + PF are in flight during stage kt (registers)
@@ -317,10 +324,10 @@ def prefill_gemm1_swiglu_kernel(
         else:
             gw, gs = _load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
             uw, us = _load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
-        head, tail = _wait(kt, hs, ts, bars, STAGES)
-        g0, g1, g2, u0, u1, u2 = _mma_parts_gu(ga, ua, head, tail, g0, g1, g2, u0, u1, u2, parts, T0, T1, BN)
+        g0, g1, g2, u0, u1, u2 = _mma_parts_gu(ga, ua, _wait(kt, smem, bars, STAGES), g0, g1, g2, u0, u1, u2,
+                                               parts, T0, T1, BN)
         if kt + STAGES - 1 < nk:  # the slot of stage kt - 1, whose MMAs are done
-            _issue(x_desc, xt_desc, hs, ts, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
+            _issue(x_desc, xt_desc, smem, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
     _release(bars, STAGES)
 
     _swiglu_store(g0, u0, act_ptr, b * BN, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
@@ -399,7 +406,7 @@ def prefill_gemm2_combine_kernel(
     KG = K // 32
     nk = KP // KS
 
-    hs, ts, bars, parts = _prologue(a_desc, at_desc, b * BN, nk, sorted_ptr, S, T0, T1, BN, STAGES)
+    smem, bars, parts = _prologue(a_desc, at_desc, b * BN, nk, sorted_ptr, S, T0, T1, BN, STAGES)
     p0, p1, p2 = _acc_parts(ROWS, T0, T1, BN)
     wd, sc = _load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, WC)
     wd2, sc2 = _load_stage(w_rows, s_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
@@ -410,10 +417,9 @@ def prefill_gemm2_combine_kernel(
             wd2, sc2 = _load_stage(w_rows, s_rows, gl.minimum(kt + 2, nk - 1), row_ok, t4, KG, MASK, WC)
         else:
             wd, sc = _load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, WC)
-        head, tail = _wait(kt, hs, ts, bars, STAGES)
-        p0, p1, p2 = _mma_parts(a, head, tail, p0, p1, p2, parts, T0, T1, BN)
+        p0, p1, p2 = _mma_parts(a, _wait(kt, smem, bars, STAGES), p0, p1, p2, parts, T0, T1, BN)
         if kt + STAGES - 1 < nk:
-            _issue(a_desc, at_desc, hs, ts, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
+            _issue(a_desc, at_desc, smem, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
     _release(bars, STAGES)
 
     _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om,

@@ -25,17 +25,16 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .prefill_wgmma import (
     KS, _a_stage, _acc_parts, _block_tile, _combine_parts, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
-    _word_ids, fetch_b, parts_used,
+    _word_ids, fetch_b, parts_used, ring_rows,
 )
 
 
 @gluon.jit
 def _ring(hd, td, row0, nk, parts, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr,
           CW: gl.constexpr):
-    """The B ring (prefill_wgmma._ring's head and tail buffers; `full`: TMA landed; `empty`: all
+    """The B ring (prefill_wgmma._ring's head and tail boxes a slot; `full`: TMA landed; `empty`: all
     CW warpgroups are past a slot), its first STAGES stages in flight."""
-    hs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, T0 + T1, KS], hd.layout)
-    ts = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN - T0 - T1, KS], td.layout)
+    smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, ring_rows(BN), KS], hd.layout)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -43,8 +42,8 @@ def _ring(hd, td, row0, nk, parts, BN: gl.constexpr, T0: gl.constexpr, T1: gl.co
         mbarrier.init(empty.index(i), count=CW)
     for i in gl.static_range(STAGES):
         if i < nk:
-            fetch_b(hd, td, hs, ts, full.index(i), i, row0, i, parts, T0, T1, BN)
-    return hs, ts, full, empty
+            fetch_b(hd, td, smem, full.index(i), i, row0, i, parts, T0, T1, BN)
+    return smem, full, empty
 
 
 @gluon.jit
@@ -55,7 +54,7 @@ def _release(full, empty, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, hd, td, hs, ts, full, empty, row0, parts, nk,
+def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, hd, td, smem, full, empty, row0, parts, nk,
               BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr, LAG: gl.constexpr,
               MASK: gl.constexpr):
     """One warpgroup's 64 MMA rows x the block's tokens over all of K; warpgroup 0 refills the ring."""
@@ -66,7 +65,7 @@ def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, hd, td, hs, ts, f
         wd, sc = _load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, "")
         s = kt % STAGES
         mbarrier.wait(full.index(s), (kt // STAGES) & 1)
-        p0, p1, p2 = _mma_parts(a, hs.index(s), ts.index(s), p0, p1, p2, parts, T0, T1, BN)
+        p0, p1, p2 = _mma_parts(a, smem.index(s), p0, p1, p2, parts, T0, T1, BN)
         gl.thread_barrier()  # every warp of the group is past its MMAs on slot s (a partition barrier)
         mbarrier.arrive(empty.index(s), count=1)
         if c == 0:
@@ -74,7 +73,7 @@ def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, hd, td, hs, ts, f
             if (old >= 0) & (old + STAGES < nk):
                 so = old % STAGES
                 mbarrier.wait(empty.index(so), (old // STAGES) & 1)
-                fetch_b(hd, td, hs, ts, full.index(so), so, row0, old + STAGES, parts, T0, T1, BN)
+                fetch_b(hd, td, smem, full.index(so), so, row0, old + STAGES, parts, T0, T1, BN)
     return p0, p1, p2
 
 
@@ -82,7 +81,7 @@ def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, hd, td, hs, ts, f
 def _gate_up(c: gl.constexpr, rt, HAS_CLAMP: gl.constexpr, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr,
              STAGES: gl.constexpr, CW: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
     """Warpgroup c of the gate/up GEMM: features [32 (CW nt + c), + 32) of token block b."""
-    (hd, td, hs, ts, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I,
+    (hd, td, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I,
      stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit) = rt
     rho, ml, t4 = _word_ids(4)
     col0 = nt * (32 * CW) + c * 32
@@ -92,7 +91,7 @@ def _gate_up(c: gl.constexpr, rt, HAS_CLAMP: gl.constexpr, BN: gl.constexpr, T0:
     row = gl.minimum(f, I - 1) + ((rho // 8) % 2) * I
     w_rows = w_ptr + e * (stride_we // 4) + row.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
     s_rows = s_ptr + e * stride_se + row.to(gl.int64) * stride_sn + t4
-    p0, p1, p2 = _mainloop(c, w_rows, s_rows, row_ok, t4, K // 32, hd, td, hs, ts, full, empty, b * BN, parts, nk,
+    p0, p1, p2 = _mainloop(c, w_rows, s_rows, row_ok, t4, K // 32, hd, td, smem, full, empty, b * BN, parts, nk,
                            BN, T0, T1, STAGES, LAG, MASK)
     if col0 < (I + 127) // 128 * 128:  # with CW = 3 the last tile reaches past act's width
         g0, u0 = _unstack(p0)
@@ -109,7 +108,7 @@ def _gate_up(c: gl.constexpr, rt, HAS_CLAMP: gl.constexpr, BN: gl.constexpr, T0:
 def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.constexpr, T0: gl.constexpr,
           T1: gl.constexpr, STAGES: gl.constexpr, CW: gl.constexpr, LAG: gl.constexpr, MASK: gl.constexpr):
     """Warpgroup c of the down GEMM: output columns [64 (CW nt + c), + 64) of token block b."""
-    (hd, td, hs, ts, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk, S, N, K,
+    (hd, td, smem, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk, S, N, K,
      TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor) = rt
     rho, ml, t4 = _word_ids(4)
     tile = nt * CW + c
@@ -117,7 +116,7 @@ def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.
     nl = gl.minimum(n, N - 1)  # columns past N (not stored) read row N - 1 where loads are not masked
     w_rows = w_ptr + e * (stride_we // 4) + nl.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
     s_rows = s_ptr + e * stride_se + nl.to(gl.int64) * stride_sn + t4
-    p0, p1, p2 = _mainloop(c, w_rows, s_rows, n < N, t4, K // 32, hd, td, hs, ts, full, empty, b * BN, parts, nk,
+    p0, p1, p2 = _mainloop(c, w_rows, s_rows, n < N, t4, K // 32, hd, td, smem, full, empty, b * BN, parts, nk,
                            BN, T0, T1, STAGES, LAG, MASK)
     _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, tile, S, N, TOPK, stride_om,
                    scale_factor, OUT_MODE, AV)
@@ -140,8 +139,8 @@ def prefill_gemm1_ws_kernel(
         return
     nk = KP // KS
     parts = parts_used(sorted_ptr, b * BN, S, T0, T1)
-    hs, ts, full, empty = _ring(x_desc, xt_desc, b * BN, nk, parts, BN, T0, T1, STAGES, CW)
-    rt = (x_desc, xt_desc, hs, ts, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk,
+    smem, full, empty = _ring(x_desc, xt_desc, b * BN, nk, parts, BN, T0, T1, STAGES, CW)
+    rt = (x_desc, xt_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk,
           K, I, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit)
     if CW == 2:
         gl.warp_specialize([(_gate_up, (0, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
@@ -172,8 +171,8 @@ def prefill_gemm2_ws_kernel(
         return
     nk = KP // KS
     parts = parts_used(sorted_ptr, b * BN, S, T0, T1)
-    hs, ts, full, empty = _ring(a_desc, at_desc, b * BN, nk, parts, BN, T0, T1, STAGES, CW)
-    rt = (a_desc, at_desc, hs, ts, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk,
+    smem, full, empty = _ring(a_desc, at_desc, b * BN, nk, parts, BN, T0, T1, STAGES, CW)
+    rt = (a_desc, at_desc, smem, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk,
           S, N, K, TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor)
     if CW == 2:
         gl.warp_specialize([(_down, (0, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK)),
