@@ -161,8 +161,10 @@ def main() -> int:
             for scale in ("e8m0", "float32"):
                 cases.append(dict(E=256, H=4096, I=2048, M=M, topk=8, scale=scale, rsf=2.5, lim=10.0))
         cases.append(dict(E=256, H=4096, I=2048, M=16, topk=8, scale="float32", rsf=1.5, lim=7.0, invalid=True))
-        # the prefill path (wgmma, sm_90) at the sizes its tuned configs choose it
-        cases.append(dict(E=256, H=4096, I=2048, M=1024, topk=8, scale="e8m0", rsf=2.5, lim=10.0))
+        # the prefill path (wgmma, sm_90) at the sizes its tuned configs choose it: the plain
+        # kernels at M=1024, the warp-specialized ones with blocks of 128 + 16 tokens at M=4096
+        for M in (1024, 4096):
+            cases.append(dict(E=256, H=4096, I=2048, M=M, topk=8, scale="e8m0", rsf=2.5, lim=10.0))
     results, ok_all = [], True
     for i, c in enumerate(cases):
         layer, dispatch = make_case(c["E"], c["H"], c["I"], c["M"], c["topk"], c["scale"], seed=100 + i, with_invalid=c.get("invalid", False))
