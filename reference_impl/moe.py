@@ -46,11 +46,31 @@ def _fast_dequant(dev) -> bool:
     return torch.cuda.get_device_capability(dev) >= (9, 0)
 
 
+def check_mma_config(cfg: dict) -> None:
+    """A decode-path config the kernels cannot take is an error, not a silent fallback: Q
+    tiles of 16 rows a program (1 or 2: the sizes tested on the GPU), a power-of-two warp
+    count (1..8), and the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors)."""
+    bad = []
+    for g in ("gemm1", "gemm2"):
+        c = cfg.get(g, {})
+        if c.get("Q", 1) not in (1, 2):
+            bad.append(f"{g}.Q={c.get('Q')} (1 or 2)")
+        if c.get("num_warps", 4) not in (1, 2, 4, 8):
+            bad.append(f"{g}.num_warps={c.get('num_warps')} (1, 2, 4 or 8)")
+    if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
+        bad.append(f"gemm2.atom_vec={cfg['gemm2'].get('atom_vec')} (2 or 8)")
+    if bad:
+        raise ValueError("config: the decode path (\"mma\") cannot take " + "; ".join(bad))
+
+
 def _mma_path(cfg: dict, dev) -> bool:
     """The Gluon decode path (mma.sync fed straight from the e2m1 words) where a
     config asks for it and the device can run it (bf16x2 PTX: sm_90+);
     REFIMPL_DECODE_MMA=0 turns it off."""
-    if cfg.get("path") != "mma" or _decode_mma is None or _interpreting():
+    if cfg.get("path") != "mma":
+        return False
+    check_mma_config(cfg)
+    if _decode_mma is None or _interpreting():
         return False
     if os.environ.get("REFIMPL_DECODE_MMA", "1") == "0" or dev.type != "cuda":
         return False

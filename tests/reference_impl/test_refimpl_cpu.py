@@ -159,6 +159,17 @@ def test_decode_config_runs_or_falls_back():
     can = DEV == "cuda" and torch.cuda.get_device_capability() >= (9, 0) and moe_mod._decode_mma is not None
     assert moe_mod._mma_path(cfg, torch.device(DEV)) == can
     assert not moe_mod._mma_path({"BLOCK_M": 16}, torch.device(DEV))
+    # a config the decode kernels cannot take names the key, on any device
+    with pytest.raises(ValueError, match="gemm2.atom_vec=4"):
+        grouped_mxfp4_moe(**p, config={**cfg, "gemm2": {"Q": 1, "num_warps": 2, "atom_vec": 4}})
+    with pytest.raises(ValueError, match="gemm1.Q=3"):
+        moe_mod._mma_path({**cfg, "gemm1": {"Q": 3}}, torch.device(DEV))
+    with pytest.raises(ValueError, match="gemm2.num_warps=3"):
+        moe_mod._mma_path({**cfg, "gemm2": {"num_warps": 3}}, torch.device(DEV))
+    with pytest.raises(ValueError, match="gemm2.Q=4"):
+        moe_mod._mma_path({**cfg, "gemm2": {"Q": 4}}, torch.device(DEV))
+    for c in (1, 2):
+        assert moe_mod._mma_path({**cfg, "gemm2": {"Q": c, "num_warps": 2, "atom_vec": 8}}, torch.device(DEV)) == can
 
 
 def test_prefill_config_runs_or_falls_back():
