@@ -49,7 +49,8 @@ def _fast_dequant(dev) -> bool:
 def check_mma_config(cfg: dict) -> None:
     """A decode-path config the kernels cannot take is an error, not a silent fallback: Q
     tiles of 16 rows a program (1 or 2: the sizes tested on the GPU), a power-of-two warp
-    count (1..8), and the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors)."""
+    count (1..8), the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors), and
+    whether the GEMMs are launched as programmatic dependents ("pdl")."""
     bad = []
     for g in ("gemm1", "gemm2"):
         c = cfg.get(g, {})
@@ -57,6 +58,8 @@ def check_mma_config(cfg: dict) -> None:
             bad.append(f"{g}.Q={c.get('Q')} (1 or 2)")
         if c.get("num_warps", 4) not in (1, 2, 4, 8):
             bad.append(f"{g}.num_warps={c.get('num_warps')} (1, 2, 4 or 8)")
+    if cfg.get("pdl", False) not in (True, False):
+        bad.append(f"pdl={cfg.get('pdl')} (true or false)")
     if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
         bad.append(f"gemm2.atom_vec={cfg['gemm2'].get('atom_vec')} (2 or 8)")
     if bad:
@@ -246,7 +249,10 @@ def grouped_mxfp4_moe(
         if mma:
             prep_act_kernel[(triton.cdiv(M * H, PREP_BLOCK),)](*prep, ZERO_OUT=mode != 2, BLOCK=PREP_BLOCK)
 
-    # 2. gate/up GEMM + SwiGLU
+    # 2. gate/up GEMM + SwiGLU. On the decode path the two GEMMs may be launched as programmatic
+    # dependents ("pdl" in the config): each starts while the launch before it finishes and
+    # waits for it in-kernel (decode_mma.gdc_wait), which hides the launch gaps
+    pdl = mma and bool(cfg.get("pdl", False))
     has_clamp = clamp_limit is not None and clamp_limit > 0
     clamp = float(clamp_limit) if has_clamp else 0.0
     if not wg:
@@ -262,7 +268,7 @@ def grouped_mxfp4_moe(
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
             clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
-            MASK=not (H % 128 == 0 and I % (16 * c1["Q"]) == 0), num_warps=c1["num_warps"],
+            MASK=not (H % 128 == 0 and I % (16 * c1["Q"]) == 0), num_warps=c1["num_warps"], launch_pdl=pdl,
         )
     else:
         grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
@@ -288,7 +294,7 @@ def grouped_mxfp4_moe(
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
                 rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), AV=c2.get("atom_vec", 2),
-                MASK=not (I % 128 == 0 and H % (16 * c2["Q"]) == 0), num_warps=c2["num_warps"],
+                MASK=not (I % 128 == 0 and H % (16 * c2["Q"]) == 0), num_warps=c2["num_warps"], launch_pdl=pdl,
             )
             return
         gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](

@@ -45,9 +45,9 @@ def cfg(bm, g1, g2, vec=None):
 
 def mma(g1, g2):
     """A decode-path (Gluon, mma.sync) config: (Q tiles of 16 rows, warps[, weight cache
-    modifier[, atomics width]]) per GEMM."""
+    modifier[, atomics width]]) per GEMM; the GEMMs launched as programmatic dependents."""
     k = ("Q", "num_warps", "w_cache", "atom_vec")
-    return {"path": "mma", "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2))}
+    return {"path": "mma", "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2)), "pdl": True}
 
 
 def wgmma(bn, stages, nw=4, av=8):

@@ -26,6 +26,9 @@ value); at decode sizes that, not DRAM, set the time. Here the layout is explici
   NW warps take interleaved 128-value chunks of K and meet once at the end.
   (Register prefetch, several chunks per trip and register caps were measured and
   lost: bench/NOTES.md, v6.)
+* The two GEMMs may be launched as programmatic dependents (moe.py, "pdl" in the config):
+  each grid starts while the one before it finishes and waits in gdc_wait before it reads
+  that grid's output, which hides most of a launch gap (bench/NOTES.md, v10).
 
 Weight tiles are [NW, Q, 32, 4] = (warp, tile, lane, word of the group); one
 inline-asm call packs the 4 words (pack=4), dequantizes them and chains the
@@ -132,7 +135,7 @@ def _load_act(a_rows, c, ok):
 
 
 @gluon.jit
-def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr, WC: gl.constexpr = ""):
+def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr, WC: gl.constexpr):
     """Words of rows r / r + 8 (one group per lane, 128-bit loads) and their E8M0 bytes.
     MASK=False where K % 128 == 0 and the rows fill the tiles: no predicates, no zero fill.
     WC: cache modifier of the weight loads (".cg": read once, kept out of L1, which then holds
@@ -158,6 +161,20 @@ def _mma_tile(t, b, acc):
 
 
 @gluon.jit
+def gdc_wait():
+    """Programmatic dependent launch: wait until the grids this one depends on have finished
+    and their writes are visible (a no-op when launched without launch_pdl)."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def gdc_launch_dependents():
+    """Let the next grid in the stream start launching (it still waits in gdc_wait for this one)."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
 def decode_gemm1_swiglu_kernel(
     x_ptr, w_ptr, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
     S, K, I, NB, TOPK,
@@ -170,6 +187,8 @@ def decode_gemm1_swiglu_kernel(
     x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32
     views (2 bf16 / 4 e2m1 bytes a word); strides are in elements of the underlying
     bf16 / uint8 tensors."""
+    gdc_wait()  # routing and the laid-out hidden states come from the launch before
+    gdc_launch_dependents()
     pid = gl.program_id(0)
     b = pid % NB
     nt = pid // NB
@@ -248,6 +267,9 @@ def decode_gemm2_combine_kernel(
     a_rows = gl.expand_dims(a_ptr + (b * 8 + g).to(gl.int64) * (stride_am // 2) + t4 * 16 + m * 4, 4) + i
     # padding rows of the block hold zeros: not loading them saves most of the B traffic at decode
     tok_ok = gl.load(sorted_ptr + b * 8 + g) < S
+    # the routing is two launches back (finished before the gate/up GEMM let this grid launch);
+    # the activations come from the gate/up GEMM
+    gdc_wait()
     r = nt * (16 * Q) + q * 16 + g
     row_ok = r < N
     rw = stride_wn // 4

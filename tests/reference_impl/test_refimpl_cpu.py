@@ -166,6 +166,9 @@ def test_decode_config_runs_or_falls_back():
         moe_mod._mma_path({**cfg, "gemm1": {"Q": 3}}, torch.device(DEV))
     with pytest.raises(ValueError, match="gemm2.num_warps=3"):
         moe_mod._mma_path({**cfg, "gemm2": {"num_warps": 3}}, torch.device(DEV))
+    with pytest.raises(ValueError, match="pdl=yes"):
+        moe_mod._mma_path({**cfg, "pdl": "yes"}, torch.device(DEV))
+    assert moe_mod._mma_path({**cfg, "pdl": True}, torch.device(DEV)) == can
     with pytest.raises(ValueError, match="gemm2.Q=4"):
         moe_mod._mma_path({**cfg, "gemm2": {"Q": 4}}, torch.device(DEV))
     for c in (1, 2):

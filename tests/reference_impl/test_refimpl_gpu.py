@@ -100,18 +100,22 @@ DECODE = {"path": "mma", "gemm1": {"Q": 1, "num_warps": 2}, "gemm2": {"Q": 1, "n
 @pytest.mark.parametrize("q2,nw2,av", [(1, 2, 2), (2, 1, 2), (1, 2, 8), (2, 2, 8)], ids=["q1", "q2", "q1av8", "q2av8"])
 def test_decode_path_matches_reference(model, M, det, q2, nw2, av):
     """The Gluon decode path (reference_impl/kernels/decode_mma.py), forced by config; av=8:
-    the down GEMM's epilogue with 16-byte atomics (or stores, deterministic)."""
-    cfg = {**DECODE, "gemm2": {"Q": q2, "num_warps": nw2, "atom_vec": av}}
+    the down GEMM's epilogue with 16-byte atomics (or stores, deterministic), and the two
+    GEMMs launched as programmatic dependents (waiting in-kernel for the launch before)."""
+    cfg = {**DECODE, "gemm2": {"Q": q2, "num_warps": nw2, "atom_vec": av}, "pdl": av == 8}
     p, kw = problem(model, M, seed=M * 29 + det + 7 * q2 + av, invalid_frac=0.05)
     matches_reference(p, kw, M, det, cfg, f"decode {model} q2={q2} av={av}")
 
 
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
-@pytest.mark.parametrize("av", [2, 8])
-def test_decode_path_graph_replay(model, det, av):
-    graph_replay_matches(model, 16, det, {**DECODE, "gemm2": {**DECODE["gemm2"], "atom_vec": av}}, seed=77)
-    print(f"decode graph {model} det={det} av={av} ok")
+@pytest.mark.parametrize("av,pdl", [(2, False), (8, False), (8, True)], ids=["av2", "av8", "av8pdl"])
+def test_decode_path_graph_replay(model, det, av, pdl):
+    """Captured once, replayed with new routing and inputs; pdl: the captured graph holds
+    programmatic-dependency edges between the routing and the two GEMMs."""
+    graph_replay_matches(model, 16, det, {**DECODE, "gemm2": {**DECODE["gemm2"], "atom_vec": av}, "pdl": pdl},
+                         seed=77)
+    print(f"decode graph {model} det={det} av={av} pdl={pdl} ok")
 
 
 def wgmma(bn, stages=3, nw=4, av=2):
