@@ -167,6 +167,26 @@ def test_prefill_path_matches_reference(model, M, det, cfg):
 @sm90
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
+@pytest.mark.parametrize("cfg", [parts(ws(160, 4, 3, 1, (4, 3, 1)), 64, 64), parts(ws(144, 4, 4, 1, (4, 4, 1)), 64, 64),
+                                 ws(128, 4, 4, 1, (4, 4, 1))], ids=["ws3bn160", "ws4bn144", "ws4down4"])
+def test_prefill_blocks_past_128_tokens(model, det, cfg):
+    """Every expert gets 135 or 136 tokens (slot s goes to expert s % E; every 29th slot is -1):
+    every block runs all three token parts, the third one (the tail box of BLOCK_M > 128, or an
+    expert's second block at 128) partly filled. The random routings of the other tests stay
+    below 128 tokens an expert."""
+    c = MODELS[model]
+    M = 140 * c["E"] // c["topk"]
+    p, kw = problem(model, M, seed=91 + det)
+    s = torch.arange(M * c["topk"], device="cuda", dtype=torch.int32)
+    p["topk_ids"] = torch.where(s % 29 == 0, -1, s % c["E"]).view(M, c["topk"])
+    counts = torch.bincount(p["topk_ids"][p["topk_ids"] >= 0].long(), minlength=c["E"])
+    assert 129 <= int(counts.min()) and int(counts.max()) <= 140
+    matches_reference(p, kw, M, det, cfg, f"prefill {model} {json.dumps(cfg)} (135 tokens an expert)")
+
+
+@sm90
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("det", [False, True])
 @pytest.mark.parametrize("cfg", [wgmma(128), ws(128, 4, 4), ws(128, 4, 4, 1, (4, 4, 1)),
                                  parts(ws(160, 4, 3, 1, (4, 3, 1)), 64, 64)],
                          ids=["plain", "ws4", "ws4down4", "ws3bn160"])
