@@ -82,9 +82,10 @@ def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str],
         bar = Progress(TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
         task = bar.add_task("index", total=None)
 
-        def progress(done: int, total: int) -> None:
+        def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
+        progress = advance
         bar.start()
     try:
         tree = load(target, progress)

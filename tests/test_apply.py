@@ -15,7 +15,7 @@ import git
 import pytest
 from typer.testing import CliRunner
 
-from recon.apply import codemod, run
+from recon.apply import codemod
 from recon.apply.swap import BUNDLE_PACKAGE, WRAPPER
 from recon.apply.vcs import BRANCH
 from recon.cli import app

@@ -275,7 +275,7 @@ def main():
             fn = config_file_name(E, I, dev_name)
             with open(os.path.join(args.out, fn), "w") as f:
                 json.dump({str(k): v for k, v in tuned.items()}, f, indent=1)
-        del w13t, w2t, base
+        w13t = w2t = base = None  # free the dequantized copies before the next model
         torch.cuda.empty_cache()
     print(f"total {time.time() - t_start:.0f}s")
 
