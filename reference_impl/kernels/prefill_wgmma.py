@@ -23,10 +23,13 @@ weight rows (one or two warpgroups) x BN token rows of one expert block. Per war
   L2 traffic of the B tiles, which every row tile re-reads; on the H200 that lost to
   the occupancy it costs (bench/NOTES.md, v8, as for dequantizing the next stage during
   the MMAs, also slower), and warpgroups sharing a ring here run in lockstep (a CTA
-  barrier around each refill): prefill_ws.py shares one between four warpgroup
+  barrier around each refill): prefill_ws.py shares one between three or four warpgroup
   partitions instead. The next stage's weight words are loaded before this stage's MMAs.
-* The MMA's token dim is split in three parts (BN/4, BN/4, BN/2 tokens) with their own
-  accumulators; the last block of an expert skips the parts past its last token.
+* The MMA's token dim is split in three parts (T0, T1, BN - T0 - T1 tokens; by default
+  BN/4, BN/4, BN/2) with their own accumulators; the last block of an expert skips the
+  parts past its last token. A block pays its weight dequant whatever its token count, so
+  BN may exceed 128 (e.g. 128 + 16): each B stage is then two TMA boxes, parts 0 + 1 and
+  part 2, each a power of two rows.
 * The gate/up GEMM's MMA rows are the features that land in ROWS consecutive
   columns of the permuted activations, so its epilogue stores whole rows. The down
   GEMM adds its top-k results with AV-wide bf16 atomics (AV = 8: 16-byte vectors).
