@@ -30,10 +30,13 @@ from .prefill_wgmma import (
 
 
 @gluon.jit
-def _ring(hd, td, row0, nk, parts, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr,
-          CW: gl.constexpr):
+def _ring(hd, td, sorted_ptr, S, row0, KP, BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr,
+          STAGES: gl.constexpr, CW: gl.constexpr):
     """The B ring (prefill_wgmma._ring's head and tail boxes a slot; `full`: TMA landed; `empty`: all
-    CW warpgroups are past a slot), its first STAGES stages in flight."""
+    CW warpgroups are past a slot), its first STAGES stages in flight; with the block's parts_used
+    and its count of K stages."""
+    nk = KP // KS
+    parts = parts_used(sorted_ptr, row0, S, T0, T1)
     smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, ring_rows(BN), KS], hd.layout)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -43,7 +46,7 @@ def _ring(hd, td, row0, nk, parts, BN: gl.constexpr, T0: gl.constexpr, T1: gl.co
     for i in gl.static_range(STAGES):
         if i < nk:
             fetch_b(hd, td, smem, full.index(i), i, row0, i, parts, T0, T1, BN)
-    return smem, full, empty
+    return smem, full, empty, parts, nk
 
 
 @gluon.jit
@@ -137,9 +140,7 @@ def prefill_gemm1_ws_kernel(
     b, nt, e = _block_tile(block_expert_ptr, NT)
     if e < 0:
         return
-    nk = KP // KS
-    parts = parts_used(sorted_ptr, b * BN, S, T0, T1)
-    smem, full, empty = _ring(x_desc, xt_desc, b * BN, nk, parts, BN, T0, T1, STAGES, CW)
+    smem, full, empty, parts, nk = _ring(x_desc, xt_desc, sorted_ptr, S, b * BN, KP, BN, T0, T1, STAGES, CW)
     rt = (x_desc, xt_desc, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk,
           K, I, stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit)
     if CW == 2:
@@ -169,9 +170,7 @@ def prefill_gemm2_ws_kernel(
     b, nt, e = _block_tile(block_expert_ptr, NT)
     if e < 0:
         return
-    nk = KP // KS
-    parts = parts_used(sorted_ptr, b * BN, S, T0, T1)
-    smem, full, empty = _ring(a_desc, at_desc, b * BN, nk, parts, BN, T0, T1, STAGES, CW)
+    smem, full, empty, parts, nk = _ring(a_desc, at_desc, sorted_ptr, S, b * BN, KP, BN, T0, T1, STAGES, CW)
     rt = (a_desc, at_desc, smem, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk,
           S, N, K, TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor)
     if CW == 2:
