@@ -17,13 +17,16 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "reference_impl"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference_impl"))
 from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
+from reference_impl import moe as moe_mod  # noqa: E402
 from reference_impl.configs import get_config  # noqa: E402
 from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
-def mma(g1, g2):
+def mma(g1, g2, pf=(False, False)):
+    """A decode-path config; pf: whether each GEMM prefetches its warps' next K chunk."""
     keys = ("Q", "num_warps", "w_cache", "atom_vec")
-    return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
+    return {"path": "mma", "gemm1": {**dict(zip(keys, g1)), "prefetch": pf[0]},
+            "gemm2": {**dict(zip(keys, g2)), "prefetch": pf[1]}}
 
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
@@ -35,7 +38,14 @@ def mma(g1, g2):
 # DSV4 M=1 (its 36 MB did not stay in L2) and at M >= 4; that code is in the history only
 BASE = mma((1, 2, ".cg"), (1, 2, ".cg", 8))
 PDL = {"pdl": True}
-CANDS = [BASE, {**BASE, **PDL}, {**mma((1, 4, ".cg"), (1, 2, ".cg", 8)), **PDL}, {**mma((1, 2, ".cg"), (2, 2, ".cg", 8)), **PDL}]
+# v11: the 3-instruction dequant and clamped chunk indices are in every candidate (the tuned row
+# of --baseline is the kernel before them); register prefetch of each warp's next chunk, which
+# ptxas had sunk below the multiplies until a block boundary kept it above (decode_mma, PF)
+CANDS = [{**BASE, **PDL}, {**mma((1, 2, ".cg"), (1, 2, ".cg", 8), (True, False)), **PDL},
+         {**mma((1, 2, ".cg"), (1, 2, ".cg", 8), (True, True)), **PDL},
+         {**mma((1, 4, ".cg"), (1, 4, ".cg", 8), (True, True)), **PDL},
+         {**mma((1, 4, ".cg"), (1, 2, ".cg", 8), (False, True)), **PDL},
+         {**mma((1, 4, ".cg"), (1, 4, ".cg", 8)), **PDL}]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
@@ -71,6 +81,23 @@ WGMMA_CANDS += [{**ws(160, 4, 3, 1, (4, 3, 1)), "parts": [64, 64]}, {**ws(144, 4
                 {**ws(160, 4, 3, 2, (4, 3, 2)), "parts": [64, 64]}]
 
 
+def _load_kernels(path):
+    """Import a decode_mma.py from a path as a module (it has no relative imports); a version
+    from before a knob existed gets it as an ignored keyword."""
+    import importlib.util
+    src = open(path).read()
+    for knob in ("PF",):
+        if f"{knob}: gl.constexpr" not in src:
+            src = src.replace('WC: gl.constexpr = "",', f'WC: gl.constexpr = "", {knob}: gl.constexpr = False,')
+    mod_path = os.path.join("/tmp", "baseline_decode_mma.py")
+    with open(mod_path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location("baseline_decode_mma", mod_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def kernel_times(fn, reps=10):
     """Mean device time per kernel name over reps eager calls (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
@@ -95,7 +122,10 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--family", default="mma", choices=("mma", "wgmma"))
     ap.add_argument("--profile", default=",".join(map(str, PROFILED)), help="candidate indices to profile")
+    ap.add_argument("--baseline", help="another decode_mma.py (an earlier version) whose tuned-config time is "
+                                       "printed beside the current one's, in the same process")
     args = ap.parse_args()
+    old_kernels = _load_kernels(args.baseline) if args.baseline else None
     profiled = [int(i) for i in args.profile.split(",") if i]
     cands = CANDS if args.family == "mma" else WGMMA_CANDS
     bw = copy_bw()
@@ -118,6 +148,20 @@ def main():
             tflop = 6 * int((p["topk_ids"] >= 0).sum()) * H * I / 1e12  # the FLOPs the MoE needs
             print(f"{mname} M={M} roof {roof:.4f} ms  dot {t_dot:.4f} ms ({roof / t_dot:.1%}, "
                   f"{tflop / t_dot * 1e3:.0f} TFLOP/s)", flush=True)
+            if old_kernels is not None and dot.get("path") == "mma":
+                new_kernels, moe_mod._decode_mma = moe_mod._decode_mma, old_kernels
+                try:
+                    e = rel(grouped_mxfp4_moe(**p, config=dot, _poison=True, **kw), ref)
+                    t_old = time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
+                    print(f"   baseline kernels, tuned config: err {e:.2e} {t_old:.4f} ms ({roof / t_old:.1%}, "
+                          f"x{t_old / t_dot:.2f} the current time)", flush=True)
+                    if ",".join(map(str, profiled)):
+                        print("   kernels (us) of the baseline:",
+                              kernel_times(lambda: grouped_mxfp4_moe(**p, config=dot, **kw)), flush=True)
+                finally:
+                    moe_mod._decode_mma = new_kernels
+                t_again = time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
+                print(f"   current kernels again: {t_again:.4f} ms", flush=True)
             for ci in profiled:
                 try:
                     print(f"   kernels (us) of candidate {ci}:",

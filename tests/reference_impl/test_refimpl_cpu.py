@@ -168,11 +168,69 @@ def test_decode_config_runs_or_falls_back():
         moe_mod._mma_path({**cfg, "gemm2": {"num_warps": 3}}, torch.device(DEV))
     with pytest.raises(ValueError, match="pdl=yes"):
         moe_mod._mma_path({**cfg, "pdl": "yes"}, torch.device(DEV))
+    with pytest.raises(ValueError, match="gemm1.prefetch=2"):
+        moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "prefetch": 2}}, torch.device(DEV))
+    assert moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "prefetch": True}}, torch.device(DEV)) == can
     assert moe_mod._mma_path({**cfg, "pdl": True}, torch.device(DEV)) == can
     with pytest.raises(ValueError, match="gemm2.Q=4"):
         moe_mod._mma_path({**cfg, "gemm2": {"Q": 4}}, torch.device(DEV))
     for c in (1, 2):
         assert moe_mod._mma_path({**cfg, "gemm2": {"Q": c, "num_warps": 2, "atom_vec": 8}}, torch.device(DEV)) == can
+
+
+def test_decode_loads_unmasked_only_where_warps_share_k_evenly():
+    """The decode GEMMs drop their load masks only where every warp walks whole 128-value
+    chunks of K to the end and the rows fill the tiles: DSV4's K = 4096 / 2048 with 1..8 warps,
+    not gpt-oss's 2880, nor 384 = 3 chunks over 2 warps (the second warp's last trip would read
+    a chunk past K)."""
+    c = lambda nw, q=1: {"num_warps": nw, "Q": q}  # noqa: E731
+    assert not moe_mod._decode_mask(4096, 2048, c(8)) and not moe_mod._decode_mask(2048, 4096, c(2, 2))
+    assert moe_mod._decode_mask(2880, 2880, c(2))
+    assert moe_mod._decode_mask(384, 2048, c(2)) and not moe_mod._decode_mask(384, 2048, c(1))
+    assert moe_mod._decode_mask(4096, 2056, c(1))  # 2056 rows: a partial tile of 16
+
+
+PTX_OPS = {
+    "and.b32": lambda a, b: a & b,
+    "or.b32": lambda a, b: a | b,
+    "shl.b32": lambda a, b: (a << b) & 0xFFFFFFFF,
+    "shr.u32": lambda a, b: a >> b,
+    "mul.lo.u32": lambda a, b: (a * b) & 0xFFFFFFFF,
+}
+
+
+def run_dequant_ptx(word: int) -> list:
+    """The decode/prefill kernels' e2m1 dequant (decode_mma._DQ, the PTX string the kernels
+    inline) run op by op on one 32-bit word, up to the scale multiply: the four bf16x2 registers."""
+    from reference_impl.kernels.decode_mma import _DQ
+    regs = {"W": word}
+    for stmt in _DQ.format(w="W", o="o", sc="SC").replace("\n", " ").split(";"):
+        stmt = stmt.strip()
+        if not stmt or stmt.startswith("mul.rn.bf16x2"):
+            continue
+        op, args = stmt.split(None, 1)
+        dst, a, b = [x.strip() for x in args.split(",")]
+        val = lambda x: regs[x] if x in regs else int(x, 0)  # noqa: E731
+        regs[dst] = PTX_OPS[op](val(a), val(b))
+    return [regs[f"o{i}"] for i in range(4)]
+
+
+def test_dequant_ptx_gives_e2m1_times_2_pow_minus_126():
+    """Register i holds nibbles i (low half) and i + 4 (high half) of the word as bf16 equal to
+    the e2m1 value times 2**-126 (0.5 a bf16 subnormal), sign included: every nibble value in
+    every position, the other nibbles random (a stray bit of a neighbour would show)."""
+    import random
+    e2m1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    bf16 = lambda h: torch.tensor([h], dtype=torch.int32).to(torch.int16).view(torch.bfloat16).double().item()  # noqa
+    rng = random.Random(5)
+    for _ in range(64):
+        word = rng.getrandbits(32)
+        for i, r in enumerate(run_dequant_ptx(word)):
+            for half, k in ((r & 0xFFFF, i), (r >> 16, i + 4)):
+                nib = (word >> (4 * k)) & 0xF
+                want = (-1.0 if nib & 8 else 1.0) * e2m1[nib & 7]
+                assert bf16(half) * 2.0 ** 126 == want, (hex(word), i, k)
+                assert half & 0x7E3F == 0  # only the sign and the 3 magnitude bits are set
 
 
 def test_prefill_config_runs_or_falls_back():
