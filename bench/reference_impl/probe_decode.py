@@ -43,9 +43,10 @@ PDL = {"pdl": True}
 # ptxas had sunk below the multiplies until a block boundary kept it above (decode_mma, PF)
 CANDS = [{**BASE, **PDL}, {**mma((1, 2, ".cg"), (1, 2, ".cg", 8), (True, False)), **PDL},
          {**mma((1, 2, ".cg"), (1, 2, ".cg", 8), (True, True)), **PDL},
-         {**mma((1, 4, ".cg"), (1, 4, ".cg", 8), (True, True)), **PDL},
-         {**mma((1, 4, ".cg"), (1, 2, ".cg", 8), (False, True)), **PDL},
-         {**mma((1, 4, ".cg"), (1, 4, ".cg", 8)), **PDL}]
+         {**mma((1, 2, ".cg"), (1, 2, ".cg", 8), (False, True)), **PDL},
+         {**mma((1, 4, ".cg"), (1, 2, ".cg", 8), (True, True)), **PDL},
+         {**mma((1, 2, ".cg"), (1, 4, ".cg", 8), (True, True)), **PDL},
+         {**mma((2, 2, ".cg"), (2, 2, ".cg", 8), (True, True)), **PDL}]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
@@ -81,7 +82,7 @@ WGMMA_CANDS += [{**ws(160, 4, 3, 1, (4, 3, 1)), "parts": [64, 64]}, {**ws(144, 4
                 {**ws(160, 4, 3, 2, (4, 3, 2)), "parts": [64, 64]}]
 
 
-def _load_kernels(path):
+def _load_kernels(path, i):
     """Import a decode_mma.py from a path as a module (it has no relative imports); a version
     from before a knob existed gets it as an ignored keyword."""
     import importlib.util
@@ -89,10 +90,10 @@ def _load_kernels(path):
     for knob in ("PF",):
         if f"{knob}: gl.constexpr" not in src:
             src = src.replace('WC: gl.constexpr = "",', f'WC: gl.constexpr = "", {knob}: gl.constexpr = False,')
-    mod_path = os.path.join("/tmp", "baseline_decode_mma.py")
+    mod_path = os.path.join("/tmp", f"baseline{i}_decode_mma.py")
     with open(mod_path, "w") as f:
         f.write(src)
-    spec = importlib.util.spec_from_file_location("baseline_decode_mma", mod_path)
+    spec = importlib.util.spec_from_file_location(f"baseline{i}_decode_mma", mod_path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -122,10 +123,10 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--family", default="mma", choices=("mma", "wgmma"))
     ap.add_argument("--profile", default=",".join(map(str, PROFILED)), help="candidate indices to profile")
-    ap.add_argument("--baseline", help="another decode_mma.py (an earlier version) whose tuned-config time is "
-                                       "printed beside the current one's, in the same process")
+    ap.add_argument("--baseline", default="", help="other decode_mma.py files (earlier versions, comma-separated) "
+                                                   "whose tuned-config times are printed beside the current one's")
     args = ap.parse_args()
-    old_kernels = _load_kernels(args.baseline) if args.baseline else None
+    baselines = [(path, _load_kernels(path, i)) for i, path in enumerate(args.baseline.split(",")) if path]
     profiled = [int(i) for i in args.profile.split(",") if i]
     cands = CANDS if args.family == "mma" else WGMMA_CANDS
     bw = copy_bw()
@@ -148,18 +149,19 @@ def main():
             tflop = 6 * int((p["topk_ids"] >= 0).sum()) * H * I / 1e12  # the FLOPs the MoE needs
             print(f"{mname} M={M} roof {roof:.4f} ms  dot {t_dot:.4f} ms ({roof / t_dot:.1%}, "
                   f"{tflop / t_dot * 1e3:.0f} TFLOP/s)", flush=True)
-            if old_kernels is not None and dot.get("path") == "mma":
+            for path, old_kernels in baselines if dot.get("path") == "mma" else ():
                 new_kernels, moe_mod._decode_mma = moe_mod._decode_mma, old_kernels
                 try:
                     e = rel(grouped_mxfp4_moe(**p, config=dot, _poison=True, **kw), ref)
                     t_old = time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
-                    print(f"   baseline kernels, tuned config: err {e:.2e} {t_old:.4f} ms ({roof / t_old:.1%}, "
-                          f"x{t_old / t_dot:.2f} the current time)", flush=True)
-                    if ",".join(map(str, profiled)):
-                        print("   kernels (us) of the baseline:",
-                              kernel_times(lambda: grouped_mxfp4_moe(**p, config=dot, **kw)), flush=True)
+                    print(f"   {os.path.basename(path)}, tuned config: err {e:.2e} {t_old:.4f} ms "
+                          f"({roof / t_old:.1%}, x{t_old / t_dot:.2f} the current time)", flush=True)
+                    if profiled:
+                        print("     kernels (us):", kernel_times(lambda: grouped_mxfp4_moe(**p, config=dot, **kw)),
+                              flush=True)
                 finally:
                     moe_mod._decode_mma = new_kernels
+            if baselines:
                 t_again = time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
                 print(f"   current kernels again: {t_again:.4f} ms", flush=True)
             for ci in profiled:

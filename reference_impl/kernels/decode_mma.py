@@ -256,10 +256,11 @@ def decode_gemm1_swiglu_kernel(
         for c0 in range(0, nch, NW):
             bn, gn, un = _gate_up_chunk(a_rows, g_lo, sg_lo, u_lo, su_lo, rw, stride_sn, c0 + NW + w, nch, t4, KG,
                                         tok_ok, row_ok, MASK, WC)
-            # KG > 0 always holds: the branch is a block boundary, which keeps ptxas from moving the
-            # multiplies above the loads (it otherwise sinks the loads below them, and then nothing
-            # overlaps their latency: bench/NOTES.md, v11)
-            if KG > 0:
+            # c0 < K / 128 <= KG always; the branch, which neither LLVM nor ptxas proves taken (nor
+            # hoists out of the loop, as they do a loop-invariant test), is a block boundary that
+            # keeps ptxas from moving the multiplies above the loads (it otherwise sinks the loads
+            # below them, where nothing overlaps their latency: bench/NOTES.md, v11)
+            if c0 < KG:
                 gacc = _mma_tile(gt, bp, gacc)
                 uacc = _mma_tile(ut, bp, uacc)
             bp, gt, ut = bn, gn, un
@@ -267,8 +268,9 @@ def decode_gemm1_swiglu_kernel(
         for c0 in range(0, nch, NW):
             bp, gt, ut = _gate_up_chunk(a_rows, g_lo, sg_lo, u_lo, su_lo, rw, stride_sn, c0 + w, nch, t4, KG, tok_ok,
                                         row_ok, MASK, WC)
-            gacc = _mma_tile(gt, bp, gacc)
-            uacc = _mma_tile(ut, bp, uacc)
+            if c0 < KG:  # always (c0 < K / 128): a block boundary, as with PF
+                gacc = _mma_tile(gt, bp, gacc)
+                uacc = _mma_tile(ut, bp, uacc)
 
     oq, olane, oi = _out_ids(NW, Q)
     orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
@@ -328,13 +330,14 @@ def decode_gemm2_combine_kernel(
         for c0 in range(0, nch, NW):
             bn, wn = _down_chunk(a_rows, w_lo, s_lo, rw, stride_sn, c0 + NW + w, nch, t4, KG, tok_ok, row_ok, MASK,
                                  WC)
-            if KG > 0:
+            if c0 < KG:
                 acc = _mma_tile(wt, bp, acc)
             bp, wt = bn, wn
     else:
         for c0 in range(0, nch, NW):
             bp, wt = _down_chunk(a_rows, w_lo, s_lo, rw, stride_sn, c0 + w, nch, t4, KG, tok_ok, row_ok, MASK, WC)
-            acc = _mma_tile(wt, bp, acc)
+            if c0 < KG:
+                acc = _mma_tile(wt, bp, acc)
 
     if AV == 8:
         _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor,
