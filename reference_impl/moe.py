@@ -49,8 +49,7 @@ def _fast_dequant(dev) -> bool:
 def check_mma_config(cfg: dict) -> None:
     """A decode-path config the kernels cannot take is an error, not a silent fallback: Q
     tiles of 16 rows a program (1 or 2: the sizes tested on the GPU), a power-of-two warp
-    count (1..8), whether a GEMM loads each warp's next K chunk while it multiplies the current
-    one ("prefetch"), the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors), and
+    count (1..8), the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors), and
     whether the GEMMs are launched as programmatic dependents ("pdl")."""
     bad = []
     for g in ("gemm1", "gemm2"):
@@ -59,8 +58,6 @@ def check_mma_config(cfg: dict) -> None:
             bad.append(f"{g}.Q={c.get('Q')} (1 or 2)")
         if c.get("num_warps", 4) not in (1, 2, 4, 8):
             bad.append(f"{g}.num_warps={c.get('num_warps')} (1, 2, 4 or 8)")
-        if c.get("prefetch", False) not in (True, False):
-            bad.append(f"{g}.prefetch={c.get('prefetch')} (true or false)")
     if cfg.get("pdl", False) not in (True, False):
         bad.append(f"pdl={cfg.get('pdl')} (true or false)")
     if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
@@ -277,8 +274,7 @@ def grouped_mxfp4_moe(
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
             clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
-            MASK=_decode_mask(H, I, c1), PF=bool(c1.get("prefetch", False)), num_warps=c1["num_warps"],
-            launch_pdl=pdl,
+            MASK=_decode_mask(H, I, c1), num_warps=c1["num_warps"], launch_pdl=pdl,
         )
     else:
         grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
@@ -304,8 +300,7 @@ def grouped_mxfp4_moe(
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
                 rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), AV=c2.get("atom_vec", 2),
-                MASK=_decode_mask(I, H, c2), PF=bool(c2.get("prefetch", False)), num_warps=c2["num_warps"],
-                launch_pdl=pdl,
+                MASK=_decode_mask(I, H, c2), num_warps=c2["num_warps"], launch_pdl=pdl,
             )
             return
         gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](

@@ -22,11 +22,9 @@ from reference_impl.configs import get_config  # noqa: E402
 from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
-def mma(g1, g2, pf=(False, False)):
-    """A decode-path config; pf: whether each GEMM prefetches its warps' next K chunk."""
+def mma(g1, g2):
     keys = ("Q", "num_warps", "w_cache", "atom_vec")
-    return {"path": "mma", "gemm1": {**dict(zip(keys, g1)), "prefetch": pf[0]},
-            "gemm2": {**dict(zip(keys, g2)), "prefetch": pf[1]}}
+    return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
 
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
@@ -38,15 +36,11 @@ def mma(g1, g2, pf=(False, False)):
 # DSV4 M=1 (its 36 MB did not stay in L2) and at M >= 4; that code is in the history only
 BASE = mma((1, 2, ".cg"), (1, 2, ".cg", 8))
 PDL = {"pdl": True}
-# v11: the 3-instruction dequant and clamped chunk indices are in every candidate (the tuned row
-# of --baseline is the kernel before them); register prefetch of each warp's next chunk, which
-# ptxas had sunk below the multiplies until a block boundary kept it above (decode_mma, PF)
-CANDS = [{**BASE, **PDL}, {**mma((1, 2, ".cg"), (1, 2, ".cg", 8), (True, False)), **PDL},
-         {**mma((1, 2, ".cg"), (1, 2, ".cg", 8), (True, True)), **PDL},
-         {**mma((1, 2, ".cg"), (1, 2, ".cg", 8), (False, True)), **PDL},
-         {**mma((1, 4, ".cg"), (1, 2, ".cg", 8), (True, True)), **PDL},
-         {**mma((1, 2, ".cg"), (1, 4, ".cg", 8), (True, True)), **PDL},
-         {**mma((2, 2, ".cg"), (2, 2, ".cg", 8), (True, True)), **PDL}]
+# v11 (probes 32-33, with --baseline): a 3-instruction dequant (mask, one multiply making both
+# shifted copies, mask), clamped chunk indices and a register prefetch of each warp's next chunk
+# (kept above the multiplies by a block boundary) were each slower than v10's kernel at DSV4;
+# that code is in the history only (bench/NOTES.md, v11)
+CANDS = [{**BASE, **PDL}, {**mma((1, 4, ".cg"), (1, 2, ".cg", 8)), **PDL}, {**mma((1, 2, ".cg"), (2, 2, ".cg", 8)), **PDL}]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
@@ -80,6 +74,11 @@ WGMMA_CANDS = [wgmma(128, 4, 4, atom_vec=8), ws(128, 4, 4), ws(128, 4, 4, 1, (4,
 WGMMA_CANDS += [{**ws(160, 4, 3, 1, (4, 3, 1)), "parts": [64, 64]}, {**ws(144, 4, 4, 1, (4, 4, 1)), "parts": [64, 64]},
                 {**ws(192, 4, 3, 1, (4, 3, 1)), "parts": [64, 64]}, {**ws(160, 3, 3, 1, (3, 3, 1)), "parts": [64, 64]},
                 {**ws(160, 4, 3, 2, (4, 3, 2)), "parts": [64, 64]}]
+# v11: gpt-oss at M=4096 (46% of dense): 128 + 16 tokens with three partitions, a deeper ring,
+# the down GEMM with four or two partitions (2880 columns: partial tiles) behind a three-partition gate/up
+WGMMA_CANDS += [{**ws(144, 4, 3, 1, (4, 3, 1)), "parts": [64, 64]}, {**ws(160, 5, 3, 1, (5, 3, 1)), "parts": [64, 64]},
+                {**ws(160, 4, 3, 1, (4, 4, 1)), "parts": [64, 64]}, {**ws(160, 4, 3, 1, (4, 2, 1)), "parts": [64, 64]},
+                {**ws(144, 6, 3, 2, (6, 3, 2)), "parts": [64, 64]}]
 
 
 def _load_kernels(path, i):

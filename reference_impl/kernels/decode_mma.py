@@ -41,18 +41,12 @@ from triton.experimental.gluon import language as gl
 
 BLOCK_M = 8  # the mma's n: tokens per block
 
-# dequant one word (8 nibbles) into A pairs (k0,k4) (k1,k5) (k2,k6) (k3,k7), times the scale pair.
-# A pair's two nibbles sit 16 bits apart; masked alone, one multiply by 2**a + 2**(a + 6) makes two
-# copies of them that cannot overlap or carry, one with the magnitude bits where bf16 wants them,
-# one with the sign bit at 15 / 31, and the last mask keeps those: 3 instructions a pair, not 4
-# (two shifts and two masks), and the multiply runs on the FMA pipe, beside the ALU's masks.
-# The result is bit for bit the shift form's (tests/reference_impl/test_e2m1_words.py).
+# dequant one word (8 nibbles) into A pairs (k0,k4) (k1,k5) (k2,k6) (k3,k7), times the scale pair
 _DQ = """
-and.b32 m, {w}, 0x000F000F; mul.lo.u32 m, m, 0x1040; and.b32 {o}0, m, 0x81C081C0;
-and.b32 m, {w}, 0x00F000F0; mul.lo.u32 m, m, 0x104; and.b32 {o}1, m, 0x81C081C0;
-shr.u32 s, {w}, 8;
-and.b32 m, s, 0x000F000F; mul.lo.u32 m, m, 0x1040; and.b32 {o}2, m, 0x81C081C0;
-and.b32 m, s, 0x00F000F0; mul.lo.u32 m, m, 0x104; and.b32 {o}3, m, 0x81C081C0;
+shl.b32 m, {w}, 6; shl.b32 s, {w}, 12; and.b32 m, m, 0x01C001C0; and.b32 s, s, 0x80008000; or.b32 {o}0, m, s;
+shl.b32 m, {w}, 2; shl.b32 s, {w}, 8; and.b32 m, m, 0x01C001C0; and.b32 s, s, 0x80008000; or.b32 {o}1, m, s;
+shr.u32 m, {w}, 2; shl.b32 s, {w}, 4; and.b32 m, m, 0x01C001C0; and.b32 s, s, 0x80008000; or.b32 {o}2, m, s;
+shr.u32 m, {w}, 6; and.b32 m, m, 0x01C001C0; and.b32 s, {w}, 0x80008000; or.b32 {o}3, m, s;
 mul.rn.bf16x2 {o}0, {o}0, {sc}; mul.rn.bf16x2 {o}1, {o}1, {sc};
 mul.rn.bf16x2 {o}2, {o}2, {sc}; mul.rn.bf16x2 {o}3, {o}3, {sc};
 """
@@ -157,31 +151,6 @@ def _load_tile(w_lo, s_lo, row_stride_w, row_stride_s, c, ok, MASK: gl.constexpr
 
 
 @gluon.jit
-def _chunk(c, nch, t4, KG, MASK: gl.constexpr):
-    """Chunk c's load index and its in-K mask. Chunks past the end (the last trip of a warp
-    whose NW interleave overshoots, or a prefetch past the loop) load as zeros where MASK, and
-    otherwise read the last chunk again (in bounds, never multiplied)."""
-    return gl.minimum(c, nch - 1), (c * 4 + t4) < KG
-
-
-@gluon.jit
-def _gate_up_chunk(a_rows, g_lo, sg_lo, u_lo, su_lo, rw, stride_sn, c, nch, t4, KG, tok_ok, row_ok,
-                   MASK: gl.constexpr, WC: gl.constexpr):
-    """The gate/up GEMM's loads of chunk c: the B pairs, the gate tile, the up tile."""
-    cl, kin = _chunk(c, nch, t4, KG, MASK)
-    return (_load_act(a_rows, cl, tok_ok & kin), _load_tile(g_lo, sg_lo, rw, stride_sn, cl, row_ok & kin, MASK, WC),
-            _load_tile(u_lo, su_lo, rw, stride_sn, cl, row_ok & kin, MASK, WC))
-
-
-@gluon.jit
-def _down_chunk(a_rows, w_lo, s_lo, rw, stride_sn, c, nch, t4, KG, tok_ok, row_ok, MASK: gl.constexpr,
-                WC: gl.constexpr):
-    """The down GEMM's loads of chunk c: the B pairs and the weight tile."""
-    cl, kin = _chunk(c, nch, t4, KG, MASK)
-    return _load_act(a_rows, cl, tok_ok & kin), _load_tile(w_lo, s_lo, rw, stride_sn, cl, row_ok & kin, MASK, WC)
-
-
-@gluon.jit
 def _mma_tile(t, b, acc):
     """acc (the tile's fp32 fragment, [NW, Q, 32, 4]) += dequantized, scaled group t @ B pairs b:
     eight chained MMAs in one call."""
@@ -212,7 +181,7 @@ def decode_gemm1_swiglu_kernel(
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", PF: gl.constexpr = False,
+    WC: gl.constexpr = "",
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32
@@ -249,28 +218,12 @@ def decode_gemm1_swiglu_kernel(
     zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     gacc = zero
     uacc = zero
-    nch = gl.cdiv(K, 128)
-    if PF:  # each warp's next chunk is in flight while it multiplies the one it holds
-        bp, gt, ut = _gate_up_chunk(a_rows, g_lo, sg_lo, u_lo, su_lo, rw, stride_sn, w, nch, t4, KG, tok_ok, row_ok,
-                                    MASK, WC)
-        for c0 in range(0, nch, NW):
-            bn, gn, un = _gate_up_chunk(a_rows, g_lo, sg_lo, u_lo, su_lo, rw, stride_sn, c0 + NW + w, nch, t4, KG,
-                                        tok_ok, row_ok, MASK, WC)
-            # c0 < K / 128 <= KG always; the branch, which neither LLVM nor ptxas proves taken (nor
-            # hoists out of the loop, as they do a loop-invariant test), is a block boundary that
-            # keeps ptxas from moving the multiplies above the loads (it otherwise sinks the loads
-            # below them, where nothing overlaps their latency: bench/NOTES.md, v11)
-            if c0 < KG:
-                gacc = _mma_tile(gt, bp, gacc)
-                uacc = _mma_tile(ut, bp, uacc)
-            bp, gt, ut = bn, gn, un
-    else:
-        for c0 in range(0, nch, NW):
-            bp, gt, ut = _gate_up_chunk(a_rows, g_lo, sg_lo, u_lo, su_lo, rw, stride_sn, c0 + w, nch, t4, KG, tok_ok,
-                                        row_ok, MASK, WC)
-            if c0 < KG:  # always (c0 < K / 128): a block boundary, as with PF
-                gacc = _mma_tile(gt, bp, gacc)
-                uacc = _mma_tile(ut, bp, uacc)
+    for c0 in range(0, gl.cdiv(K, 128), NW):
+        c = c0 + w
+        kin = (c * 4 + t4) < KG
+        bp = _load_act(a_rows, c, tok_ok & kin)
+        gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, gacc)
+        uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, uacc)
 
     oq, olane, oi = _out_ids(NW, Q)
     orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
@@ -294,7 +247,7 @@ def decode_gemm2_combine_kernel(
     stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
     scale_factor,
     OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", AV: gl.constexpr = 2, PF: gl.constexpr = False,
+    WC: gl.constexpr = "", AV: gl.constexpr = 2,
 ):
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
@@ -324,20 +277,11 @@ def decode_gemm2_combine_kernel(
     s_lo = s_ptr + e * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
 
     acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
-    nch = gl.cdiv(K, 128)
-    if PF:
-        bp, wt = _down_chunk(a_rows, w_lo, s_lo, rw, stride_sn, w, nch, t4, KG, tok_ok, row_ok, MASK, WC)
-        for c0 in range(0, nch, NW):
-            bn, wn = _down_chunk(a_rows, w_lo, s_lo, rw, stride_sn, c0 + NW + w, nch, t4, KG, tok_ok, row_ok, MASK,
-                                 WC)
-            if c0 < KG:
-                acc = _mma_tile(wt, bp, acc)
-            bp, wt = bn, wn
-    else:
-        for c0 in range(0, nch, NW):
-            bp, wt = _down_chunk(a_rows, w_lo, s_lo, rw, stride_sn, c0 + w, nch, t4, KG, tok_ok, row_ok, MASK, WC)
-            if c0 < KG:
-                acc = _mma_tile(wt, bp, acc)
+    for c0 in range(0, gl.cdiv(K, 128), NW):
+        c = c0 + w
+        kin = (c * 4 + t4) < KG
+        acc = _mma_tile(_load_tile(w_lo, s_lo, rw, stride_sn, c, row_ok & kin, MASK, WC),
+                        _load_act(a_rows, c, tok_ok & kin), acc)
 
     if AV == 8:
         _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor,

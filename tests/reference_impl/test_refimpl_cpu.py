@@ -168,9 +168,6 @@ def test_decode_config_runs_or_falls_back():
         moe_mod._mma_path({**cfg, "gemm2": {"num_warps": 3}}, torch.device(DEV))
     with pytest.raises(ValueError, match="pdl=yes"):
         moe_mod._mma_path({**cfg, "pdl": "yes"}, torch.device(DEV))
-    with pytest.raises(ValueError, match="gemm1.prefetch=2"):
-        moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "prefetch": 2}}, torch.device(DEV))
-    assert moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "prefetch": True}}, torch.device(DEV)) == can
     assert moe_mod._mma_path({**cfg, "pdl": True}, torch.device(DEV)) == can
     with pytest.raises(ValueError, match="gemm2.Q=4"):
         moe_mod._mma_path({**cfg, "gemm2": {"Q": 4}}, torch.device(DEV))
