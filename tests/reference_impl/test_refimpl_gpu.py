@@ -107,6 +107,15 @@ def test_decode_path_matches_reference(model, M, det, q2, nw2, av):
     matches_reference(p, kw, M, det, cfg, f"decode {model} q2={q2} av={av}")
 
 
+@pytest.mark.parametrize("nw", [2, 4, 8])
+def test_decode_path_k_chunks_not_a_multiple_of_the_warps(nw):
+    """H = 384 and I = 640 are whole 128-value chunks (3 and 5) that 2, 4 or 8 warps do not share
+    evenly: the last trip of some warps lies past K and must load nothing (moe._decode_mask)."""
+    cfg = {**DECODE, "gemm1": {"Q": 1, "num_warps": nw}, "gemm2": {"Q": 1, "num_warps": nw, "atom_vec": 8}}
+    p = make_problem(5, 8, 384, 640, 2, device="cuda", seed=nw, invalid_frac=0.1)
+    matches_reference(p, dict(clamp_limit=None, routed_scaling_factor=None), 5, False, cfg, f"decode nw={nw}")
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
 @pytest.mark.parametrize("av,pdl", [(2, False), (8, False), (8, True)], ids=["av2", "av8", "av8pdl"])
