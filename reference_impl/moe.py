@@ -49,8 +49,9 @@ def _fast_dequant(dev) -> bool:
 def check_mma_config(cfg: dict) -> None:
     """A decode-path config the kernels cannot take is an error, not a silent fallback: Q
     tiles of 16 rows a program (1 or 2: the sizes tested on the GPU), a power-of-two warp
-    count (1..8), the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors), and
-    whether the GEMMs are launched as programmatic dependents ("pdl")."""
+    count (1..8), an optional register cap a thread ("maxnreg": fewer registers, more resident
+    warps), the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors), and whether the
+    GEMMs are launched as programmatic dependents ("pdl")."""
     bad = []
     for g in ("gemm1", "gemm2"):
         c = cfg.get(g, {})
@@ -58,12 +59,20 @@ def check_mma_config(cfg: dict) -> None:
             bad.append(f"{g}.Q={c.get('Q')} (1 or 2)")
         if c.get("num_warps", 4) not in (1, 2, 4, 8):
             bad.append(f"{g}.num_warps={c.get('num_warps')} (1, 2, 4 or 8)")
+        mr = c.get("maxnreg")
+        if mr is not None and not (isinstance(mr, int) and not isinstance(mr, bool) and 32 <= mr <= 255):
+            bad.append(f"{g}.maxnreg={mr} (registers a thread, 32..255)")
     if cfg.get("pdl", False) not in (True, False):
         bad.append(f"pdl={cfg.get('pdl')} (true or false)")
     if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
         bad.append(f"gemm2.atom_vec={cfg['gemm2'].get('atom_vec')} (2 or 8)")
     if bad:
         raise ValueError("config: the decode path (\"mma\") cannot take " + "; ".join(bad))
+
+
+def _reg_cap(c: dict) -> dict:
+    """The launch option capping a decode GEMM's registers, where its config names one."""
+    return {"maxnreg": c["maxnreg"]} if c.get("maxnreg") is not None else {}
 
 
 def _decode_mask(K: int, N: int, c: dict) -> bool:
@@ -274,7 +283,7 @@ def grouped_mxfp4_moe(
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
             clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
-            MASK=_decode_mask(H, I, c1), num_warps=c1["num_warps"], launch_pdl=pdl,
+            MASK=_decode_mask(H, I, c1), num_warps=c1["num_warps"], launch_pdl=pdl, **_reg_cap(c1),
         )
     else:
         grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
@@ -300,7 +309,7 @@ def grouped_mxfp4_moe(
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
                 rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), AV=c2.get("atom_vec", 2),
-                MASK=_decode_mask(I, H, c2), num_warps=c2["num_warps"], launch_pdl=pdl,
+                MASK=_decode_mask(I, H, c2), num_warps=c2["num_warps"], launch_pdl=pdl, **_reg_cap(c2),
             )
             return
         gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](

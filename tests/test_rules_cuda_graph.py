@@ -57,6 +57,73 @@ def test_no_capture_site_no_finding(synthetic):
     assert _scan(tree) == []
 
 
+def test_layers_through_parameter_defaults_and_local_factories(synthetic):
+    """The container hop follows a layer class passed as a defaulted parameter (``layer_type=Layer``,
+    then ``layer_type = layer_type or Layer``), and the factory hop a factory bound to a local name
+    first (``impl = get_impl(); self.mlp = impl(...)``): the hazard two layers down is reached."""
+    model = """
+import torch
+
+def make_layers(n, fn):
+    return [fn(i) for i in range(n)]
+
+class Mlp:
+    def forward(self, x):
+        return x * x.sum().item()
+
+def get_impl():
+    return Mlp
+
+class Layer:
+    def __init__(self, i):
+        impl = get_impl()
+        self.mlp = impl()
+
+    def forward(self, x):
+        return self.mlp(x)
+
+class Model:
+    def __init__(self, n, layer_type=Layer):
+        layer_type = layer_type or Layer
+        self.layers = make_layers(n, lambda i: layer_type(i))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+class DeepseekV4ForCausalLM:
+    def __init__(self):
+        self.model = Model(4)
+
+    def forward(self, x):
+        return self.model.forward(x)
+
+EntryClass = DeepseekV4ForCausalLM
+"""
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model})
+    found = _scan(tree)
+    assert len(found) == 1
+    hazards = [h for fn in found[0].data["functions"] for h in fn["hazards"]]
+    assert [h["call"] for h in hazards] == ["x.sum().item()"]
+    reached = [h["node"] for fn in found[0].data["functions"] for h in fn["reached_by"]]
+    assert {"sglang.srt.models.m.Layer.forward", "sglang.srt.models.m.Mlp.forward"} <= set(reached)
+
+
+def test_gpt_oss_moe_runs_inside_capture_0513(tree_0513):
+    """gpt-oss builds its decoder layers from a defaulted class parameter and its experts from a factory
+    bound to a local name (``experts_type = get_moe_impl_class(...)``): both hops are followed, so the
+    MXFP4 quant method taken on the H200 is found inside the decode capture."""
+    paths = _moe_path(_scan(tree_0513, device="h200", model="gpt-oss-120b"))
+    mx = [f for f in paths if f.data["quant_method"].endswith(".Mxfp4MoEMethod.apply")]
+    assert len(mx) == 1 and mx[0].data["in_capture"] and mx[0].data["selected_for_device"]
+    hops = [h["node"] for h in mx[0].data["path_to_apply"]]
+    assert any(h.endswith("GptOssDecoderLayer.forward") for h in hops)
+    assert any(h.endswith("FusedMoE.forward") for h in hops)
+    text = [tree_0513.lines(e.path)[e.line - 1] for e in mx[0].evidence]
+    assert any("self.experts(" in t for t in text) and any("layer(" in t for t in text)
+
+
 def _moe_path(findings):
     return [f for f in findings if "quant_method" in f.data]
 

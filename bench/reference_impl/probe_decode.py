@@ -22,9 +22,14 @@ from reference_impl.configs import get_config  # noqa: E402
 from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
 
 
-def mma(g1, g2):
+def mma(g1, g2, regs=(None, None)):
+    """A decode-path config; regs: each GEMM's register cap a thread (maxnreg), or None."""
     keys = ("Q", "num_warps", "w_cache", "atom_vec")
-    return {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
+    c = {"path": "mma", "gemm1": dict(zip(keys, g1)), "gemm2": dict(zip(keys, g2))}
+    for g, r in zip(("gemm1", "gemm2"), regs):
+        if r:
+            c[g]["maxnreg"] = r
+    return c
 
 
 # the probes in probes/ were run with earlier versions of this list (and of the kernel's
@@ -40,7 +45,12 @@ PDL = {"pdl": True}
 # shifted copies, mask), clamped chunk indices and a register prefetch of each warp's next chunk
 # (kept above the multiplies by a block boundary) were each slower than v10's kernel at DSV4;
 # that code is in the history only (bench/NOTES.md, v11)
-CANDS = [{**BASE, **PDL}, {**mma((1, 4, ".cg"), (1, 2, ".cg", 8)), **PDL}, {**mma((1, 2, ".cg"), (2, 2, ".cg", 8)), **PDL}]
+# v11, register caps (no spills at these caps, SASS): gate/up 70 -> 64 registers = 28 -> 32 warps an
+# SM, which also lets 4 warps a program fit one wave at DSV4 M=1; down 52 -> 48 / 40 = 39 -> 42 / 51
+G1, G1W4, G2 = (1, 2, ".cg"), (1, 4, ".cg"), (1, 2, ".cg", 8)
+CANDS = [{**BASE, **PDL}, {**mma(G1, G2, (64, 48)), **PDL}, {**mma(G1, G2, (64, 40)), **PDL},
+         {**mma(G1W4, G2, (64, 40)), **PDL}, {**mma(G1W4, (1, 4, ".cg", 8), (64, 48)), **PDL},
+         {**mma(G1, G2, (None, 40)), **PDL}]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 

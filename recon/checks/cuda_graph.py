@@ -206,16 +206,53 @@ def _class_node(ctx, cls: str) -> Optional[tuple[str, ast.ClassDef]]:
     return None
 
 
-def _self_attr_values(cnode: ast.ClassDef, attr: str) -> list[ast.AST]:
-    """RHS expressions assigned to ``self.attr`` anywhere in the class (tuple targets too)."""
+def _local_bindings(fn: ast.AST) -> dict[str, list[ast.AST]]:
+    """What each local name of a method may hold: parameter defaults (``layer_type=DecoderLayer``)
+    and plain assignments (``t = t or DecoderLayer``, ``t = get_moe_impl_class(...)``), with
+    ``a or b`` and ``a if c else b`` split into their alternatives."""
+    out: dict[str, list[ast.AST]] = {}
+
+    def add(name: str, expr: ast.AST) -> None:
+        if isinstance(expr, ast.BoolOp):
+            for v in expr.values:
+                add(name, v)
+        elif isinstance(expr, ast.IfExp):
+            add(name, expr.body)
+            add(name, expr.orelse)
+        elif isinstance(expr, (ast.Name, ast.Attribute, ast.Call)) and not (isinstance(expr, ast.Name) and expr.id == name):
+            out.setdefault(name, []).append(expr)
+
+    args = fn.args
+    pos = args.posonlyargs + args.args
+    for arg, d in zip(pos[len(pos) - len(args.defaults):], args.defaults):
+        add(arg.arg, d)
+    for arg, d in zip(args.kwonlyargs, args.kw_defaults):
+        if d is not None:
+            add(arg.arg, d)
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            add(n.targets[0].id, n.value)
+    return out
+
+
+def _self_attr_values(cnode: ast.ClassDef, attr: str) -> list[tuple[ast.AST, dict]]:
+    """RHS expressions assigned to ``self.attr`` anywhere in the class (tuple targets too), each with
+    its method's local bindings, so that ``self.experts = experts_type(...)`` after
+    ``experts_type = get_moe_impl_class(...)`` reads as ``get_moe_impl_class(...)(...)``, and
+    ``layer_type(...)`` in a ``make_layers`` lambda as the class ``layer_type`` defaults to."""
     out = []
-    for n in ast.walk(cnode):
-        if isinstance(n, ast.Assign):
-            for t in n.targets:
-                elts = t.elts if isinstance(t, ast.Tuple) else [t]
-                for x in elts:
-                    if isinstance(x, ast.Attribute) and x.attr == attr and isinstance(x.value, ast.Name) and x.value.id == "self":
-                        out.append(n.value)
+    for fn in ast.walk(cnode):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        bindings = None
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    elts = t.elts if isinstance(t, ast.Tuple) else [t]
+                    for x in elts:
+                        if isinstance(x, ast.Attribute) and x.attr == attr and isinstance(x.value, ast.Name) and x.value.id == "self":
+                            bindings = _local_bindings(fn) if bindings is None else bindings
+                            out.append((n.value, bindings))
     return out
 
 
@@ -267,22 +304,25 @@ def _extra_edges(ctx, fn: str, params: dict) -> list[tuple[str, int, str]]:
             attr, how = f.attr, "factory"
         else:
             continue
-        for rhs in _self_attr_values(cn[1], attr):
+        for rhs, bindings in _self_attr_values(cn[1], attr):
             for c in ast.walk(rhs):
                 if not isinstance(c, ast.Call):
                     continue
-                if how == "factory" and isinstance(c.func, ast.Call):  # factory(...)(...)
-                    fac = R.resolve(module, cscope + ".__init__", ast.unparse(c.func.func))
-                    for k in _factory_default(ctx, fac):
-                        m = _forward_of(R, k)
-                        if m:
-                            out.append((m, n.lineno, f"self.{attr} = {ast.unparse(c.func.func)}(...)(...): its default return {k.rsplit('.', 1)[-1]}"))
-                elif how == "container":
-                    t = R.resolve(module, cscope + ".__init__", ast.unparse(c.func)) if isinstance(c.func, (ast.Name, ast.Attribute)) else None
-                    if t and G.nodes.get(t, {}).get("kind") == "class":
-                        m = _forward_of(R, t)
-                        if m:
-                            out.append((m, n.lineno, f"{f.id} is an element of self.{attr}, built as {t.rsplit('.', 1)[-1]}(...)"))
+                # what the called expression may be: itself, or what a local name of it was bound to
+                alts = [c.func] + (bindings.get(c.func.id, []) if isinstance(c.func, ast.Name) else [])
+                for alt in alts:
+                    if how == "factory" and isinstance(alt, ast.Call) and isinstance(alt.func, (ast.Name, ast.Attribute)):
+                        fac = R.resolve(module, cscope + ".__init__", ast.unparse(alt.func))  # factory(...)(...)
+                        for k in _factory_default(ctx, fac):
+                            m = _forward_of(R, k)
+                            if m:
+                                out.append((m, n.lineno, f"self.{attr} = {ast.unparse(alt.func)}(...)(...): its default return {k.rsplit('.', 1)[-1]}"))
+                    elif how == "container" and isinstance(alt, (ast.Name, ast.Attribute)):
+                        t = R.resolve(module, cscope + ".__init__", ast.unparse(alt))
+                        if t and G.nodes.get(t, {}).get("kind") == "class":
+                            m = _forward_of(R, t)
+                            if m:
+                                out.append((m, n.lineno, f"{f.id} is an element of self.{attr}, built as {t.rsplit('.', 1)[-1]}(...)"))
     return out
 
 

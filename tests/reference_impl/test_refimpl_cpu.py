@@ -168,6 +168,10 @@ def test_decode_config_runs_or_falls_back():
         moe_mod._mma_path({**cfg, "gemm2": {"num_warps": 3}}, torch.device(DEV))
     with pytest.raises(ValueError, match="pdl=yes"):
         moe_mod._mma_path({**cfg, "pdl": "yes"}, torch.device(DEV))
+    for bad in (16, 300, 64.0, True):
+        with pytest.raises(ValueError, match=f"gemm1.maxnreg={bad}"):
+            moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "maxnreg": bad}}, torch.device(DEV))
+    assert moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "maxnreg": 64}}, torch.device(DEV)) == can
     assert moe_mod._mma_path({**cfg, "pdl": True}, torch.device(DEV)) == can
     with pytest.raises(ValueError, match="gemm2.Q=4"):
         moe_mod._mma_path({**cfg, "gemm2": {"Q": 4}}, torch.device(DEV))

@@ -107,6 +107,17 @@ def test_decode_path_matches_reference(model, M, det, q2, nw2, av):
     matches_reference(p, kw, M, det, cfg, f"decode {model} q2={q2} av={av}")
 
 
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("M", [1, 64])
+@pytest.mark.parametrize("nw1,regs", [(2, (64, 40)), (4, (64, 48))], ids=["nw2", "nw4"])
+def test_decode_register_caps_match_reference(model, M, nw1, regs):
+    """Both decode GEMMs under a register cap ("maxnreg"), as the tuned configs may ask."""
+    cfg = {"path": "mma", "pdl": True, "gemm1": {"Q": 1, "num_warps": nw1, "maxnreg": regs[0]},
+           "gemm2": {"Q": 1, "num_warps": 2, "atom_vec": 8, "maxnreg": regs[1]}}
+    p, kw = problem(model, M, seed=M * 3 + nw1, invalid_frac=0.05)
+    matches_reference(p, kw, M, False, cfg, f"decode {model} maxnreg {regs}")
+
+
 @pytest.mark.parametrize("nw", [2, 4, 8])
 def test_decode_path_k_chunks_not_a_multiple_of_the_warps(nw):
     """H = 384 and I = 640 are whole 128-value chunks (3 and 5) that 2, 4 or 8 warps do not share
