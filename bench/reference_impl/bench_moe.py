@@ -45,8 +45,9 @@ def cfg(bm, g1, g2, vec=None):
 
 def mma(g1, g2):
     """A decode-path (Gluon, mma.sync) config: (Q tiles of 16 rows, warps[, weight cache
-    modifier[, atomics width]]) per GEMM; the GEMMs launched as programmatic dependents."""
-    k = ("Q", "num_warps", "w_cache", "atom_vec")
+    modifier[, atomics width[, register cap]]]) per GEMM; the GEMMs launched as programmatic
+    dependents."""
+    k = ("Q", "num_warps", "w_cache", "atom_vec", "maxnreg")
     return {"path": "mma", "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2)), "pdl": True}
 
 
@@ -74,7 +75,8 @@ WGMMA = [wgmma(64, 3), wgmma(128, 3), wgmma(128, 4), ws(128, 4, 4), ws(128, 4, 4
          ws(128, 4, 4, 1, (6, 4, 2)), ws(160, 4, 3, 1, (4, 3, 1), (64, 64)), ws(144, 4, 4, 1, (4, 4, 1), (64, 64)),
          ws(192, 4, 3, 1, (4, 3, 1), (64, 64))]
 MMA = [mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 2, ".cg"), (1, 2, ".cg", 8)), mma((1, 2, ".cg"), (2, 2, ".cg", 8)),
-       mma((1, 2), (1, 2, "", 8)), mma((1, 4, ".cg"), (1, 4, ".cg", 8))]
+       mma((1, 2), (1, 2, "", 8)), mma((1, 4, ".cg"), (1, 4, ".cg", 8)),
+       mma((1, 2, ".cg"), (1, 2, ".cg", 8, 40))]  # v11: the down GEMM at 40 registers, 51 warps an SM
 SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False)] + MMA
 MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4] + WGMMA[:2]
 LARGE = [cfg(128, (32, 128, 4, 3), (64, 128, 4, 3)), cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), MMA[1]] + WGMMA
