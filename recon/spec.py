@@ -520,7 +520,9 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
                          "taken_in": _short((d.get("taken_in") or [None])[0]), "taken_at": _at(*(d.get("taken_in") or [None, None, None])[1:3]),
                          "others": {k: v.get("value") for k, v in sorted((d.get("reference") or {}).items())}})
     backends.sort(key=lambda b: (b["taken_in"], b["attribute"] or "", str(b["compared_with"])))
-    cg_warn = next((f for f in findings if f.rule_id == "cuda-graph-host-sync" and not f.data.get("quant_method") and f.data.get("capture_site")), None)
+    cg_warn = next((f for f in findings if f.rule_id == "cuda-graph-host-sync" and "reachable_functions" in f.data), None)
+    cg_unresolved = next((f.data["unresolved_quant_methods"] for f in findings
+                          if f.rule_id == "cuda-graph-host-sync" and f.data.get("unresolved_quant_methods")), [])
     rows = {r["M"]: r for r in rl["rows"]}
     r1, rt = rows.get(1, rl["rows"][0]), rows.get(TYPICAL_BATCH, rl["rows"][-1])
     gap_rows = {g["M"]: g for g in gap.get("rows", [])}
@@ -556,6 +558,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             "mermaid": _mermaid(hops) if hops else "",
             "kernels": kernels,
             "slot_kernel": slot_kernel,
+            "unresolved_in_capture": [] if apply_q else [_short(q) for q in cg_unresolved],
             "weights": weights_as_created(tree, quant_class, model),
             "root_causes": causes,
             "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}),
@@ -608,7 +611,13 @@ def _not_found(ctx: dict) -> list[str]:
     mp = ctx["moe_path"]
     if ctx["model_class"]["missing"]:
         out.append(f"model class {', '.join(ctx['model_class']['missing'])} (the model's registered architecture) is not in this tree")
-    if not mp["quant_method"]:
+    if not mp["quant_method"] and mp["unresolved_in_capture"]:
+        names, many = mp["unresolved_in_capture"], len(mp["unresolved_in_capture"]) > 1
+        out.append(f"which kernel the {ctx['model']['expert_quant'].upper()} MoE quant method runs on this device: "
+                   f"{'the candidates ' if many else ''}{', '.join(names)} {'are' if many else 'is'} reached from the "
+                   f"captured forward, but {'their' if many else 'its'} kernels are picked through calls not resolved "
+                   "statically (a runner chosen at run time from server arguments, for instance)")
+    elif not mp["quant_method"]:
         out.append(f"no MoE quant method for {ctx['model']['expert_quant'].upper()} experts was found on the captured forward of this model for this device")
     if not mp["found"]:
         out.append("no MoE dispatch chain (capture site -> model forward -> quant method -> kernel)")
@@ -622,7 +631,7 @@ def _not_found(ctx: dict) -> list[str]:
         out.append("no grouped low-precision GEMM entry points")
     if not ctx["dense_fp8"]:
         out.append("no tuned-config lookup for the dense FP8 GEMM")
-    if ctx["integration"]["in_capture"] is None:
+    if ctx["integration"]["in_capture"] is None and not mp["unresolved_in_capture"]:
         out.append("whether the MoE runs inside CUDA-graph capture (no capture chain to the MoE quant method)")
     return out
 

@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SEED_VERSION = "0.5.13.post1"
 NEW_VERSION = os.environ.get("RECON_TEST_NEW_VERSION", "0.5.23")
+OLD_VERSION = "0.5.5"  # before the seed: gpt-oss's MoE kernels picked at run time, no DeepSeek-V4
 
 os.environ.setdefault("RECON_CACHE_DIR", str(REPO / ".cache" / "recon-tests"))
 
@@ -35,6 +36,14 @@ def sglang_new():
     from recon.target import from_version
 
     return from_version(NEW_VERSION)
+
+
+@pytest.fixture(scope="session")
+def tree_old():
+    from recon.target import from_version
+    from recon.tree import load
+
+    return load(from_version(OLD_VERSION))
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from recon import spec
 from recon.profiles import load_device, load_model
 from recon.rules import get_rule
 from recon.scan import run_rules
@@ -122,6 +123,50 @@ def test_gpt_oss_moe_runs_inside_capture_0513(tree_0513):
     assert any(h.endswith("FusedMoE.forward") for h in hops)
     text = [tree_0513.lines(e.path)[e.line - 1] for e in mx[0].evidence]
     assert any("self.experts(" in t for t in text) and any("layer(" in t for t in text)
+
+
+def test_quant_method_whose_kernels_are_picked_at_run_time(synthetic):
+    """A MoE quant method reached from the captured forward whose apply hands off to a runner the
+    graph cannot resolve: one note naming it, and no MoE kernel path claimed."""
+    model = """
+class Mxfp4MoEMethod:
+    def apply(self, layer, x):
+        return self.runner.run(x)
+
+class SparseMoeBlock:
+    def forward(self, x):
+        return self.quant_method.apply(self, x)
+
+class DeepseekV4ForCausalLM:
+    def __init__(self):
+        self.mlp = SparseMoeBlock()
+
+    def forward(self, x):
+        return self.mlp.forward(x)
+
+EntryClass = DeepseekV4ForCausalLM
+"""
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model})
+    found = _scan(tree)
+    assert not _moe_path(found)
+    notes = [f for f in found if f.data.get("unresolved_quant_methods")]
+    assert len(notes) == 1 and notes[0].severity == "note"
+    assert notes[0].data["unresolved_quant_methods"] == ["sglang.srt.models.m.Mxfp4MoEMethod.apply"]
+    assert "Mxfp4MoEMethod.apply" in notes[0].message and "not resolve" in notes[0].message
+
+
+def test_older_release_gpt_oss_kernels_picked_at_run_time(tree_old):
+    """SGLang 0.5.5 picks gpt-oss's MoE kernels from server arguments at run time: the spec says the
+    quant method runs inside the capture and that its kernel is not established, not that it is absent."""
+    ctx = spec.spec_for(tree_old, load_device("h200"), load_model("gpt-oss-120b"))
+    unresolved = ctx["moe_path"]["unresolved_in_capture"]
+    assert "Mxfp4MoEMethod.apply" in unresolved
+    assert not any(n.startswith("no MoE quant method") for n in ctx["not_found"])
+    assert any(n.startswith("which kernel the MXFP4 MoE quant method runs") for n in ctx["not_found"])
+    assert not any(n.startswith("whether the MoE runs inside CUDA-graph capture") for n in ctx["not_found"])
+    f = next(f for f in ctx["findings"] if "no Triton kernel or native op is reached" in f["message"])
+    for ev in f["evidence"]:  # the capture site and each method's def, read from the tree
+        assert 1 <= ev["line"] <= len(tree_old.lines(ev["path"]))
 
 
 def _moe_path(findings):

@@ -553,6 +553,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "constraints": constraints,
         }))
     # the MoE kernel paths: inside capture? capture-safe?
+    unresolved = []  # quant methods run inside the capture whose kernels the graph does not reach
     for q in qm:
         in_capture = q in parent
         if not in_capture:  # a path not reached from the captured forward is not a capture fact
@@ -561,6 +562,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
         kernels = sorted(v for v in sub if G.nodes[v].get("kind") == "triton_kernel")
         natives = sorted(v for v in sub if G.nodes[v].get("kind") == "native_op")
         if not kernels and not natives:
+            unresolved.append(q)
             continue
         hz = [h for v in sorted(sub) for h in _hazards(ctx, v, params)]
         live = [h for h in hz if not h["guarded_by"]]
@@ -597,4 +599,24 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "path_to_apply": [{"node": h[0], "path": h[2], "line": h[3], "how": h[4], "inferred": h[5]} for h in path_hops],
             "constraints": constraints,
         }))
+    if unresolved and not any("quant_method" in f.data for f in findings):
+        findings.append(_unresolved_finding(ctx, rule, chain, unresolved, int(params.get("kernel_depth", 3))))
     return findings
+
+
+def _unresolved_finding(ctx, rule, chain: dict, unresolved: list[str], depth: int) -> Finding:
+    """The MoE quant method is reached from the captured forward, but no kernel is reached from it:
+    older releases pick the kernels at run time (a runner object built from server arguments), which
+    static reading does not evaluate. Said as such, so a spec does not claim the method is absent."""
+    G = ctx.tree.graph
+    names = ", ".join(G.nodes[q]["qualname"].rsplit(".", 2)[-2] + ".apply" for q in unresolved)
+    msg = (f"MoE quant method{'s' if len(unresolved) > 1 else ''} for {ctx.model.expert_quant} experts reached from the "
+           f"CUDA-graph-captured forward of {ctx.model.name}: {names}; no Triton kernel or native op is reached from "
+           f"{'them' if len(unresolved) > 1 else 'it'} within {depth} calls, so the kernels are chosen through calls this "
+           f"analysis does not resolve (for instance a runner picked from server arguments at run time)")
+    ev = [_ev(ctx, chain["site_path"], chain["site_line"], "CUDA-graph capture site")]
+    ev += [_ev(ctx, G.nodes[q]["path"], G.nodes[q]["line"], G.nodes[q]["qualname"]) for q in unresolved]
+    return Finding(rule.id, msg, "note", ev, {
+        "capture_site": f"{chain['site_path']}:{chain['site_line']}",
+        "unresolved_quant_methods": list(unresolved),
+    })
