@@ -48,6 +48,12 @@ def default_config(M: int, E: int, topk: int, H: int, I: int) -> dict:
     return {"BLOCK_M": bm, "gemm1": g1, "gemm2": g2}
 
 
+def reg_cap(gemm_cfg: dict) -> dict:
+    """The launch option capping a kernel's registers a thread, where a GEMM's config names one
+    ("maxnreg"), else none."""
+    return {"maxnreg": gemm_cfg["maxnreg"]} if gemm_cfg.get("maxnreg") is not None else {}
+
+
 def get_config(M: int, E: int, topk: int, H: int, I: int, device_name: Optional[str]) -> dict:
     if device_name:
         table = _load(os.path.join(CONFIG_DIR, config_file_name(E, I, device_name)))

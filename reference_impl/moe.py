@@ -70,11 +70,6 @@ def check_mma_config(cfg: dict) -> None:
         raise ValueError("config: the decode path (\"mma\") cannot take " + "; ".join(bad))
 
 
-def _reg_cap(c: dict) -> dict:
-    """The launch option capping a decode GEMM's registers, where its config names one."""
-    return {"maxnreg": c["maxnreg"]} if c.get("maxnreg") is not None else {}
-
-
 def _decode_mask(K: int, N: int, c: dict) -> bool:
     """Whether a decode GEMM needs masked loads: unless K splits into whole 128-value chunks
     that the program's warps share evenly, and N into whole tiles of 16 Q rows."""
@@ -283,7 +278,7 @@ def grouped_mxfp4_moe(
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
             clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
-            MASK=_decode_mask(H, I, c1), num_warps=c1["num_warps"], launch_pdl=pdl, **_reg_cap(c1),
+            MASK=_decode_mask(H, I, c1), num_warps=c1["num_warps"], launch_pdl=pdl, **_configs.reg_cap(c1),
         )
     else:
         grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
@@ -309,7 +304,7 @@ def grouped_mxfp4_moe(
                 S, H, I, NB, topk,
                 act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
                 rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), AV=c2.get("atom_vec", 2),
-                MASK=_decode_mask(I, H, c2), num_warps=c2["num_warps"], launch_pdl=pdl, **_reg_cap(c2),
+                MASK=_decode_mask(I, H, c2), num_warps=c2["num_warps"], launch_pdl=pdl, **_configs.reg_cap(c2),
             )
             return
         gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](

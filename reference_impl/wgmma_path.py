@@ -21,6 +21,7 @@ try:  # Gluon's Hopper modules; absent from some Triton builds
     from .kernels import prefill_ws as _ws
 except Exception:  # pragma: no cover - depends on the installed Triton
     _k = None
+from .configs import reg_cap
 from .kernels.prep_act import prefill_prep_kernel
 
 PREP_ROWS, PREP_BLOCK = 16, 256
@@ -119,7 +120,7 @@ def gemm1(xp, w13, s13, sorted_slots, block_expert, S, H, I, parts, c1, clamp, h
     cw = c1.get("ws")
     if cw:  # warp-specialized: cw warpgroups of 32 stacked features each share a B tile
         NT = triton.cdiv(act.shape[1], 32 * cw)
-        extra = {"maxnreg": c1["maxnreg"]} if "maxnreg" in c1 else {}
+        extra = reg_cap(c1)
         _ws.prefill_gemm1_ws_kernel[(P // bn * NT,)](
             *args, NT, *strides, HAS_CLAMP=has_clamp, BN=bn, T0=t0, T1=t1, STAGES=c1.get("STAGES", 4), CW=cw,
             LAG=c1.get("LAG", 1), MASK=not (H % 128 == 0 and I % 128 == 0), CREGS=c1.get("CREGS", CREGS[cw]),
@@ -142,7 +143,7 @@ def gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, parts
     cw = c2.get("ws")
     if cw:  # warp-specialized: cw warpgroups of 64 output columns each share a B tile
         NT = triton.cdiv(H, 64 * cw)
-        extra = {"maxnreg": c2["maxnreg"]} if "maxnreg" in c2 else {}
+        extra = reg_cap(c2)
         _ws.prefill_gemm2_ws_kernel[(P // bn * NT,)](
             *args, NT, topk, *strides, OUT_MODE=mode, BN=bn, T0=t0, T1=t1, STAGES=c2.get("STAGES", 4), CW=cw,
             AV=c2.get("atom_vec", 2), LAG=c2.get("LAG", 1), MASK=I % 128 != 0, CREGS=c2.get("CREGS", CREGS[cw]),
