@@ -30,6 +30,11 @@ try:  # the decode path is written in Gluon (explicit layouts); absent from some
     from .kernels import decode_mma as _decode_mma
 except Exception:  # pragma: no cover - depends on the installed Triton
     _decode_mma = None
+try:  # its TMA form (weights through a shared-memory ring) needs Gluon's Hopper modules
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _TensorDescriptor
+    from .kernels import decode_tma as _decode_tma
+except Exception:  # pragma: no cover - depends on the installed Triton
+    _decode_tma = None
 
 ROUTE_KERNEL_MAX_SLOTS = 2048
 _STATE = {"bf16_atomics": True}  # cleared if the bf16 atomic epilogue fails to build
@@ -62,12 +67,30 @@ def check_mma_config(cfg: dict) -> None:
         mr = c.get("maxnreg")
         if mr is not None and not (isinstance(mr, int) and not isinstance(mr, bool) and 32 <= mr <= 255):
             bad.append(f"{g}.maxnreg={mr} (registers a thread, 32..255)")
+        if c.get("tma", 0) not in (0, 2, 3, 4, 5, 6):
+            bad.append(f"{g}.tma={c.get('tma')} (0: direct loads, or 2..6 ring stages)")
     if cfg.get("pdl", False) not in (True, False):
         bad.append(f"pdl={cfg.get('pdl')} (true or false)")
     if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
         bad.append(f"gemm2.atom_vec={cfg['gemm2'].get('atom_vec')} (2 or 8)")
     if bad:
         raise ValueError("config: the decode path (\"mma\") cannot take " + "; ".join(bad))
+
+
+def _tma_desc(w: torch.Tensor, shape: list, block: list):
+    """TMA descriptor of a packed weight tensor seen as int32 words of the given shape (unswizzled
+    boxes, the decode_tma ring's layout)."""
+    v = w.view(torch.int32).view(shape)
+    return _TensorDescriptor(v, shape, list(v.stride()), block, _decode_tma.ring_layout(len(shape)))
+
+
+def _tma_stages(c: dict, w: torch.Tensor) -> int:
+    """Ring stages of a decode GEMM's TMA form, or 0 (direct loads): where the config asks and the
+    weights' base is 16-byte aligned (the rows are: H / 2 and I / 2 are multiples of 16)."""
+    st = int(c.get("tma", 0))
+    if not st or _decode_tma is None or w.data_ptr() % 16:
+        return 0
+    return st
 
 
 def _decode_mask(K: int, N: int, c: dict) -> bool:
@@ -272,6 +295,14 @@ def grouped_mxfp4_moe(
     if wg:  # hidden states gathered per sorted row in the kernels' k order, then wgmma
         act = wgmma_path.gemm1(wgmma_path.prep(x, sorted_slots, S, topk, P), w13, s13, sorted_slots,
                                block_expert, S, H, I, wgmma_path.token_parts(cfg), c1, clamp, has_clamp, _poison)
+    elif mma and _tma_stages(c1, w13):
+        Q1, NW1 = c1["Q"], c1["num_warps"]
+        _decode_tma.decode_gemm1_swiglu_tma_kernel[(NB * triton.cdiv(I, 16 * Q1),)](
+            xb.view(torch.int32), _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1]), s13, act, sorted_slots,
+            block_expert, S, H, I, NB, topk, xb.stride(0), s13.stride(0), s13.stride(1), act.stride(0),
+            clamp, HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=_tma_stages(c1, w13), num_warps=NW1, launch_pdl=pdl,
+            **_configs.reg_cap(c1),
+        )
     elif mma:
         _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
@@ -297,6 +328,15 @@ def grouped_mxfp4_moe(
         if wg:
             wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, wgmma_path.token_parts(cfg),
                              c2, rsf, mode)
+            return
+        if mma and _tma_stages(c2, w2) and c2.get("atom_vec", 2) == 8:
+            Q2, NW2 = c2["Q"], c2["num_warps"]
+            _decode_tma.decode_gemm2_combine_tma_kernel[(NB * triton.cdiv(H, 16 * Q2),)](
+                act.view(torch.int32), _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2]), s2, buf, sorted_slots,
+                block_expert, tw, S, H, I, NB, topk, act.stride(0), s2.stride(0), s2.stride(1), buf.stride(0),
+                rsf, OUT_MODE=mode, Q=Q2, NW=NW2, STAGES=_tma_stages(c2, w2), num_warps=NW2, launch_pdl=pdl,
+                **_configs.reg_cap(c2),
+            )
             return
         if mma:
             _decode_mma.decode_gemm2_combine_kernel[(NB * triton.cdiv(H, 16 * c2["Q"]),)](

@@ -51,7 +51,24 @@ G1, G1W4, G2 = (1, 2, ".cg"), (1, 4, ".cg"), (1, 2, ".cg", 8)
 CANDS = [{**BASE, **PDL}, {**mma(G1, G2, (64, 48)), **PDL}, {**mma(G1, G2, (64, 40)), **PDL},
          {**mma(G1W4, G2, (64, 40)), **PDL}, {**mma(G1W4, (1, 4, ".cg", 8), (64, 48)), **PDL},
          {**mma(G1, G2, (None, 40)), **PDL}]
-PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
+# v12: the weights through a TMA ring in shared memory (kernels/decode_tma.py, config key "tma" =
+# ring stages), each GEMM alone and both
+G2C = (1, 2, ".cg", 8)
+
+
+def with_tma(c, s1, s2):
+    c = {**c, "gemm1": dict(c["gemm1"]), "gemm2": dict(c["gemm2"])}
+    if s1:
+        c["gemm1"]["tma"] = s1
+    if s2:
+        c["gemm2"]["tma"] = s2
+    return c
+
+
+TUNED_LIKE = {**mma(G1, G2C, (None, 40)), **PDL}
+CANDS = [{**BASE, **PDL}, TUNED_LIKE, with_tma(TUNED_LIKE, 3, 0), with_tma(TUNED_LIKE, 0, 3), with_tma(BASE | PDL, 3, 3),
+         with_tma(BASE | PDL, 2, 2), with_tma(BASE | PDL, 4, 4), with_tma({**mma(G1, (1, 2, ".cg", 8), (None, 48)), **PDL}, 3, 3)]
+PROFILED = (0, 4)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
 def wgmma(bn, stages, nw, pf=1, **extra):

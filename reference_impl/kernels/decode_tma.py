@@ -1,0 +1,223 @@
+"""Decode path with the weight tiles brought in by TMA (Gluon, sm_90): decode_mma's MMAs,
+dequant and epilogues, with the e2m1 words of each K step landing in a shared-memory ring.
+
+Why: in decode_mma each warp loads a chunk's words into registers, waits for DRAM, and only
+then dequantizes and multiplies; a warp has one chunk in flight, and holding more in
+registers (register prefetch, v6/v11) costs the registers that would hold more warps
+(bench/NOTES.md, v11). Here one thread of the program issues TMA copies of the next STAGES
+steps into shared memory, so the bytes in flight no longer live in registers and the
+warps wait on DRAM only when the ring runs dry. A step = one 128-value chunk a warp (the
+chunk order of decode_mma: warp w takes chunk j * NW + w at step j), so each warp's words
+sit in their own box of 16 Q rows x 64 bytes: with that 64-byte pitch the eight lanes of a
+128-bit shared load phase (rows g, g + 1; four 16-byte groups each) hit 32 distinct banks.
+
+The ring: `full[s]` (TMA bytes of slot s landed); after every warp has read slot s into
+registers, a CTA barrier, and slot s is refilled with step j + STAGES. The down GEMM's first
+STAGES steps are issued before it waits for the gate/up GEMM (programmatic dependent launch):
+its weights do not depend on that grid, only its activations do.
+
+K tails need no masks on the weights: TMA fills past the tensor's K with zeros, and the
+scales and activations there are masked as in decode_mma.
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+from .decode_mma import (HALF, LIFT, _combine_rows, _ids, _layout, _load_act, _mma_tile, _out_ids,
+                         _total, gdc_launch_dependents, gdc_wait)
+
+
+@gluon.constexpr_function
+def ring_layout(rank):
+    """Shared layout of the ring: unswizzled 32-bit words, rows of 16 NW words (one TMA box a step)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=rank)
+
+
+@gluon.constexpr_function
+def _words_layout(T, NW, Q):
+    """Register layout of one ring slot ([T, 16 Q, 16 NW] words: tile t = gate / up, row, word):
+    warp w reads words [16 w, + 16) (its chunk), lane 4 g + t4 words 16 w + 4 t4 .. + 3 of rows
+    16 q + 8 h + g, as decode_mma's 128-bit loads do (registers: word, h, q, tile)."""
+    regs = [[0, 0, 1], [0, 0, 2], [0, 8, 0]] + ([[0, 16, 0]] if Q == 2 else []) + ([[1, 0, 0]] if T == 2 else [])
+    lanes = [[0, 0, 4], [0, 0, 8], [0, 1, 0], [0, 2, 0], [0, 4, 0]]
+    warps = [[0, 0, 16 << k] for k in range(NW.bit_length() - 1)]
+    if T == 1:  # a 2-D slot: drop the tile coordinate
+        return gl.DistributedLinearLayout([b[1:] for b in regs], [b[1:] for b in lanes], [b[1:] for b in warps], [],
+                                          [16 * Q, 16 * NW])
+    return gl.DistributedLinearLayout(regs, lanes, warps, [], [T, 16 * Q, 16 * NW])
+
+
+@gluon.jit
+def _issue(desc, ring, bar, slot, coord0, row0, j, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
+    """One TMA box into ring slot `slot`: chunks j * NW .. j * NW + NW - 1 (16 words each) of rows
+    [row0, + 16 Q), of T tiles (the gate and up halves of W13 are the middle index of a 3-D view)."""
+    mbarrier.expect(bar, T * 16 * Q * 64 * NW)
+    if T == 2:
+        tma.async_copy_global_to_shared(desc, [coord0, row0, j * NW * 16], bar, ring.index(slot))
+    else:
+        tma.async_copy_global_to_shared(desc, [row0, j * NW * 16], bar, ring.index(slot))
+
+
+@gluon.jit
+def _ring_start(desc, coord0, row0, nk, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr, STAGES: gl.constexpr):
+    """The ring ([STAGES, (T,) 16 Q, 16 NW] words) and its barriers, with its first STAGES steps in flight."""
+    if T == 2:
+        ring = gl.allocate_shared_memory(gl.int32, [STAGES, 2, 16 * Q, 16 * NW], ring_layout(3))
+    else:
+        ring = gl.allocate_shared_memory(gl.int32, [STAGES, 16 * Q, 16 * NW], ring_layout(2))
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        if i < nk:
+            _issue(desc, ring, full.index(i), i, coord0, row0, i, T, NW, Q)
+    return ring, full
+
+
+@gluon.jit
+def _ring_end(full, STAGES: gl.constexpr):
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(full.index(i))
+
+
+@gluon.jit
+def _read_slot(ring, s, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
+    """Slot s -> per tile (rows r, rows r + 8) as [NW, Q, 32, 4], in the layout _mma_tile takes."""
+    x = ring.index(s)
+    if T == 1:
+        x = gl.reshape(x.load(_words_layout(1, NW, Q)), [1, 16 * Q, 16 * NW])
+    else:
+        x = x.load(_words_layout(2, NW, Q))
+    x = gl.reshape(x, [T, Q, 2, 8, NW, 4, 4])  # (tile, q, h, g, warp, t4, word)
+    x = gl.reshape(gl.permute(x, (4, 1, 3, 5, 6, 2, 0)), [NW, Q, 32, 4, 2, T])
+    W: gl.constexpr = gl.SliceLayout(4, _layout(NW, Q))
+    if T == 2:
+        lo, hi = gl.split(gl.permute(x, (0, 1, 2, 3, 5, 4)))  # split h: [NW, Q, 32, 4, T] each
+        glo, ulo = gl.split(lo)
+        ghi, uhi = gl.split(hi)
+        return (gl.convert_layout(glo, W), gl.convert_layout(ghi, W), gl.convert_layout(ulo, W),
+                gl.convert_layout(uhi, W))
+    else:
+        lo, hi = gl.split(gl.reshape(x, [NW, Q, 32, 4, 2]))
+        return gl.convert_layout(lo, W), gl.convert_layout(hi, W)
+
+
+@gluon.jit
+def _scales(s_lo, row_stride_s, c, ok):
+    return gl.load(s_lo + c * 4, mask=ok, other=127), gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127)
+
+
+@gluon.jit
+def decode_gemm1_swiglu_tma_kernel(
+    x_ptr, w_desc, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
+    S, K, I, NB, TOPK,
+    stride_xm, stride_se, stride_sn, stride_am,
+    clamp_limit,
+    HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr,
+):
+    """decode_gemm1_swiglu_kernel's output; w_desc: W13 as int32 words [2 E, I, H / 8] (expert and
+    gate / up, row, word), boxes of [2, 16 Q, 16 NW]."""
+    gdc_wait()  # routing and the laid-out hidden states come from the launch before
+    gdc_launch_dependents()
+    pid = gl.program_id(0)
+    b = pid % NB
+    nt = pid // NB
+    e = gl.load(block_expert_ptr + b)
+    if e < 0:
+        return
+    w, q, lane, m, i = _ids(NW, Q)
+    g = lane // 4
+    t4 = lane % 4
+    KG = K // 32
+    nk = gl.cdiv(gl.cdiv(K, 128), NW)
+    row0 = nt * (16 * Q)
+    ring, full = _ring_start(w_desc, e * 2, row0, nk, 2, NW, Q, STAGES)
+
+    slot_b = gl.load(sorted_ptr + b * 8 + g)
+    tok_ok = slot_b < S
+    a_rows = gl.expand_dims(x_ptr + (slot_b // TOPK).to(gl.int64) * (stride_xm // 2) + t4 * 16 + m * 4, 4) + i
+    r = nt * (16 * Q) + q * 16 + g
+    row_ok = r < I
+    sg_lo = s_ptr + e.to(gl.int64) * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+    su_lo = sg_lo + I * stride_sn
+
+    zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+    gacc = zero
+    uacc = zero
+    for j in range(nk):
+        s = j % STAGES
+        c = j * NW + w
+        kin = (c * 4 + t4) < KG
+        bp = _load_act(a_rows, c, tok_ok & kin)
+        mbarrier.wait(full.index(s), (j // STAGES) & 1)
+        glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
+        gs0, gs1 = _scales(sg_lo, stride_sn, c, row_ok & kin)
+        us0, us1 = _scales(su_lo, stride_sn, c, row_ok & kin)
+        gl.thread_barrier()  # every warp has slot s in registers
+        if j + STAGES < nk:
+            _issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
+        gacc = _mma_tile((glo, ghi, gs0, gs1), bp, gacc)
+        uacc = _mma_tile((ulo, uhi, us0, us1), bp, uacc)
+    _ring_end(full, STAGES)
+
+    oq, olane, oi = _out_ids(NW, Q)
+    orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
+    otok = (olane % 4) * 2 + oi % 2
+    gate = _total(gacc) * HALF
+    up = _total(uacc) * HALF
+    if HAS_CLAMP:
+        gate = gl.minimum(gate, clamp_limit)
+        up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
+    h = gate / (1.0 + gl.exp(-gate)) * up
+    pcol = (orow & ~7) | ((orow & 3) << 1) | ((orow >> 2) & 1)
+    dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + pcol
+    gl.store(dst, (h * LIFT).to(gl.bfloat16), mask=orow < I)
+
+
+@gluon.jit
+def decode_gemm2_combine_tma_kernel(
+    a_ptr, w_desc, s_ptr, out_ptr, sorted_ptr, block_expert_ptr, topk_w_ptr,
+    S, N, K, NB, TOPK,
+    stride_am, stride_se, stride_sn, stride_om,
+    scale_factor,
+    OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr,
+):
+    """decode_gemm2_combine_kernel's output (the 16-byte-atomic epilogue); w_desc: W2 as int32
+    words [E * H, I / 8], boxes of [16 Q, 16 NW]."""
+    pid = gl.program_id(0)
+    b = pid % NB
+    nt = pid // NB
+    e = gl.load(block_expert_ptr + b)
+    if e < 0:
+        return
+    w, q, lane, m, i = _ids(NW, Q)
+    g = lane // 4
+    t4 = lane % 4
+    KG = K // 32
+    nk = gl.cdiv(gl.cdiv(K, 128), NW)
+    row0 = e * N + nt * (16 * Q)
+    # the routing finished two launches back; the weights do not depend on the gate/up GEMM,
+    # so the ring fills while that grid drains
+    ring, full = _ring_start(w_desc, 0, row0, nk, 1, NW, Q, STAGES)
+    a_rows = gl.expand_dims(a_ptr + (b * 8 + g).to(gl.int64) * (stride_am // 2) + t4 * 16 + m * 4, 4) + i
+    tok_ok = gl.load(sorted_ptr + b * 8 + g) < S
+    r = nt * (16 * Q) + q * 16 + g
+    row_ok = r < N
+    s_lo = s_ptr + e.to(gl.int64) * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+    gdc_wait()  # the activations come from the gate/up GEMM
+
+    acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+    for j in range(nk):
+        s = j % STAGES
+        c = j * NW + w
+        kin = (c * 4 + t4) < KG
+        bp = _load_act(a_rows, c, tok_ok & kin)
+        mbarrier.wait(full.index(s), (j // STAGES) & 1)
+        lo, hi = _read_slot(ring, s, 1, NW, Q)
+        s0, s1 = _scales(s_lo, stride_sn, c, row_ok & kin)
+        gl.thread_barrier()
+        if j + STAGES < nk:
+            _issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
+        acc = _mma_tile((lo, hi, s0, s1), bp, acc)
+    _ring_end(full, STAGES)
+    _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)
