@@ -68,7 +68,20 @@ def with_tma(c, s1, s2):
 TUNED_LIKE = {**mma(G1, G2C, (None, 40)), **PDL}
 CANDS = [{**BASE, **PDL}, TUNED_LIKE, with_tma(TUNED_LIKE, 3, 0), with_tma(TUNED_LIKE, 0, 3), with_tma(BASE | PDL, 3, 3),
          with_tma(BASE | PDL, 2, 2), with_tma(BASE | PDL, 4, 4), with_tma({**mma(G1, (1, 2, ".cg", 8), (None, 48)), **PDL}, 3, 3)]
-PROFILED = (0, 4)  # candidates whose per-kernel times are printed (--profile overrides)
+# probe36: the TMA form with 2-stage rings in both GEMMs won 1-10% over the tuned configs; 3 and 4
+# stages were no better. probe37: its variants (more warps, two tiles a program, register caps)
+CANDS36 = CANDS
+T2 = with_tma(BASE | PDL, 2, 2)
+
+
+def tweak(c, g1=None, g2=None):
+    return {**c, "gemm1": {**c["gemm1"], **(g1 or {})}, "gemm2": {**c["gemm2"], **(g2 or {})}}
+
+
+CANDS = [T2, tweak(T2, {"num_warps": 4}), tweak(T2, {"Q": 2}), tweak(T2, {"Q": 2}, {"Q": 2}),
+         tweak(T2, {"maxnreg": 64}), with_tma(TUNED_LIKE, 2, 0), tweak(T2, {"num_warps": 4, "maxnreg": 64}),
+         tweak(T2, None, {"num_warps": 4})]
+PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
 def wgmma(bn, stages, nw, pf=1, **extra):
