@@ -55,8 +55,9 @@ def check_mma_config(cfg: dict) -> None:
     """A decode-path config the kernels cannot take is an error, not a silent fallback: Q
     tiles of 16 rows a program (1 or 2: the sizes tested on the GPU), a power-of-two warp
     count (1..8), an optional register cap a thread ("maxnreg": fewer registers, more resident
-    warps), the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors), and whether the
-    GEMMs are launched as programmatic dependents ("pdl")."""
+    warps), the weights through a TMA ring of 2..6 shared-memory stages ("tma", kernels/decode_tma.py;
+    0 or absent: direct loads), the down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors),
+    and whether the GEMMs are launched as programmatic dependents ("pdl")."""
     bad = []
     for g in ("gemm1", "gemm2"):
         c = cfg.get(g, {})
@@ -67,12 +68,15 @@ def check_mma_config(cfg: dict) -> None:
         mr = c.get("maxnreg")
         if mr is not None and not (isinstance(mr, int) and not isinstance(mr, bool) and 32 <= mr <= 255):
             bad.append(f"{g}.maxnreg={mr} (registers a thread, 32..255)")
-        if c.get("tma", 0) not in (0, 2, 3, 4, 5, 6):
-            bad.append(f"{g}.tma={c.get('tma')} (0: direct loads, or 2..6 ring stages)")
+        st = c.get("tma", 0)
+        if not (isinstance(st, int) and not isinstance(st, bool) and st in (0, 2, 3, 4, 5, 6)):
+            bad.append(f"{g}.tma={st} (0: direct loads, or 2..6 ring stages)")
     if cfg.get("pdl", False) not in (True, False):
         bad.append(f"pdl={cfg.get('pdl')} (true or false)")
     if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
         bad.append(f"gemm2.atom_vec={cfg['gemm2'].get('atom_vec')} (2 or 8)")
+    elif cfg.get("gemm2", {}).get("tma") and cfg["gemm2"].get("atom_vec", 2) != 8:
+        bad.append("gemm2.tma with atom_vec 2 (the TMA form has the 16-byte epilogue only: atom_vec 8)")
     if bad:
         raise ValueError("config: the decode path (\"mma\") cannot take " + "; ".join(bad))
 
@@ -329,7 +333,7 @@ def grouped_mxfp4_moe(
             wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, wgmma_path.token_parts(cfg),
                              c2, rsf, mode)
             return
-        if mma and _tma_stages(c2, w2) and c2.get("atom_vec", 2) == 8:
+        if mma and _tma_stages(c2, w2):
             Q2, NW2 = c2["Q"], c2["num_warps"]
             _decode_tma.decode_gemm2_combine_tma_kernel[(NB * triton.cdiv(H, 16 * Q2),)](
                 act.view(torch.int32), _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2]), s2, buf, sorted_slots,

@@ -51,6 +51,13 @@ def mma(g1, g2):
     return {"path": "mma", "gemm1": dict(zip(k, g1)), "gemm2": dict(zip(k, g2)), "pdl": True}
 
 
+def tma(c, s1, s2):
+    """Decode config c with each GEMM's weights through a TMA ring of s1 / s2 shared-memory stages
+    (kernels/decode_tma.py; 0: direct loads)."""
+    return {**c, "gemm1": {**c["gemm1"], **({"tma": s1} if s1 else {})},
+            "gemm2": {**c["gemm2"], **({"tma": s2} if s2 else {})}}
+
+
 def wgmma(bn, stages, nw=4, av=8):
     """A prefill-path (Gluon, wgmma, sm_90) config: BN tokens per block, TMA stages, warps,
     the down GEMM's atomics width."""
@@ -77,8 +84,12 @@ WGMMA = [wgmma(64, 3), wgmma(128, 3), wgmma(128, 4), ws(128, 4, 4), ws(128, 4, 4
 MMA = [mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 2, ".cg"), (1, 2, ".cg", 8)), mma((1, 2, ".cg"), (2, 2, ".cg", 8)),
        mma((1, 2), (1, 2, "", 8)), mma((1, 4, ".cg"), (1, 4, ".cg", 8)),
        mma((1, 2, ".cg"), (1, 2, ".cg", 8, 40))]  # v11: the down GEMM at 40 registers, 51 warps an SM
+# v12: the weights through 2-stage TMA rings (probes 36-37): both GEMMs, both with two tiles a
+# program, or the gate/up GEMM only beside the 40-register down GEMM
+MMA += [tma(mma((1, 2), (1, 2, "", 8)), 2, 2), tma(mma((2, 2), (2, 2, "", 8)), 2, 2),
+        tma(mma((1, 2), (1, 2, ".cg", 8, 40)), 2, 0)]
 SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False)] + MMA
-MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4] + WGMMA[:2]
+MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4] + MMA[6:8] + WGMMA[:2]
 LARGE = [cfg(128, (32, 128, 4, 3), (64, 128, 4, 3)), cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), MMA[1]] + WGMMA
 
 

@@ -173,6 +173,14 @@ def test_decode_config_runs_or_falls_back():
             moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "maxnreg": bad}}, torch.device(DEV))
     assert moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "maxnreg": 64}}, torch.device(DEV)) == can
     assert moe_mod._mma_path({**cfg, "pdl": True}, torch.device(DEV)) == can
+    for bad in (1, 7, 2.0, True, "3"):  # TMA ring stages: 2..6, or 0 for direct loads
+        with pytest.raises(ValueError, match=f"gemm1.tma={bad}"):
+            moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "tma": bad}}, torch.device(DEV))
+    with pytest.raises(ValueError, match="gemm2.tma with atom_vec 2"):
+        moe_mod._mma_path({**cfg, "gemm2": {"Q": 1, "num_warps": 2, "tma": 2}}, torch.device(DEV))
+    tma = {**cfg, "gemm1": {"Q": 1, "num_warps": 2, "tma": 2}, "gemm2": {"Q": 1, "num_warps": 2, "tma": 3, "atom_vec": 8}}
+    assert moe_mod._mma_path(tma, torch.device(DEV)) == can
+    check(p, config=tma)  # runs the TMA form where it can, the tl.dot fallback here
     with pytest.raises(ValueError, match="gemm2.Q=4"):
         moe_mod._mma_path({**cfg, "gemm2": {"Q": 4}}, torch.device(DEV))
     for c in (1, 2):
