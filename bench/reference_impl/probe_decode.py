@@ -81,6 +81,14 @@ def tweak(c, g1=None, g2=None):
 CANDS = [T2, tweak(T2, {"num_warps": 4}), tweak(T2, {"Q": 2}), tweak(T2, {"Q": 2}, {"Q": 2}),
          tweak(T2, {"maxnreg": 64}), with_tma(TUNED_LIKE, 2, 0), tweak(T2, {"num_warps": 4, "maxnreg": 64}),
          tweak(T2, None, {"num_warps": 4})]
+# probe38: the down GEMM (2.7 TB/s at DSV4 M=64 against the gate/up GEMM's 3.6) behind the tuned
+# two-tile TMA gate/up GEMM: one warp a program, a deeper ring, more warps, register caps (no
+# spills at these caps, SASS); and the gate/up GEMM capped or with a deeper ring
+CANDS37 = CANDS
+TQ2 = tweak(T2, {"Q": 2}, {"Q": 2})
+CANDS = [TQ2, tweak(TQ2, None, {"num_warps": 1}), tweak(TQ2, None, {"Q": 1, "num_warps": 1}),
+         tweak(TQ2, None, {"tma": 3}), tweak(TQ2, None, {"num_warps": 4}), tweak(TQ2, None, {"maxnreg": 72}),
+         tweak(TQ2, {"maxnreg": 112}), tweak(TQ2, {"tma": 3})]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
