@@ -87,9 +87,9 @@ MMA = [mma((1, 2, ".cg"), (1, 2, ".cg")), mma((1, 2, ".cg"), (1, 2, ".cg", 8)), 
 # v12: the weights through 2-stage TMA rings (probes 36-37): both GEMMs, both with two tiles a
 # program, or the gate/up GEMM only beside the 40-register down GEMM
 MMA += [tma(mma((1, 2), (1, 2, "", 8)), 2, 2), tma(mma((2, 2), (2, 2, "", 8)), 2, 2),
-        tma(mma((1, 2), (1, 2, ".cg", 8, 40)), 2, 0)]
+        tma(mma((1, 2), (1, 2, ".cg", 8, 40)), 2, 0), tma(mma((2, 2), (2, 1, "", 8)), 2, 2)]  # probe38: one-warp down
 SMALL = [cfg(16, (32, 128, 4, 5), (64, 128, 4, 5), False)] + MMA
-MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4] + MMA[6:8] + WGMMA[:2]
+MID = [cfg(16, (32, 256, 4, 4), (64, 256, 4, 4)), cfg(64, (64, 64, 4, 4), (128, 64, 4, 4))] + MMA[:4] + MMA[6:8] + MMA[9:] + WGMMA[:2]
 LARGE = [cfg(128, (32, 128, 4, 3), (64, 128, 4, 3)), cfg(64, (64, 128, 8, 3), (128, 128, 8, 3)), MMA[1]] + WGMMA
 
 

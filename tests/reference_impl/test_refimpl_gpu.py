@@ -137,8 +137,9 @@ def tma(stages, nw=2, q=1, pdl=True):
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("M", [1, 7, 64, 300])
 @pytest.mark.parametrize("det", [False, True])
-@pytest.mark.parametrize("cfg", [tma(2), tma(3), tma(4, 4), tma(3, 2, 2), tma(3, pdl=False)],
-                         ids=["st2", "st3", "st4nw4", "st3q2", "st3nopdl"])
+@pytest.mark.parametrize("cfg", [tma(2), tma(3), tma(4, 4), tma(3, 2, 2), tma(3, pdl=False),
+                                 {**tma(2, 2, 2), "gemm2": {"Q": 2, "num_warps": 1, "tma": 2, "atom_vec": 8}}],
+                         ids=["st2", "st3", "st4nw4", "st3q2", "st3nopdl", "st2q2down1w"])
 def test_decode_tma_matches_reference(model, M, det, cfg):
     """The TMA form: gpt-oss's K = 2880 ends inside a TMA box (zero-filled past K by the copy
     engine), DSV4's does not; slots are reused (K / 128 / warps steps > stages)."""
