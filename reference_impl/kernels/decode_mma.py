@@ -225,6 +225,15 @@ def decode_gemm1_swiglu_kernel(
         gacc = _mma_tile(_load_tile(g_lo, sg_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, gacc)
         uacc = _mma_tile(_load_tile(u_lo, su_lo, rw, stride_sn, c, row_ok & kin, MASK, WC), bp, uacc)
 
+    swiglu_store(gacc, uacc, act_ptr, b, nt, I, stride_am, clamp_limit, HAS_CLAMP)
+
+
+@gluon.jit
+def swiglu_store(gacc, uacc, act_ptr, b, nt, I, stride_am, clamp_limit, HAS_CLAMP: gl.constexpr):
+    """The gate/up epilogue: the warps' fragments summed, SwiGLU (and clamp), stored as the down
+    GEMM's B pairs (within each 8 values k0 k4 k1 k5 k2 k6 k3 k7), times 2**64."""
+    NW: gl.constexpr = gacc.shape[0]
+    Q: gl.constexpr = gacc.shape[1]
     oq, olane, oi = _out_ids(NW, Q)
     orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
     otok = (olane % 4) * 2 + oi % 2
@@ -234,7 +243,6 @@ def decode_gemm1_swiglu_kernel(
         gate = gl.minimum(gate, clamp_limit)
         up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
     h = gate / (1.0 + gl.exp(-gate)) * up
-    # stored as the down GEMM's B pairs: within each 8 values k0 k4 k1 k5 k2 k6 k3 k7, times 2**64
     pcol = (orow & ~7) | ((orow & 3) << 1) | ((orow >> 2) & 1)
     dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + pcol
     gl.store(dst, (h * LIFT).to(gl.bfloat16), mask=orow < I)

@@ -1,30 +1,36 @@
-"""Decode path with the weight tiles brought in by TMA (Gluon, sm_90): decode_mma's MMAs,
-dequant and epilogues, with the e2m1 words of each K step landing in a shared-memory ring.
+"""Decode path with the weight words brought in by TMA (Gluon, sm_90): decode_mma's dequant,
+MMAs and epilogues, with the e2m1 words of each K step landing in a shared-memory ring.
 
 Why: in decode_mma each warp loads a chunk's words into registers, waits for DRAM, and only
 then dequantizes and multiplies; a warp has one chunk in flight, and holding more in
 registers (register prefetch, v6/v11) costs the registers that would hold more warps
-(bench/NOTES.md, v11). Here one thread of the program issues TMA copies of the next STAGES
-steps into shared memory, so the bytes in flight no longer live in registers and the
-warps wait on DRAM only when the ring runs dry. A step = one 128-value chunk a warp (the
-chunk order of decode_mma: warp w takes chunk j * NW + w at step j), so each warp's words
-sit in their own box of 16 Q rows x 64 bytes: with that 64-byte pitch the eight lanes of a
-128-bit shared load phase (rows g, g + 1; four 16-byte groups each) hit 32 distinct banks.
+(bench/NOTES.md, v11). Here one thread of the program issues a TMA copy a step, STAGES steps
+ahead, so the bytes in flight no longer live in registers and the warps wait on DRAM only
+when the ring runs dry (v12: 1-13% faster than decode_mma at decode sizes).
+
+A step = one 128-value chunk a warp, in decode_mma's chunk order (warp w takes chunk j * NW + w
+at step j), for all NW warps in one box: [2, 16 Q, 16 NW] words of W13 seen as [2E, I, H / 8]
+(the gate and the up tile in one copy), [16 Q, 16 NW] of W2 seen as [E H, I / 8]. The lanes read
+the slot back in decode_mma's fragment order through a linear layout (_words_layout), with
+128-bit shared loads. The ring is unswizzled, so with NW = 2 the eight lanes of a load phase
+(rows g and g + 1, same 64 bytes) meet 2-way bank conflicts: a box a warp (64-byte rows) would
+avoid them, but Triton's barrier pass puts a CTA barrier between any two copies into one buffer.
 
 The ring: `full[s]` (TMA bytes of slot s landed); after every warp has read slot s into
 registers, a CTA barrier, and slot s is refilled with step j + STAGES. The down GEMM's first
 STAGES steps are issued before it waits for the gate/up GEMM (programmatic dependent launch):
 its weights do not depend on that grid, only its activations do.
 
-K tails need no masks on the weights: TMA fills past the tensor's K with zeros, and the
+K tails need no masks on the weights: the copy engine fills past K with zeros, and the
 scales and activations there are masked as in decode_mma.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from .decode_mma import (HALF, LIFT, _combine_rows, _ids, _layout, _load_act, _mma_tile, _out_ids,
-                         _total, gdc_launch_dependents, gdc_wait)
+from .compat import cta_barrier, tma_load
+from .decode_mma import (_combine_rows, _ids, _layout, _load_act, _mma_tile, _total, gdc_launch_dependents, gdc_wait,
+                         swiglu_store)
 
 
 @gluon.constexpr_function
@@ -53,9 +59,9 @@ def _issue(desc, ring, bar, slot, coord0, row0, j, T: gl.constexpr, NW: gl.const
     [row0, + 16 Q), of T tiles (the gate and up halves of W13 are the middle index of a 3-D view)."""
     mbarrier.expect(bar, T * 16 * Q * 64 * NW)
     if T == 2:
-        tma.async_copy_global_to_shared(desc, [coord0, row0, j * NW * 16], bar, ring.index(slot))
+        tma_load(desc, [coord0, row0, j * NW * 16], bar, ring.index(slot))
     else:
-        tma.async_copy_global_to_shared(desc, [row0, j * NW * 16], bar, ring.index(slot))
+        tma_load(desc, [row0, j * NW * 16], bar, ring.index(slot))
 
 
 @gluon.jit
@@ -153,25 +159,13 @@ def decode_gemm1_swiglu_tma_kernel(
         glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
         gs0, gs1 = _scales(sg_lo, stride_sn, c, row_ok & kin)
         us0, us1 = _scales(su_lo, stride_sn, c, row_ok & kin)
-        gl.thread_barrier()  # every warp has slot s in registers
+        cta_barrier()  # every warp has slot s in registers
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
         gacc = _mma_tile((glo, ghi, gs0, gs1), bp, gacc)
         uacc = _mma_tile((ulo, uhi, us0, us1), bp, uacc)
     _ring_end(full, STAGES)
-
-    oq, olane, oi = _out_ids(NW, Q)
-    orow = nt * (16 * Q) + oq * 16 + olane // 4 + (oi // 2) * 8
-    otok = (olane % 4) * 2 + oi % 2
-    gate = _total(gacc) * HALF
-    up = _total(uacc) * HALF
-    if HAS_CLAMP:
-        gate = gl.minimum(gate, clamp_limit)
-        up = gl.minimum(gl.maximum(up, -clamp_limit), clamp_limit)
-    h = gate / (1.0 + gl.exp(-gate)) * up
-    pcol = (orow & ~7) | ((orow & 3) << 1) | ((orow >> 2) & 1)
-    dst = act_ptr + (b * 8 + otok).to(gl.int64) * stride_am + pcol
-    gl.store(dst, (h * LIFT).to(gl.bfloat16), mask=orow < I)
+    swiglu_store(gacc, uacc, act_ptr, b, nt, I, stride_am, clamp_limit, HAS_CLAMP)
 
 
 @gluon.jit
@@ -215,7 +209,7 @@ def decode_gemm2_combine_tma_kernel(
         mbarrier.wait(full.index(s), (j // STAGES) & 1)
         lo, hi = _read_slot(ring, s, 1, NW, Q)
         s0, s1 = _scales(s_lo, stride_sn, c, row_ok & kin)
-        gl.thread_barrier()
+        cta_barrier()
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
         acc = _mma_tile((lo, hi, s0, s1), bp, acc)

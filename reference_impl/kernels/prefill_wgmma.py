@@ -40,9 +40,10 @@ valid E8M0 range is the decode path's (65..191).
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
+    mbarrier, warpgroup_mma, warpgroup_mma_wait,
 )
 
+from .compat import tma_load
 from .decode_mma import _DQ, HALF, LIFT, _scale_pair
 
 KS = gl.constexpr(64)  # logical k per stage (one 128-byte TMA box row of bf16)
@@ -155,10 +156,10 @@ def fetch_b(hd, td, smem, bar, slot, row0, kt, parts, T0: gl.constexpr, T1: gl.c
     dst = smem.index(slot)
     if parts > 2:
         mbarrier.expect(bar, BN * KS * 2)
-        tma.async_copy_global_to_shared(td, [row0 + T0 + T1, kt * KS], bar, dst.slice(T0 + T1, BN - T0 - T1))
+        tma_load(td, [row0 + T0 + T1, kt * KS], bar, dst.slice(T0 + T1, BN - T0 - T1))
     else:
         mbarrier.expect(bar, (T0 + T1) * KS * 2)
-    tma.async_copy_global_to_shared(hd, [row0, kt * KS], bar, dst.slice(0, T0 + T1))
+    tma_load(hd, [row0, kt * KS], bar, dst.slice(0, T0 + T1))
 
 
 @gluon.jit

@@ -23,6 +23,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
+from .compat import cta_barrier
 from .prefill_wgmma import (
     KS, _a_stage, _acc_parts, _block_tile, _combine_parts, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
     _word_ids, fetch_b, parts_used, ring_rows,
@@ -69,7 +70,7 @@ def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, hd, td, smem, ful
         s = kt % STAGES
         mbarrier.wait(full.index(s), (kt // STAGES) & 1)
         p0, p1, p2 = _mma_parts(a, smem.index(s), p0, p1, p2, parts, T0, T1, BN)
-        gl.thread_barrier()  # every warp of the group is past its MMAs on slot s (a partition barrier)
+        cta_barrier()  # every warp of the group is past its MMAs on slot s (a partition barrier)
         mbarrier.arrive(empty.index(s), count=1)
         if c == 0:
             old = kt - LAG
