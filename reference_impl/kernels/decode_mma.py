@@ -79,8 +79,9 @@ def _layout(NW, Q):
 
 @gluon.jit
 def _ids(NW: gl.constexpr, Q: gl.constexpr):
-    """Index tensors (warp, tile, lane, word) of the weight tiles, in the layout of
-    a [NW, Q, 32, 4] load (one 128-bit vector a lane), and the register index i."""
+    """Index tensors of the weight tiles, in the layout of a [NW, Q, 32, 4] load (one 128-bit
+    vector a lane): warp w, tile q, word m, the register index i, and the lane's MMA roles
+    g = lane // 4 (row, token) and t4 = lane % 4 (k)."""
     L: gl.constexpr = _layout(NW, Q)
     W: gl.constexpr = gl.SliceLayout(4, L)  # dims (0, 1, 2, 3)
     A: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, W))  # dims (0, 1)
@@ -91,7 +92,16 @@ def _ids(NW: gl.constexpr, Q: gl.constexpr):
     m = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, B)), 0), 0), 1)
     i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L)))))
     i = gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(i, 0), 1), 2), 3)
-    return w, q, lane, m, i
+    return w, q, m, i, lane // 4, lane % 4
+
+
+@gluon.jit
+def program_tile(block_expert_ptr, NB):
+    """(token block, column tile, expert; < 0 past the used blocks) of this program: consecutive
+    programs take the blocks of one column tile."""
+    pid = gl.program_id(0)
+    b = pid % NB
+    return b, pid // NB, gl.load(block_expert_ptr + b)
 
 
 @gluon.jit
@@ -189,16 +199,11 @@ def decode_gemm1_swiglu_kernel(
     bf16 / uint8 tensors."""
     gdc_wait()  # routing and the laid-out hidden states come from the launch before
     gdc_launch_dependents()
-    pid = gl.program_id(0)
-    b = pid % NB
-    nt = pid // NB
-    e = gl.load(block_expert_ptr + b)
+    b, nt, e = program_tile(block_expert_ptr, NB)
     if e < 0:
         return
     e = e.to(gl.int64)
-    w, q, lane, m, i = _ids(NW, Q)
-    g = lane // 4
-    t4 = lane % 4
+    w, q, m, i, g, t4 = _ids(NW, Q)
     KG = K // 32
 
     # B operand: token g of the block, the 32 activations of group 4c + t4
@@ -260,16 +265,11 @@ def decode_gemm2_combine_kernel(
     """out[token] += w * rsf * act[b*8 + t] @ W2^T for Q*16 output columns (OUT_MODE
     as in gemm2_combine). act rows are already B pairs (decode_gemm1_swiglu_kernel's
     order and 2**64 lift). a_ptr/w_ptr are int32 views; strides in bf16 / uint8 elements."""
-    pid = gl.program_id(0)
-    b = pid % NB
-    nt = pid // NB
-    e = gl.load(block_expert_ptr + b)
+    b, nt, e = program_tile(block_expert_ptr, NB)
     if e < 0:
         return
     e = e.to(gl.int64)
-    w, q, lane, m, i = _ids(NW, Q)
-    g = lane // 4
-    t4 = lane % 4
+    w, q, m, i, g, t4 = _ids(NW, Q)
     KG = K // 32
 
     a_rows = gl.expand_dims(a_ptr + (b * 8 + g).to(gl.int64) * (stride_am // 2) + t4 * 16 + m * 4, 4) + i

@@ -29,8 +29,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .compat import cta_barrier, tma_load
+from .prefill_wgmma import release_barriers
 from .decode_mma import (_combine_rows, _ids, _layout, _load_act, _mma_tile, _total, gdc_launch_dependents, gdc_wait,
-                         swiglu_store)
+                         program_tile, swiglu_store)
 
 
 @gluon.constexpr_function
@@ -65,8 +66,10 @@ def _issue(desc, ring, bar, slot, coord0, row0, j, T: gl.constexpr, NW: gl.const
 
 
 @gluon.jit
-def _ring_start(desc, coord0, row0, nk, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr, STAGES: gl.constexpr):
-    """The ring ([STAGES, (T,) 16 Q, 16 NW] words) and its barriers, with its first STAGES steps in flight."""
+def _ring_start(desc, coord0, row0, K, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr, STAGES: gl.constexpr):
+    """The ring ([STAGES, (T,) 16 Q, 16 NW] words) and its barriers, with its first STAGES steps in
+    flight; and the count of steps over K."""
+    nk = gl.cdiv(gl.cdiv(K, 128), NW)
     if T == 2:
         ring = gl.allocate_shared_memory(gl.int32, [STAGES, 2, 16 * Q, 16 * NW], ring_layout(3))
     else:
@@ -77,13 +80,19 @@ def _ring_start(desc, coord0, row0, nk, T: gl.constexpr, NW: gl.constexpr, Q: gl
     for i in gl.static_range(STAGES):
         if i < nk:
             _issue(desc, ring, full.index(i), i, coord0, row0, i, T, NW, Q)
-    return ring, full
+    return ring, full, nk
 
 
 @gluon.jit
-def _ring_end(full, STAGES: gl.constexpr):
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(full.index(i))
+def _step(full, j, w, t4, KG, a_rows, tok_ok, NW: gl.constexpr, STAGES: gl.constexpr):
+    """Step j: its ring slot, each warp's chunk, the K mask of the lanes' groups and the B pairs,
+    returned once the slot's words have landed (the B loads are issued before the wait)."""
+    s = j % STAGES
+    c = j * NW + w
+    kin = (c * 4 + t4) < KG
+    bp = _load_act(a_rows, c, tok_ok & kin)
+    mbarrier.wait(full.index(s), (j // STAGES) & 1)
+    return s, c, kin, bp
 
 
 @gluon.jit
@@ -125,19 +134,13 @@ def decode_gemm1_swiglu_tma_kernel(
     gate / up, row, word), boxes of [2, 16 Q, 16 NW]."""
     gdc_wait()  # routing and the laid-out hidden states come from the launch before
     gdc_launch_dependents()
-    pid = gl.program_id(0)
-    b = pid % NB
-    nt = pid // NB
-    e = gl.load(block_expert_ptr + b)
+    b, nt, e = program_tile(block_expert_ptr, NB)
     if e < 0:
         return
-    w, q, lane, m, i = _ids(NW, Q)
-    g = lane // 4
-    t4 = lane % 4
+    w, q, m, i, g, t4 = _ids(NW, Q)
     KG = K // 32
-    nk = gl.cdiv(gl.cdiv(K, 128), NW)
     row0 = nt * (16 * Q)
-    ring, full = _ring_start(w_desc, e * 2, row0, nk, 2, NW, Q, STAGES)
+    ring, full, nk = _ring_start(w_desc, e * 2, row0, K, 2, NW, Q, STAGES)
 
     slot_b = gl.load(sorted_ptr + b * 8 + g)
     tok_ok = slot_b < S
@@ -151,11 +154,7 @@ def decode_gemm1_swiglu_tma_kernel(
     gacc = zero
     uacc = zero
     for j in range(nk):
-        s = j % STAGES
-        c = j * NW + w
-        kin = (c * 4 + t4) < KG
-        bp = _load_act(a_rows, c, tok_ok & kin)
-        mbarrier.wait(full.index(s), (j // STAGES) & 1)
+        s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
         gs0, gs1 = _scales(sg_lo, stride_sn, c, row_ok & kin)
         us0, us1 = _scales(su_lo, stride_sn, c, row_ok & kin)
@@ -164,7 +163,7 @@ def decode_gemm1_swiglu_tma_kernel(
             _issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
         gacc = _mma_tile((glo, ghi, gs0, gs1), bp, gacc)
         uacc = _mma_tile((ulo, uhi, us0, us1), bp, uacc)
-    _ring_end(full, STAGES)
+    release_barriers(full, STAGES)
     swiglu_store(gacc, uacc, act_ptr, b, nt, I, stride_am, clamp_limit, HAS_CLAMP)
 
 
@@ -178,21 +177,15 @@ def decode_gemm2_combine_tma_kernel(
 ):
     """decode_gemm2_combine_kernel's output (the 16-byte-atomic epilogue); w_desc: W2 as int32
     words [E * H, I / 8], boxes of [16 Q, 16 NW]."""
-    pid = gl.program_id(0)
-    b = pid % NB
-    nt = pid // NB
-    e = gl.load(block_expert_ptr + b)
+    b, nt, e = program_tile(block_expert_ptr, NB)
     if e < 0:
         return
-    w, q, lane, m, i = _ids(NW, Q)
-    g = lane // 4
-    t4 = lane % 4
+    w, q, m, i, g, t4 = _ids(NW, Q)
     KG = K // 32
-    nk = gl.cdiv(gl.cdiv(K, 128), NW)
     row0 = e * N + nt * (16 * Q)
     # the routing finished two launches back; the weights do not depend on the gate/up GEMM,
     # so the ring fills while that grid drains
-    ring, full = _ring_start(w_desc, 0, row0, nk, 1, NW, Q, STAGES)
+    ring, full, nk = _ring_start(w_desc, 0, row0, K, 1, NW, Q, STAGES)
     a_rows = gl.expand_dims(a_ptr + (b * 8 + g).to(gl.int64) * (stride_am // 2) + t4 * 16 + m * 4, 4) + i
     tok_ok = gl.load(sorted_ptr + b * 8 + g) < S
     r = nt * (16 * Q) + q * 16 + g
@@ -202,16 +195,12 @@ def decode_gemm2_combine_tma_kernel(
 
     acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     for j in range(nk):
-        s = j % STAGES
-        c = j * NW + w
-        kin = (c * 4 + t4) < KG
-        bp = _load_act(a_rows, c, tok_ok & kin)
-        mbarrier.wait(full.index(s), (j // STAGES) & 1)
+        s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         lo, hi = _read_slot(ring, s, 1, NW, Q)
         s0, s1 = _scales(s_lo, stride_sn, c, row_ok & kin)
         cta_barrier()
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
         acc = _mma_tile((lo, hi, s0, s1), bp, acc)
-    _ring_end(full, STAGES)
+    release_barriers(full, STAGES)
     _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)

@@ -267,7 +267,8 @@ def _prologue(hd, td, row0, nk, sorted_ptr, S, T0: gl.constexpr, T1: gl.constexp
 
 
 @gluon.jit
-def _release(bars, STAGES: gl.constexpr):
+def release_barriers(bars, STAGES: gl.constexpr):
+    """Invalidate a ring's STAGES mbarriers (the kernel is past its last wait on them)."""
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
 
@@ -332,7 +333,7 @@ def prefill_gemm1_swiglu_kernel(
                                                parts, T0, T1, BN)
         if kt + STAGES - 1 < nk:  # the slot of stage kt - 1, whose MMAs are done
             _issue(x_desc, xt_desc, smem, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
-    _release(bars, STAGES)
+    release_barriers(bars, STAGES)
 
     _swiglu_store(g0, u0, act_ptr, b * BN, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
     if parts > 1:
@@ -424,7 +425,7 @@ def prefill_gemm2_combine_kernel(
         p0, p1, p2 = _mma_parts(a, _wait(kt, smem, bars, STAGES), p0, p1, p2, parts, T0, T1, BN)
         if kt + STAGES - 1 < nk:
             _issue(a_desc, at_desc, smem, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
-    _release(bars, STAGES)
+    release_barriers(bars, STAGES)
 
     _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om,
                    scale_factor, OUT_MODE, AV)

@@ -26,7 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 from .compat import cta_barrier
 from .prefill_wgmma import (
     KS, _a_stage, _acc_parts, _block_tile, _combine_parts, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
-    _word_ids, fetch_b, parts_used, ring_rows,
+    _word_ids, fetch_b, parts_used, release_barriers, ring_rows,
 )
 
 
@@ -48,13 +48,6 @@ def _ring(hd, td, sorted_ptr, S, row0, KP, BN: gl.constexpr, T0: gl.constexpr, T
         if i < nk:
             fetch_b(hd, td, smem, full.index(i), i, row0, i, parts, T0, T1, BN)
     return smem, full, empty, parts, nk
-
-
-@gluon.jit
-def _release(full, empty, STAGES: gl.constexpr):
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(full.index(i))
-        mbarrier.invalidate(empty.index(i))
 
 
 @gluon.jit
@@ -156,7 +149,8 @@ def prefill_gemm1_ws_kernel(
                             (_gate_up, (1, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
                             (_gate_up, (2, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK)),
                             (_gate_up, (3, rt, HAS_CLAMP, BN, T0, T1, STAGES, CW, LAG, MASK))], [4, 4, 4], [CREGS] * 3)
-    _release(full, empty, STAGES)
+    release_barriers(full, STAGES)
+    release_barriers(empty, STAGES)
 
 
 @gluon.jit
@@ -187,4 +181,5 @@ def prefill_gemm2_ws_kernel(
                             (_down, (2, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK)),
                             (_down, (3, rt, OUT_MODE, AV, BN, T0, T1, STAGES, CW, LAG, MASK))], [4, 4, 4],
                            [CREGS] * 3)
-    _release(full, empty, STAGES)
+    release_barriers(full, STAGES)
+    release_barriers(empty, STAGES)
