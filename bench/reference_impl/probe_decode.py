@@ -19,7 +19,7 @@ from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
 from reference_impl import moe as moe_mod  # noqa: E402
 from reference_impl.configs import get_config  # noqa: E402
-from bench_moe import MODELS, time_graph, rel, copy_bw  # noqa: E402
+from bench_moe import MODELS, time_graph, rel, copy_bw, tma  # noqa: E402
 
 
 def mma(g1, g2, regs=(None, None)):
@@ -56,22 +56,13 @@ CANDS = [{**BASE, **PDL}, {**mma(G1, G2, (64, 48)), **PDL}, {**mma(G1, G2, (64, 
 G2C = (1, 2, ".cg", 8)
 
 
-def with_tma(c, s1, s2):
-    c = {**c, "gemm1": dict(c["gemm1"]), "gemm2": dict(c["gemm2"])}
-    if s1:
-        c["gemm1"]["tma"] = s1
-    if s2:
-        c["gemm2"]["tma"] = s2
-    return c
-
-
 TUNED_LIKE = {**mma(G1, G2C, (None, 40)), **PDL}
-CANDS = [{**BASE, **PDL}, TUNED_LIKE, with_tma(TUNED_LIKE, 3, 0), with_tma(TUNED_LIKE, 0, 3), with_tma(BASE | PDL, 3, 3),
-         with_tma(BASE | PDL, 2, 2), with_tma(BASE | PDL, 4, 4), with_tma({**mma(G1, (1, 2, ".cg", 8), (None, 48)), **PDL}, 3, 3)]
+CANDS = [{**BASE, **PDL}, TUNED_LIKE, tma(TUNED_LIKE, 3, 0), tma(TUNED_LIKE, 0, 3), tma(BASE | PDL, 3, 3),
+         tma(BASE | PDL, 2, 2), tma(BASE | PDL, 4, 4), tma({**mma(G1, (1, 2, ".cg", 8), (None, 48)), **PDL}, 3, 3)]
 # probe36: the TMA form with 2-stage rings in both GEMMs won 1-10% over the tuned configs; 3 and 4
 # stages were no better. probe37: its variants (more warps, two tiles a program, register caps)
 CANDS36 = CANDS
-T2 = with_tma(BASE | PDL, 2, 2)
+T2 = tma(BASE | PDL, 2, 2)
 
 
 def tweak(c, g1=None, g2=None):
@@ -79,7 +70,7 @@ def tweak(c, g1=None, g2=None):
 
 
 CANDS = [T2, tweak(T2, {"num_warps": 4}), tweak(T2, {"Q": 2}), tweak(T2, {"Q": 2}, {"Q": 2}),
-         tweak(T2, {"maxnreg": 64}), with_tma(TUNED_LIKE, 2, 0), tweak(T2, {"num_warps": 4, "maxnreg": 64}),
+         tweak(T2, {"maxnreg": 64}), tma(TUNED_LIKE, 2, 0), tweak(T2, {"num_warps": 4, "maxnreg": 64}),
          tweak(T2, None, {"num_warps": 4})]
 # probe38: the down GEMM (2.7 TB/s at DSV4 M=64 against the gate/up GEMM's 3.6) behind the tuned
 # two-tile TMA gate/up GEMM: one warp a program, a deeper ring, more warps, register caps (no
