@@ -22,6 +22,7 @@ from typing import Any, Optional
 from . import roofline
 from .errors import ReconError
 from .resources import resource_dir
+from .checks.handoffs import describe as describe_handoff
 
 TEMPLATES_DIR = resource_dir("templates")
 SECTIONS = [
@@ -521,8 +522,10 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
                          "others": {k: v.get("value") for k, v in sorted((d.get("reference") or {}).items())}})
     backends.sort(key=lambda b: (b["taken_in"], b["attribute"] or "", str(b["compared_with"])))
     cg_warn = next((f for f in findings if f.rule_id == "cuda-graph-host-sync" and "reachable_functions" in f.data), None)
-    cg_unresolved = next((f.data["unresolved_quant_methods"] for f in findings
-                          if f.rule_id == "cuda-graph-host-sync" and f.data.get("unresolved_quant_methods")), [])
+    cg_note = next((f for f in findings if f.rule_id == "cuda-graph-host-sync" and f.data.get("unresolved_quant_methods")), None)
+    cg_unresolved = cg_note.data["unresolved_quant_methods"] if cg_note else []
+    cg_handoffs = sorted({describe_handoff({**h, "when": []}) for q in cg_unresolved
+                          for h in (cg_note.data.get("handoffs") or {}).get(q, [])}) if cg_note else []
     rows = {r["M"]: r for r in rl["rows"]}
     r1, rt = rows.get(1, rl["rows"][0]), rows.get(TYPICAL_BATCH, rl["rows"][-1])
     gap_rows = {g["M"]: g for g in gap.get("rows", [])}
@@ -559,6 +562,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             "kernels": kernels,
             "slot_kernel": slot_kernel,
             "unresolved_in_capture": [] if apply_q else [_short(q) for q in cg_unresolved],
+            "unresolved_handoffs": [] if apply_q else cg_handoffs,
             "weights": weights_as_created(tree, quant_class, model),
             "root_causes": causes,
             "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}),
@@ -616,7 +620,9 @@ def _not_found(ctx: dict) -> list[str]:
         out.append(f"which kernel the {ctx['model']['expert_quant'].upper()} MoE quant method runs on this device: "
                    f"{'the candidates ' if many else ''}{', '.join(names)} {'are' if many else 'is'} reached from the "
                    f"captured forward, but {'their' if many else 'its'} kernels are picked through calls not resolved "
-                   "statically (a runner chosen at run time from server arguments, for instance)")
+                   "statically (a runner chosen at run time from server arguments, for instance)"
+                   + (f"; {'they hand' if many else 'it hands'} the work to {', '.join(mp['unresolved_handoffs'])} "
+                      "(the CUDA-graph note says under which branch tests)" if mp.get("unresolved_handoffs") else ""))
     elif not mp["quant_method"]:
         out.append(f"no MoE quant method for {ctx['model']['expert_quant'].upper()} experts was found on the captured forward of this model for this device")
     if not mp["found"]:

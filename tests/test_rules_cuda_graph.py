@@ -155,6 +155,66 @@ EntryClass = DeepseekV4ForCausalLM
     assert "Mxfp4MoEMethod.apply" in notes[0].message and "not resolve" in notes[0].message
 
 
+def test_unresolved_quant_method_says_where_it_hands_off(synthetic):
+    """The note names each call that leaves the analysed code, with the branch tests it runs under:
+    a library kernel in an early-returning branch, a held runner after it; torch calls are not
+    hand-offs."""
+    model = """
+import torch
+from fastlib.moe import fused_fp4_moe
+
+class Runner:
+    def run(self, x):
+        return self.impl(x)
+
+class Mxfp4MoEMethod:
+    def __init__(self):
+        self.runner = Runner()
+
+    def apply(self, layer, x):
+        if self.use_lib:
+            if self.precision == "bf16":
+                x = torch.nn.functional.pad(x, (0, 1))
+            out = fused_fp4_moe(x)
+            return out
+        return self.runner.run(x)
+
+class SparseMoeBlock:
+    def forward(self, x):
+        return self.quant_method.apply(self, x)
+
+class DeepseekV4ForCausalLM:
+    def __init__(self):
+        self.mlp = SparseMoeBlock()
+
+    def forward(self, x):
+        return self.mlp.forward(x)
+
+EntryClass = DeepseekV4ForCausalLM
+"""
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model})
+    note = next(f for f in _scan(tree) if f.data.get("unresolved_quant_methods"))
+    offs = note.data["handoffs"]["sglang.srt.models.m.Mxfp4MoEMethod.apply"]
+    assert [(h["kind"], h["target"], h["when"]) for h in offs] == [
+        ("library", "fastlib.moe.fused_fp4_moe", ["self.use_lib"]),
+        ("delegation", "sglang.srt.models.m.Runner.run", ["not self.use_lib"])]
+    assert [tree.lines(h["path"])[h["line"] - 1].strip() for h in offs] == ["out = fused_fp4_moe(x)",
+                                                                          "return self.runner.run(x)"]
+    assert "fastlib's fused_fp4_moe (when self.use_lib)" in note.message
+    assert "Runner.run through self.runner (when not self.use_lib)" in note.message
+
+
+def test_handoff_guards_read_as_written():
+    from recon.checks.handoffs import _negate
+
+    assert _negate("self.x == 'bf16'") == "self.x != 'bf16'"
+    assert _negate("a is not None") == "a is None"
+    assert _negate("k not in d") == "k in d"
+    assert _negate("not flag") == "flag"
+    assert _negate("a and b") == "not (a and b)"
+    assert _negate("self.ok") == "not self.ok"
+
+
 def test_older_release_gpt_oss_kernels_picked_at_run_time(tree_old):
     """SGLang 0.5.5 picks gpt-oss's MoE kernels from server arguments at run time: the spec says the
     quant method runs inside the capture and that its kernel is not established, not that it is absent."""
@@ -165,8 +225,20 @@ def test_older_release_gpt_oss_kernels_picked_at_run_time(tree_old):
     assert any(n.startswith("which kernel the MXFP4 MoE quant method runs") for n in ctx["not_found"])
     assert not any(n.startswith("whether the MoE runs inside CUDA-graph capture") for n in ctx["not_found"])
     f = next(f for f in ctx["findings"] if "no Triton kernel or native op is reached" in f["message"])
-    for ev in f["evidence"]:  # the capture site and each method's def, read from the tree
+    for ev in f["evidence"]:  # the capture site, each method's def and each hand-off, read from the tree
         assert 1 <= ev["line"] <= len(tree_old.lines(ev["path"]))
+    # where Mxfp4MoEMethod.apply hands off: flashinfer's TRT-LLM MoE in the branch that returns
+    # early, the MoeRunner (triton_kernels or Triton, picked from server arguments) after it
+    note = next(f for f in _scan(tree_old, "h200", "gpt-oss-120b") if f.data.get("unresolved_quant_methods"))
+    offs = {h["target"].rsplit(".", 1)[1]: h for q, hs in note.data["handoffs"].items()
+            if q.endswith("mxfp4.Mxfp4MoEMethod.apply") for h in hs}
+    assert offs["trtllm_fp4_block_scale_moe"]["when"] == ["self.use_flashinfer"]
+    assert offs["trtllm_fp4_block_scale_moe"]["target"].startswith("flashinfer.")
+    assert offs["run"]["when"] == ["not self.use_flashinfer"] and offs["run"]["target"].endswith("MoeRunner.run")
+    for h in offs.values():
+        assert h["call"].rsplit(".", 1)[-1] in tree_old.lines(h["path"])[h["line"] - 1]
+    line = next(n for n in ctx["not_found"] if n.startswith("which kernel"))
+    assert "flashinfer's trtllm_fp4_block_scale_moe" in line and "MoeRunner.run through self.runner" in line
 
 
 def _moe_path(findings):

@@ -26,6 +26,7 @@ import re
 from collections import deque
 from typing import Optional
 
+from .handoffs import IGNORE, describe, handoffs
 from ..findings import Evidence, Finding
 from ..graph import MODEL_FORWARD
 from . import check
@@ -606,17 +607,26 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
 
 def _unresolved_finding(ctx, rule, chain: dict, unresolved: list[str], depth: int) -> Finding:
     """The MoE quant method is reached from the captured forward, but no kernel is reached from it:
-    older releases pick the kernels at run time (a runner object built from server arguments), which
-    static reading does not evaluate. Said as such, so a spec does not claim the method is absent."""
+    older releases pick the kernels at run time (a library call in one branch, a runner object built
+    from server arguments in another), which static reading does not evaluate. Said as such, so a
+    spec does not claim the method is absent, with where each method hands its work off and when."""
     G = ctx.tree.graph
-    names = ", ".join(G.nodes[q]["qualname"].rsplit(".", 2)[-2] + ".apply" for q in unresolved)
+    short = lambda q: G.nodes[q]["qualname"].rsplit(".", 2)[-2] + ".apply"  # noqa: E731
+    ignore = tuple((rule.params or {}).get("handoff_ignore", IGNORE))
+    offs = {q: handoffs(ctx, q, ignore) for q in unresolved}
+    names = ", ".join(short(q) for q in unresolved)
     msg = (f"MoE quant method{'s' if len(unresolved) > 1 else ''} for {ctx.model.expert_quant} experts reached from the "
            f"CUDA-graph-captured forward of {ctx.model.name}: {names}; no Triton kernel or native op is reached from "
            f"{'them' if len(unresolved) > 1 else 'it'} within {depth} calls, so the kernels are chosen through calls this "
            f"analysis does not resolve (for instance a runner picked from server arguments at run time)")
+    said = [f"{short(q)} hands off to " + "; ".join(describe(h) for h in offs[q]) for q in unresolved if offs[q]]
+    if said:
+        msg += ". " + ". ".join(said)
     ev = [_ev(ctx, chain["site_path"], chain["site_line"], "CUDA-graph capture site")]
     ev += [_ev(ctx, G.nodes[q]["path"], G.nodes[q]["line"], G.nodes[q]["qualname"]) for q in unresolved]
+    ev += [_ev(ctx, h["path"], h["line"], f"hand-off: {describe(h)}") for q in unresolved for h in offs[q]]
     return Finding(rule.id, msg, "note", ev, {
         "capture_site": f"{chain['site_path']}:{chain['site_line']}",
         "unresolved_quant_methods": list(unresolved),
+        "handoffs": {q: offs[q] for q in unresolved},
     })

@@ -1,0 +1,167 @@
+"""Where a method hands its work to code the graph does not follow, and under which conditions.
+
+Used where a method is reached but its kernels are not (older SGLang releases pick MoE kernels at
+run time: a library call in one branch, a runner object built from server arguments in another).
+Two kinds of call leave the analysed code:
+
+* a library call: the callee's first name is imported from a package that is not part of the tree
+  and not one of the ``ignore`` packages (torch, numpy, ... do not pick kernels by themselves);
+* a delegation: ``self.<attr>.<method>(...)`` that the graph resolves to a method of another class
+  (the object the method holds does the work, and picks how).
+
+Each comes with the branch tests that guard it, read from the method's syntax tree: the tests of
+the enclosing ``if``/``else`` branches, and the negated test of an earlier ``if`` whose body always
+returns or raises (``if self.use_flashinfer: ... return out`` guards everything after it).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from .gates import _model
+
+
+def _test_text(test: ast.expr, limit: int = 80) -> str:
+    s = ast.unparse(test)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+_FLIP = {" == ": " != ", " != ": " == ", " is not ": " is ", " is ": " is not ", " not in ": " in ", " in ": " not in "}
+
+
+def _negate(text: str) -> str:
+    """The test's negation, written the way a reader would: `a != b` for `a == b`, `not x` for `x`."""
+    if text.startswith("not ") and " and " not in text and " or " not in text:
+        return text[4:]
+    if " and " not in text and " or " not in text:
+        for op, flipped in _FLIP.items():  # longer operators first: " is not " before " is "
+            if text.count(op) == 1 and (op != " in " or " not in " not in text) and (op != " is " or " is not " not in text):
+                return text.replace(op, flipped)
+    return f"not {text}" if " " not in text else f"not ({text})"
+
+
+def _exits(body: list) -> bool:
+    """Every path through ``body`` ends in return/raise (checked on the last statement, and on both
+    branches of a trailing if/else)."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    if isinstance(last, ast.If):
+        return _exits(last.body) and _exits(last.orelse)
+    return False
+
+
+def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
+    """Every call in ``fn``'s body with the guards (test texts, negated where on the else side or
+    after an ``if`` that returns) under which it runs."""
+    out: list[tuple[ast.Call, tuple]] = []
+
+    def calls_in(node, guards):
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call):
+                out.append((n, guards))
+
+    def walk(stmts, guards: tuple):
+        for st in stmts:
+            if isinstance(st, ast.If):
+                t = _test_text(st.test)
+                calls_in(st.test, guards)
+                walk(st.body, guards + (t,))
+                walk(st.orelse, guards + (_negate(t),))
+                if _exits(st.body) and not _exits(st.orelse):
+                    guards = guards + (_negate(t),)  # what follows runs only when the test failed
+                elif _exits(st.orelse) and not _exits(st.body):
+                    guards = guards + (t,)
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue  # nested definitions run when called, not here
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                for item in st.items:
+                    calls_in(item.context_expr, guards)
+                walk(st.body, guards)
+            elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
+                calls_in(st.test if isinstance(st, ast.While) else st.iter, guards)
+                walk(st.body, guards)
+                walk(st.orelse, guards)
+            elif isinstance(st, ast.Try):
+                for block in (st.body, *[h.body for h in st.handlers], st.orelse, st.finalbody):
+                    walk(block, guards)
+            else:
+                calls_in(st, guards)
+
+    walk(fn.body, ())
+    return out
+
+
+def _dotted(node: ast.expr) -> Optional[str]:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+# packages whose calls do not pick kernels by themselves (the rule's `handoff_ignore` overrides)
+IGNORE = ("torch", "numpy", "triton", "logging", "typing", "functools", "math", "os")
+
+
+def handoffs(ctx, qual: str, ignore=IGNORE) -> list[dict]:
+    """The calls in function ``qual`` that leave the analysed code (library calls, delegations to a
+    held object), each with its line, target and guards; in source order."""
+    model = _model(ctx)
+    fn = model.function_ast(qual)
+    node = ctx.tree.graph.nodes.get(qual, {})
+    if fn is None or not node.get("path"):
+        return []
+    path = node["path"]
+    facts = ctx.tree.index.facts(path)
+    if facts is None or facts.error:
+        return []
+    scope = qual[len(facts.module) + 1:] if facts.module and qual.startswith(facts.module + ".") else qual
+    # names bound by imports in the function or any scope enclosing it (innermost wins)
+    bound: dict[str, str] = {}
+    for imp in sorted(facts.imports, key=lambda i: len(i.scope)):
+        if imp.scope == "" or scope == imp.scope or scope.startswith(imp.scope + "."):
+            bound[imp.local] = f"{imp.module}.{imp.name}" if imp.name else imp.module
+    tops = {p.split("/", 1)[0].removesuffix(".py") for p in ctx.tree.index.files}
+    edges = {}
+    for _, v, d in ctx.tree.graph.out_edges(qual, data=True):
+        if d.get("kind") in ("calls", "calls_dynamic"):
+            edges.setdefault(d.get("line", 0), []).append(v)
+    out, seen = [], set()
+    for call, guards in _guarded_calls(fn):
+        name = _dotted(call.func)
+        if not name:
+            continue
+        head = name.split(".", 1)[0]
+        target, kind = None, None
+        if head in bound:
+            full = bound[head] + name[len(head):]
+            pkg = full.split(".", 1)[0]
+            if pkg not in tops and pkg not in ignore:
+                target, kind = full, "library"
+        elif name.startswith("self.") and name.count(".") >= 2:
+            meth = name.rsplit(".", 1)[1]
+            cls_of_self = qual.rsplit(".", 1)[0]
+            hits = [v for v in edges.get(call.lineno, []) if v.endswith("." + meth) and not v.startswith(cls_of_self + ".")]
+            if hits:
+                target, kind = sorted(hits)[0], "delegation"
+        if target and (name, call.lineno) not in seen:
+            seen.add((name, call.lineno))
+            out.append({"call": name, "target": target, "kind": kind, "line": call.lineno, "path": path,
+                        "when": list(guards)})
+    return sorted(out, key=lambda h: h["line"])
+
+
+def describe(h: dict) -> str:
+    """'flashinfer's trtllm_fp4_block_scale_moe (when self.use_flashinfer)'."""
+    if h["kind"] == "library":
+        what = f"{h['target'].split('.', 1)[0]}'s {h['target'].rsplit('.', 1)[1]}"
+    else:
+        what = f"{'.'.join(h['target'].rsplit('.', 2)[-2:])} through {h['call'].rsplit('.', 1)[0]}"
+    return f"{what} (when {' and '.join(h['when'])})" if h["when"] else what
