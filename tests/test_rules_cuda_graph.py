@@ -125,14 +125,8 @@ def test_gpt_oss_moe_runs_inside_capture_0513(tree_0513):
     assert any("self.experts(" in t for t in text) and any("layer(" in t for t in text)
 
 
-def test_quant_method_whose_kernels_are_picked_at_run_time(synthetic):
-    """A MoE quant method reached from the captured forward whose apply hands off to a runner the
-    graph cannot resolve: one note naming it, and no MoE kernel path claimed."""
-    model = """
-class Mxfp4MoEMethod:
-    def apply(self, layer, x):
-        return self.runner.run(x)
-
+# a model whose MoE block calls its quant method's apply from the captured forward
+MOE_MODEL = """
 class SparseMoeBlock:
     def forward(self, x):
         return self.quant_method.apply(self, x)
@@ -146,7 +140,17 @@ class DeepseekV4ForCausalLM:
 
 EntryClass = DeepseekV4ForCausalLM
 """
-    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model})
+
+
+def test_quant_method_whose_kernels_are_picked_at_run_time(synthetic):
+    """A MoE quant method reached from the captured forward whose apply hands off to a runner the
+    graph cannot resolve: one note naming it, and no MoE kernel path claimed."""
+    model = """
+class Mxfp4MoEMethod:
+    def apply(self, layer, x):
+        return self.runner.run(x)
+"""
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model + MOE_MODEL})
     found = _scan(tree)
     assert not _moe_path(found)
     notes = [f for f in found if f.data.get("unresolved_quant_methods")]
@@ -178,21 +182,8 @@ class Mxfp4MoEMethod:
             out = fused_fp4_moe(x)
             return out
         return self.runner.run(x)
-
-class SparseMoeBlock:
-    def forward(self, x):
-        return self.quant_method.apply(self, x)
-
-class DeepseekV4ForCausalLM:
-    def __init__(self):
-        self.mlp = SparseMoeBlock()
-
-    def forward(self, x):
-        return self.mlp.forward(x)
-
-EntryClass = DeepseekV4ForCausalLM
 """
-    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model})
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model + MOE_MODEL})
     note = next(f for f in _scan(tree) if f.data.get("unresolved_quant_methods"))
     offs = note.data["handoffs"]["sglang.srt.models.m.Mxfp4MoEMethod.apply"]
     assert [(h["kind"], h["target"], h["when"]) for h in offs] == [

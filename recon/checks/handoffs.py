@@ -17,9 +17,7 @@ returns or raises (``if self.use_flashinfer: ... return out`` guards everything 
 from __future__ import annotations
 
 import ast
-from typing import Optional
-
-from .gates import _model
+from .gates import _dotted, _model
 
 
 def _test_text(test: ast.expr, limit: int = 80) -> str:
@@ -93,17 +91,6 @@ def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
 
     walk(fn.body, ())
     return out
-
-
-def _dotted(node: ast.expr) -> Optional[str]:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 # packages whose calls do not pick kernels by themselves (the rule's `handoff_ignore` overrides)
