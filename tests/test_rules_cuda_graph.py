@@ -162,10 +162,13 @@ class Mxfp4MoEMethod:
 def test_unresolved_quant_method_says_where_it_hands_off(synthetic):
     """The note names each call that leaves the analysed code, with the branch tests it runs under:
     a library kernel in an early-returning branch, a held runner after it; torch calls are not
-    hand-offs."""
+    hand-offs, and tests the device decides are settled (the ROCm branch does not run on an NVIDIA
+    GPU, and `not is_hip()` is not repeated in the guards after it)."""
     model = """
 import torch
 from fastlib.moe import fused_fp4_moe
+from rocmlib import fused_moe as rocm_moe
+from sglang.srt.utils import is_hip
 
 class Runner:
     def run(self, x):
@@ -176,6 +179,8 @@ class Mxfp4MoEMethod:
         self.runner = Runner()
 
     def apply(self, layer, x):
+        if is_hip():
+            return rocm_moe(x)
         if self.use_lib:
             if self.precision == "bf16":
                 x = torch.nn.functional.pad(x, (0, 1))

@@ -11,13 +11,17 @@ Two kinds of call leave the analysed code:
 
 Each comes with the branch tests that guard it, read from the method's syntax tree: the tests of
 the enclosing ``if``/``else`` branches, and the negated test of an earlier ``if`` whose body always
-returns or raises (``if self.use_flashinfer: ... return out`` guards everything after it).
+returns or raises (``if self.use_flashinfer: ... return out`` guards everything after it). The
+tests are evaluated for the device like arch gates (recon.checks.gates): a hand-off behind a test
+that fails there is left out, and a test that holds there is not repeated.
 """
 
 from __future__ import annotations
 
 import ast
-from .gates import _dotted, _model
+from typing import Optional
+
+from .gates import UNKNOWN, _dotted, _model, interpreter
 
 
 def _test_text(test: ast.expr, limit: int = 80) -> str:
@@ -53,8 +57,8 @@ def _exits(body: list) -> bool:
 
 
 def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
-    """Every call in ``fn``'s body with the guards (test texts, negated where on the else side or
-    after an ``if`` that returns) under which it runs."""
+    """Every call in ``fn``'s body with the guards under which it runs: (test, holds) pairs, holds
+    False on the else side and after an ``if`` whose body returns."""
     out: list[tuple[ast.Call, tuple]] = []
 
     def calls_in(node, guards):
@@ -65,14 +69,13 @@ def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
     def walk(stmts, guards: tuple):
         for st in stmts:
             if isinstance(st, ast.If):
-                t = _test_text(st.test)
                 calls_in(st.test, guards)
-                walk(st.body, guards + (t,))
-                walk(st.orelse, guards + (_negate(t),))
+                walk(st.body, guards + ((st.test, True),))
+                walk(st.orelse, guards + ((st.test, False),))
                 if _exits(st.body) and not _exits(st.orelse):
-                    guards = guards + (_negate(t),)  # what follows runs only when the test failed
+                    guards = guards + ((st.test, False),)  # what follows runs only when the test failed
                 elif _exits(st.orelse) and not _exits(st.body):
-                    guards = guards + (t,)
+                    guards = guards + ((st.test, True),)
             elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue  # nested definitions run when called, not here
             elif isinstance(st, (ast.With, ast.AsyncWith)):
@@ -91,6 +94,20 @@ def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
 
     walk(fn.body, ())
     return out
+
+
+def _on_device(guards: tuple, evaluate) -> Optional[list[str]]:
+    """The guards left to say once those the device decides are settled: None when one of them
+    fails on this device (the call does not run here), else the texts of the undecided ones."""
+    left = []
+    for test, holds in guards:
+        v = evaluate(test)
+        if v is UNKNOWN or not isinstance(v, bool):
+            t = _test_text(test)
+            left.append(t if holds else _negate(t))
+        elif v != holds:
+            return None
+    return left
 
 
 # packages whose calls do not pick kernels by themselves (the rule's `handoff_ignore` overrides)
@@ -120,6 +137,9 @@ def handoffs(ctx, qual: str, ignore=IGNORE) -> list[dict]:
     for _, v, d in ctx.tree.graph.out_edges(qual, data=True):
         if d.get("kind") in ("calls", "calls_dynamic"):
             edges.setdefault(d.get("line", 0), []).append(v)
+    it = interpreter(ctx)
+    mod, mscope = model.module_scope(qual)
+    evaluate = lambda test: it.eval(test, {}, mod, mscope)  # noqa: E731
     out, seen = [], set()
     for call, guards in _guarded_calls(fn):
         name = _dotted(call.func)
@@ -138,10 +158,11 @@ def handoffs(ctx, qual: str, ignore=IGNORE) -> list[dict]:
             hits = [v for v in edges.get(call.lineno, []) if v.endswith("." + meth) and not v.startswith(cls_of_self + ".")]
             if hits:
                 target, kind = sorted(hits)[0], "delegation"
-        if target and (name, call.lineno) not in seen:
+        when = _on_device(guards, evaluate) if target else None
+        if when is not None and (name, call.lineno) not in seen:  # runs on this device, or may
             seen.add((name, call.lineno))
             out.append({"call": name, "target": target, "kind": kind, "line": call.lineno, "path": path,
-                        "when": list(guards)})
+                        "when": when})
     return sorted(out, key=lambda h: h["line"])
 
 
