@@ -290,6 +290,7 @@ def grouped_mxfp4_moe(
     # dependents ("pdl" in the config): each starts while the launch before it finishes and
     # waits for it in-kernel (decode_mma.gdc_wait), which hides the launch gaps
     pdl = mma and bool(cfg.get("pdl", False))
+    st1, st2 = (_tma_stages(c1, w13), _tma_stages(c2, w2)) if mma else (0, 0)  # TMA ring stages, 0: none
     has_clamp = clamp_limit is not None and clamp_limit > 0
     clamp = float(clamp_limit) if has_clamp else 0.0
     if not wg:
@@ -299,8 +300,8 @@ def grouped_mxfp4_moe(
     if wg:  # hidden states gathered per sorted row in the kernels' k order, then wgmma
         act = wgmma_path.gemm1(wgmma_path.prep(x, sorted_slots, S, topk, P), w13, s13, sorted_slots,
                                block_expert, S, H, I, wgmma_path.token_parts(cfg), c1, clamp, has_clamp, _poison)
-    elif mma and _tma_stages(c1, w13):  # the TMA form (kernels/decode_tma.py)
-        Q1, NW1, st1 = c1["Q"], c1["num_warps"], _tma_stages(c1, w13)
+    elif st1:  # the TMA form (kernels/decode_tma.py)
+        Q1, NW1 = c1["Q"], c1["num_warps"]
         _decode_tma.decode_gemm1_swiglu_tma_kernel[(NB * triton.cdiv(I, 16 * Q1),)](
             xb.view(torch.int32), _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1]), s13, act, sorted_slots,
             block_expert, S, H, I, NB, topk, xb.stride(0), s13.stride(0), s13.stride(1), act.stride(0),
@@ -333,8 +334,8 @@ def grouped_mxfp4_moe(
             wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, wgmma_path.token_parts(cfg),
                              c2, rsf, mode)
             return
-        if mma and _tma_stages(c2, w2):
-            Q2, NW2, st2 = c2["Q"], c2["num_warps"], _tma_stages(c2, w2)
+        if st2:
+            Q2, NW2 = c2["Q"], c2["num_warps"]
             _decode_tma.decode_gemm2_combine_tma_kernel[(NB * triton.cdiv(H, 16 * Q2),)](
                 act.view(torch.int32), _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2]), s2, buf, sorted_slots,
                 block_expert, tw, S, H, I, NB, topk, act.stride(0), s2.stride(0), s2.stride(1), buf.stride(0),
