@@ -80,6 +80,25 @@ TQ2 = tweak(T2, {"Q": 2}, {"Q": 2})
 CANDS = [TQ2, tweak(TQ2, None, {"num_warps": 1}), tweak(TQ2, None, {"Q": 1, "num_warps": 1}),
          tweak(TQ2, None, {"tma": 3}), tweak(TQ2, None, {"num_warps": 4}), tweak(TQ2, None, {"maxnreg": 72}),
          tweak(TQ2, {"maxnreg": 112}), tweak(TQ2, {"tma": 3})]
+CANDS38 = CANDS
+
+
+# v13 (probe39): each step's E8M0 scales loaded one step ahead ("scales_ahead"); the candidates are
+# functions of the tuned config of each size (the direct-load configs get the TMA form first)
+def ahead(g1=True, g2=True, **g1_extra):
+    def make(tuned):
+        c = {**tuned, "gemm1": dict(tuned["gemm1"]), "gemm2": dict(tuned["gemm2"])}
+        for g, on in (("gemm1", g1), ("gemm2", g2)):
+            if on:
+                c[g] = {**c[g], "tma": c[g].get("tma") or 2, "scales_ahead": True}
+                c[g].pop("w_cache", None)
+                c[g].pop("maxnreg", None)
+        c["gemm1"].update(g1_extra)
+        return c
+    return make
+
+
+CANDS = [lambda tuned: tuned, ahead(), ahead(g2=False), ahead(g1=False), ahead(num_warps=4), ahead(tma=3)]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
@@ -183,6 +202,7 @@ def main():
             roof = uniq * exp_bytes / bw * 1e3
             ref = reference_mxfp4_moe(**p, **kw)
             dot = get_config(M, E, topk, H, I, dev)
+            cands_m = [cf(dot) if callable(cf) else cf for cf in cands]
             # timed twice, the first discarded: the first config timed in a process ran up to 6% slow
             # (probe35: the tuned config "x1.06" against itself as candidate 0), which favoured the candidates
             time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
@@ -208,10 +228,10 @@ def main():
             for ci in profiled:
                 try:
                     print(f"   kernels (us) of candidate {ci}:",
-                          kernel_times(lambda: grouped_mxfp4_moe(**p, config=cands[ci], **kw)), flush=True)
+                          kernel_times(lambda: grouped_mxfp4_moe(**p, config=cands_m[ci], **kw)), flush=True)
                 except Exception as ex:
                     print("   profiler failed", repr(ex)[:200])
-            for cf in cands:
+            for cf in cands_m:
                 try:
                     out = grouped_mxfp4_moe(**p, config=cf, _poison=True, **kw)
                     outd = grouped_mxfp4_moe(**p, config=cf, deterministic=True, _poison=True, **kw)

@@ -23,6 +23,11 @@ its weights do not depend on that grid, only its activations do.
 
 K tails need no masks on the weights: the copy engine fills past K with zeros, and the
 scales and activations there are masked as in decode_mma.
+
+SCALES_AHEAD: the E8M0 bytes, which the ring does not carry (a step's are 4 NW bytes a row,
+below TMA's 16-byte minimum box row), are loaded one step ahead into registers. Without it
+each step's scale loads go out after the ring slot is ready and the step's MMAs wait for them:
+a DRAM round trip a step, since every scale byte is read once.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -123,12 +128,19 @@ def _scales(s_lo, row_stride_s, c, ok):
 
 
 @gluon.jit
+def _scales_at(s_lo, row_stride_s, c, t4, KG, row_ok):
+    """The E8M0 bytes of chunk c (zero-scale filler past K)."""
+    return _scales(s_lo, row_stride_s, c, row_ok & ((c * 4 + t4) < KG))
+
+
+@gluon.jit
 def decode_gemm1_swiglu_tma_kernel(
     x_ptr, w_desc, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
     S, K, I, NB, TOPK,
     stride_xm, stride_se, stride_sn, stride_am,
     clamp_limit,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr,
+    SCALES_AHEAD: gl.constexpr = False,
 ):
     """decode_gemm1_swiglu_kernel's output; w_desc: W13 as int32 words [2 E, I, H / 8] (expert and
     gate / up, row, word), boxes of [2, 16 Q, 16 NW]."""
@@ -153,16 +165,25 @@ def decode_gemm1_swiglu_tma_kernel(
     zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     gacc = zero
     uacc = zero
+    if SCALES_AHEAD:  # step 0's
+        gs0, gs1 = _scales_at(sg_lo, stride_sn, w, t4, KG, row_ok)
+        us0, us1 = _scales_at(su_lo, stride_sn, w, t4, KG, row_ok)
     for j in range(nk):
         s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
-        gs0, gs1 = _scales(sg_lo, stride_sn, c, row_ok & kin)
-        us0, us1 = _scales(su_lo, stride_sn, c, row_ok & kin)
+        if SCALES_AHEAD:  # this step's came with the step before; load the next step's now
+            ngs0, ngs1 = _scales_at(sg_lo, stride_sn, c + NW, t4, KG, row_ok)
+            nus0, nus1 = _scales_at(su_lo, stride_sn, c + NW, t4, KG, row_ok)
+        else:
+            gs0, gs1 = _scales(sg_lo, stride_sn, c, row_ok & kin)
+            us0, us1 = _scales(su_lo, stride_sn, c, row_ok & kin)
         cta_barrier()  # every warp has slot s in registers
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
         gacc = _mma_tile((glo, ghi, gs0, gs1), bp, gacc)
         uacc = _mma_tile((ulo, uhi, us0, us1), bp, uacc)
+        if SCALES_AHEAD:
+            gs0, gs1, us0, us1 = ngs0, ngs1, nus0, nus1
     release_barriers(full, STAGES)
     swiglu_store(gacc, uacc, act_ptr, b, nt, I, stride_am, clamp_limit, HAS_CLAMP)
 
@@ -174,6 +195,7 @@ def decode_gemm2_combine_tma_kernel(
     stride_am, stride_se, stride_sn, stride_om,
     scale_factor,
     OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr,
+    SCALES_AHEAD: gl.constexpr = False,
 ):
     """decode_gemm2_combine_kernel's output (the 16-byte-atomic epilogue); w_desc: W2 as int32
     words [E * H, I / 8], boxes of [16 Q, 16 NW]."""
@@ -191,16 +213,23 @@ def decode_gemm2_combine_tma_kernel(
     r = nt * (16 * Q) + q * 16 + g
     row_ok = r < N
     s_lo = s_ptr + e.to(gl.int64) * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
+    if SCALES_AHEAD:  # step 0's, like the ring, before the wait
+        s0, s1 = _scales_at(s_lo, stride_sn, w, t4, KG, row_ok)
     gdc_wait()  # the activations come from the gate/up GEMM
 
     acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     for j in range(nk):
         s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         lo, hi = _read_slot(ring, s, 1, NW, Q)
-        s0, s1 = _scales(s_lo, stride_sn, c, row_ok & kin)
+        if SCALES_AHEAD:
+            ns0, ns1 = _scales_at(s_lo, stride_sn, c + NW, t4, KG, row_ok)
+        else:
+            s0, s1 = _scales(s_lo, stride_sn, c, row_ok & kin)
         cta_barrier()
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
         acc = _mma_tile((lo, hi, s0, s1), bp, acc)
+        if SCALES_AHEAD:
+            s0, s1 = ns0, ns1
     release_barriers(full, STAGES)
     _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)
