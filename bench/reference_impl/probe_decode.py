@@ -99,6 +99,27 @@ def ahead(g1=True, g2=True, **g1_extra):
 
 
 CANDS = [lambda tuned: tuned, ahead(), ahead(g2=False), ahead(g1=False), ahead(num_warps=4), ahead(tma=3)]
+# probe39: loading the scales a step ahead was neutral (x0.98-1.02) at every DSV4 decode size and
+# gpt-oss M >= 4; at gpt-oss M=1 the down GEMM's TMA form (4 warps) won x1.08-1.15 with or without it
+CANDS39 = CANDS
+
+
+def with_(g1=None, g2=None):
+    def make(tuned):
+        c = {**tuned, "gemm1": {**tuned["gemm1"], **(g1 or {})}, "gemm2": {**tuned["gemm2"], **(g2 or {})}}
+        for g in ("gemm1", "gemm2"):
+            if c[g].get("tma"):
+                c[g].pop("w_cache", None)
+                c[g].pop("maxnreg", None)
+        return c
+    return make
+
+
+# probe40: one-warp gate/up programs in the TMA form (no CTA barrier a step to wait at), and the
+# down GEMM's TMA form with 4 warps with and without the scales ahead
+CANDS = [lambda tuned: tuned, with_({"num_warps": 1, "Q": 1, "tma": 2}), with_({"num_warps": 1, "Q": 2, "tma": 2}),
+         with_(None, {"num_warps": 4, "Q": 1, "tma": 2}), with_(None, {"num_warps": 4, "Q": 1, "tma": 2, "scales_ahead": True}),
+         with_(None, {"num_warps": 1, "Q": 1, "tma": 2})]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
