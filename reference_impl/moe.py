@@ -56,7 +56,7 @@ def check_mma_config(cfg: dict) -> None:
     tiles of 16 rows a program (1 or 2: the sizes tested on the GPU), a power-of-two warp
     count (1..8), an optional register cap a thread ("maxnreg": fewer registers, more resident
     warps), the weights through a TMA ring of 2..6 shared-memory stages ("tma", kernels/decode_tma.py;
-    0 or absent: direct loads) with its E8M0 scales loaded a step ahead or not ("scales_ahead"), the
+    0 or absent: direct loads) with its scales (and activations) loaded a step ahead or not ("ahead"), the
     down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors),
     and whether the GEMMs are launched as programmatic dependents ("pdl")."""
     bad = []
@@ -72,11 +72,11 @@ def check_mma_config(cfg: dict) -> None:
         st = c.get("tma", 0)
         if not (isinstance(st, int) and not isinstance(st, bool) and st in (0, 2, 3, 4, 5, 6)):
             bad.append(f"{g}.tma={st} (0: direct loads, or 2..6 ring stages)")
-        sa = c.get("scales_ahead", False)
-        if not isinstance(sa, bool):
-            bad.append(f"{g}.scales_ahead={sa} (true or false)")
-        elif sa and not st:
-            bad.append(f"{g}.scales_ahead without tma (only the TMA form loads its scales a step ahead)")
+        ah = c.get("ahead", 0)
+        if not (isinstance(ah, int) and not isinstance(ah, bool) and ah in (0, 1, 2)):
+            bad.append(f"{g}.ahead={ah} (0, 1: the scales, 2: the scales and activations, a step ahead)")
+        elif ah and not st:
+            bad.append(f"{g}.ahead without tma (only the TMA form loads operands a step ahead)")
     if cfg.get("pdl", False) not in (True, False):
         bad.append(f"pdl={cfg.get('pdl')} (true or false)")
     if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
@@ -311,7 +311,7 @@ def grouped_mxfp4_moe(
         _decode_tma.decode_gemm1_swiglu_tma_kernel[(NB * triton.cdiv(I, 16 * Q1),)](
             xb.view(torch.int32), _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1]), s13, act, sorted_slots,
             block_expert, S, H, I, NB, topk, xb.stride(0), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp, HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=st1, SCALES_AHEAD=bool(c1.get("scales_ahead")),
+            clamp, HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=st1, AHEAD=c1.get("ahead", 0),
             num_warps=NW1, launch_pdl=pdl,
             **_configs.reg_cap(c1),
         )
@@ -346,7 +346,7 @@ def grouped_mxfp4_moe(
             _decode_tma.decode_gemm2_combine_tma_kernel[(NB * triton.cdiv(H, 16 * Q2),)](
                 act.view(torch.int32), _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2]), s2, buf, sorted_slots,
                 block_expert, tw, S, H, I, NB, topk, act.stride(0), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=Q2, NW=NW2, STAGES=st2, SCALES_AHEAD=bool(c2.get("scales_ahead")),
+                rsf, OUT_MODE=mode, Q=Q2, NW=NW2, STAGES=st2, AHEAD=c2.get("ahead", 0),
                 num_warps=NW2, launch_pdl=pdl,
                 **_configs.reg_cap(c2),
             )

@@ -83,27 +83,11 @@ CANDS = [TQ2, tweak(TQ2, None, {"num_warps": 1}), tweak(TQ2, None, {"Q": 1, "num
 CANDS38 = CANDS
 
 
-# v13 (probe39): each step's E8M0 scales loaded one step ahead ("scales_ahead"); the candidates are
-# functions of the tuned config of each size (the direct-load configs get the TMA form first)
-def ahead(g1=True, g2=True, **g1_extra):
-    def make(tuned):
-        c = {**tuned, "gemm1": dict(tuned["gemm1"]), "gemm2": dict(tuned["gemm2"])}
-        for g, on in (("gemm1", g1), ("gemm2", g2)):
-            if on:
-                c[g] = {**c[g], "tma": c[g].get("tma") or 2, "scales_ahead": True}
-                c[g].pop("w_cache", None)
-                c[g].pop("maxnreg", None)
-        c["gemm1"].update(g1_extra)
-        return c
-    return make
-
-
-CANDS = [lambda tuned: tuned, ahead(), ahead(g2=False), ahead(g1=False), ahead(num_warps=4), ahead(tma=3)]
-# probe39: loading the scales a step ahead was neutral (x0.98-1.02) at every DSV4 decode size and
-# gpt-oss M >= 4; at gpt-oss M=1 the down GEMM's TMA form (4 warps) won x1.08-1.15 with or without it
-CANDS39 = CANDS
-
-
+# v13 (probe39): each step's E8M0 scales loaded one step ahead ("ahead": 1); the candidates are
+# functions of the tuned config of each size (the direct-load configs get the TMA form first).
+# probe39: neutral (x0.98-1.02) at every DSV4 decode size and gpt-oss M >= 4; at gpt-oss M=1 the
+# down GEMM's TMA form (4 warps) won x1.08-1.15 with or without it. probe40: one-warp gate/up
+# programs lost (x0.84-0.93); Nsight at DSV4 M=1 put the largest stall on the long scoreboard
 def with_(g1=None, g2=None):
     def make(tuned):
         c = {**tuned, "gemm1": {**tuned["gemm1"], **(g1 or {})}, "gemm2": {**tuned["gemm2"], **(g2 or {})}}
@@ -111,15 +95,15 @@ def with_(g1=None, g2=None):
             if c[g].get("tma"):
                 c[g].pop("w_cache", None)
                 c[g].pop("maxnreg", None)
+            else:
+                c[g].pop("ahead", None)
         return c
     return make
 
 
-# probe40: one-warp gate/up programs in the TMA form (no CTA barrier a step to wait at), and the
-# down GEMM's TMA form with 4 warps with and without the scales ahead
-CANDS = [lambda tuned: tuned, with_({"num_warps": 1, "Q": 1, "tma": 2}), with_({"num_warps": 1, "Q": 2, "tma": 2}),
-         with_(None, {"num_warps": 4, "Q": 1, "tma": 2}), with_(None, {"num_warps": 4, "Q": 1, "tma": 2, "scales_ahead": True}),
-         with_(None, {"num_warps": 1, "Q": 1, "tma": 2})]
+# probe41: the B pairs loaded a step ahead too ("ahead": 2)
+CANDS = [lambda tuned: tuned, with_({"ahead": 2}, {"ahead": 2}), with_({"ahead": 2}), with_(None, {"ahead": 2}),
+         with_({"ahead": 1}, {"ahead": 1}), with_(None, {"num_warps": 4, "Q": 1, "tma": 2, "ahead": 2})]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 

@@ -24,10 +24,9 @@ its weights do not depend on that grid, only its activations do.
 K tails need no masks on the weights: the copy engine fills past K with zeros, and the
 scales and activations there are masked as in decode_mma.
 
-SCALES_AHEAD: the E8M0 bytes, which the ring does not carry (a step's are 4 NW bytes a row,
-below TMA's 16-byte minimum box row), are loaded one step ahead into registers. Without it
-each step's scale loads go out after the ring slot is ready and the step's MMAs wait for them:
-a DRAM round trip a step, since every scale byte is read once.
+AHEAD: what the ring does not carry is loaded into registers one step ahead: 1, the E8M0 bytes
+(a step's are 4 NW bytes a row, below TMA's 16-byte minimum box row); 2, those and the B pairs.
+With 0 a step's scale loads go out once its slot is ready, and its B loads just before.
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -89,15 +88,21 @@ def _ring_start(desc, coord0, row0, K, T: gl.constexpr, NW: gl.constexpr, Q: gl.
 
 
 @gluon.jit
+def _wait_slot(full, j, STAGES: gl.constexpr):
+    """Step j's ring slot, once its words have landed."""
+    s = j % STAGES
+    mbarrier.wait(full.index(s), (j // STAGES) & 1)
+    return s
+
+
+@gluon.jit
 def _step(full, j, w, t4, KG, a_rows, tok_ok, NW: gl.constexpr, STAGES: gl.constexpr):
     """Step j: its ring slot, each warp's chunk, the K mask of the lanes' groups and the B pairs,
     returned once the slot's words have landed (the B loads are issued before the wait)."""
-    s = j % STAGES
     c = j * NW + w
     kin = (c * 4 + t4) < KG
     bp = _load_act(a_rows, c, tok_ok & kin)
-    mbarrier.wait(full.index(s), (j // STAGES) & 1)
-    return s, c, kin, bp
+    return _wait_slot(full, j, STAGES), c, kin, bp
 
 
 @gluon.jit
@@ -140,7 +145,7 @@ def decode_gemm1_swiglu_tma_kernel(
     stride_xm, stride_se, stride_sn, stride_am,
     clamp_limit,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr,
-    SCALES_AHEAD: gl.constexpr = False,
+    AHEAD: gl.constexpr = 0,
 ):
     """decode_gemm1_swiglu_kernel's output; w_desc: W13 as int32 words [2 E, I, H / 8] (expert and
     gate / up, row, word), boxes of [2, 16 Q, 16 NW]."""
@@ -165,13 +170,20 @@ def decode_gemm1_swiglu_tma_kernel(
     zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     gacc = zero
     uacc = zero
-    if SCALES_AHEAD:  # step 0's
+    if AHEAD >= 1:  # step 0's scales (AHEAD 2: and its activations)
         gs0, gs1 = _scales_at(sg_lo, stride_sn, w, t4, KG, row_ok)
         us0, us1 = _scales_at(su_lo, stride_sn, w, t4, KG, row_ok)
+    if AHEAD == 2:
+        b0, b1, b2, b3 = _load_act(a_rows, w, tok_ok & ((w * 4 + t4) < KG))
     for j in range(nk):
-        s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
+        if AHEAD == 2:  # the next step's activations go out before this step's wait
+            c = j * NW + w
+            nb0, nb1, nb2, nb3 = _load_act(a_rows, c + NW, tok_ok & (((c + NW) * 4 + t4) < KG))
+            s = _wait_slot(full, j, STAGES)
+        else:
+            s, c, kin, (b0, b1, b2, b3) = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
-        if SCALES_AHEAD:  # this step's came with the step before; load the next step's now
+        if AHEAD >= 1:  # this step's scales came with the step before; the next step's go out now
             ngs0, ngs1 = _scales_at(sg_lo, stride_sn, c + NW, t4, KG, row_ok)
             nus0, nus1 = _scales_at(su_lo, stride_sn, c + NW, t4, KG, row_ok)
         else:
@@ -180,10 +192,12 @@ def decode_gemm1_swiglu_tma_kernel(
         cta_barrier()  # every warp has slot s in registers
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
-        gacc = _mma_tile((glo, ghi, gs0, gs1), bp, gacc)
-        uacc = _mma_tile((ulo, uhi, us0, us1), bp, uacc)
-        if SCALES_AHEAD:
+        gacc = _mma_tile((glo, ghi, gs0, gs1), (b0, b1, b2, b3), gacc)
+        uacc = _mma_tile((ulo, uhi, us0, us1), (b0, b1, b2, b3), uacc)
+        if AHEAD >= 1:
             gs0, gs1, us0, us1 = ngs0, ngs1, nus0, nus1
+        if AHEAD == 2:
+            b0, b1, b2, b3 = nb0, nb1, nb2, nb3
     release_barriers(full, STAGES)
     swiglu_store(gacc, uacc, act_ptr, b, nt, I, stride_am, clamp_limit, HAS_CLAMP)
 
@@ -195,7 +209,7 @@ def decode_gemm2_combine_tma_kernel(
     stride_am, stride_se, stride_sn, stride_om,
     scale_factor,
     OUT_MODE: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr,
-    SCALES_AHEAD: gl.constexpr = False,
+    AHEAD: gl.constexpr = 0,
 ):
     """decode_gemm2_combine_kernel's output (the 16-byte-atomic epilogue); w_desc: W2 as int32
     words [E * H, I / 8], boxes of [16 Q, 16 NW]."""
@@ -213,23 +227,32 @@ def decode_gemm2_combine_tma_kernel(
     r = nt * (16 * Q) + q * 16 + g
     row_ok = r < N
     s_lo = s_ptr + e.to(gl.int64) * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
-    if SCALES_AHEAD:  # step 0's, like the ring, before the wait
+    if AHEAD >= 1:  # step 0's scales, like the ring, before the wait
         s0, s1 = _scales_at(s_lo, stride_sn, w, t4, KG, row_ok)
     gdc_wait()  # the activations come from the gate/up GEMM
+    if AHEAD == 2:
+        b0, b1, b2, b3 = _load_act(a_rows, w, tok_ok & ((w * 4 + t4) < KG))
 
     acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     for j in range(nk):
-        s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
+        if AHEAD == 2:
+            c = j * NW + w
+            nb0, nb1, nb2, nb3 = _load_act(a_rows, c + NW, tok_ok & (((c + NW) * 4 + t4) < KG))
+            s = _wait_slot(full, j, STAGES)
+        else:
+            s, c, kin, (b0, b1, b2, b3) = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         lo, hi = _read_slot(ring, s, 1, NW, Q)
-        if SCALES_AHEAD:
+        if AHEAD >= 1:
             ns0, ns1 = _scales_at(s_lo, stride_sn, c + NW, t4, KG, row_ok)
         else:
             s0, s1 = _scales(s_lo, stride_sn, c, row_ok & kin)
         cta_barrier()
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
-        acc = _mma_tile((lo, hi, s0, s1), bp, acc)
-        if SCALES_AHEAD:
+        acc = _mma_tile((lo, hi, s0, s1), (b0, b1, b2, b3), acc)
+        if AHEAD >= 1:
             s0, s1 = ns0, ns1
+        if AHEAD == 2:
+            b0, b1, b2, b3 = nb0, nb1, nb2, nb3
     release_barriers(full, STAGES)
     _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)

@@ -176,10 +176,11 @@ def test_decode_config_runs_or_falls_back():
     for bad in (1, 7, 2.0, True, "3"):  # TMA ring stages: 2..6, or 0 for direct loads
         with pytest.raises(ValueError, match=f"gemm1.tma={bad}"):
             moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "tma": bad}}, torch.device(DEV))
-    with pytest.raises(ValueError, match="gemm1.scales_ahead without tma"):
-        moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "scales_ahead": True}}, torch.device(DEV))
-    with pytest.raises(ValueError, match="gemm1.scales_ahead=1"):
-        moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "tma": 2, "scales_ahead": 1}}, torch.device(DEV))
+    with pytest.raises(ValueError, match="gemm1.ahead without tma"):
+        moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "ahead": 1}}, torch.device(DEV))
+    for bad in (3, True, 1.0):
+        with pytest.raises(ValueError, match=f"gemm1.ahead={bad}"):
+            moe_mod._mma_path({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "tma": 2, "ahead": bad}}, torch.device(DEV))
     with pytest.raises(ValueError, match="gemm2.tma with atom_vec 2"):
         moe_mod._mma_path({**cfg, "gemm2": {"Q": 1, "num_warps": 2, "tma": 2}}, torch.device(DEV))
     tma = {**cfg, "gemm1": {"Q": 1, "num_warps": 2, "tma": 2}, "gemm2": {"Q": 1, "num_warps": 2, "tma": 3, "atom_vec": 8}}

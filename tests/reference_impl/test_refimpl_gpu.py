@@ -127,10 +127,11 @@ def test_decode_path_k_chunks_not_a_multiple_of_the_warps(nw):
     matches_reference(p, dict(clamp_limit=None, routed_scaling_factor=None), 5, False, cfg, f"decode nw={nw}")
 
 
-def tma(stages, nw=2, q=1, pdl=True, ahead=False):
+def tma(stages, nw=2, q=1, pdl=True, ahead=0):
     """The decode path's TMA form (kernels/decode_tma.py): both GEMMs' weights through a ring of
-    `stages` shared-memory slots; ahead: their scales loaded a step ahead."""
-    g = {"Q": q, "num_warps": nw, "tma": stages, **({"scales_ahead": True} if ahead else {})}
+    `stages` shared-memory slots; ahead: their scales (1), or scales and activations (2), loaded
+    a step ahead."""
+    g = {"Q": q, "num_warps": nw, "tma": stages, **({"ahead": ahead} if ahead else {})}
     return {"path": "mma", "pdl": pdl, "gemm1": dict(g), "gemm2": {**g, "atom_vec": 8}}
 
 
@@ -139,11 +140,11 @@ def tma(stages, nw=2, q=1, pdl=True, ahead=False):
 @pytest.mark.parametrize("det", [False, True])
 @pytest.mark.parametrize("cfg", [tma(2), tma(3), tma(4, 4), tma(3, 2, 2), tma(3, pdl=False),
                                  {**tma(2, 2, 2), "gemm2": {"Q": 2, "num_warps": 1, "tma": 2, "atom_vec": 8}},
-                                 tma(2, ahead=True), tma(2, 4, ahead=True),
-                                 {**tma(2, 2, 2, ahead=True),
-                                  "gemm2": {"Q": 2, "num_warps": 1, "tma": 2, "atom_vec": 8, "scales_ahead": True}}],
-                         ids=["st2", "st3", "st4nw4", "st3q2", "st3nopdl", "st2q2down1w", "st2ahead", "st2nw4ahead",
-                              "st2q2down1wahead"])
+                                 tma(2, ahead=1), tma(2, 4, ahead=2), tma(3, 2, 2, ahead=2),
+                                 {**tma(2, 2, 2, ahead=1),
+                                  "gemm2": {"Q": 2, "num_warps": 1, "tma": 2, "atom_vec": 8, "ahead": 2}}],
+                         ids=["st2", "st3", "st4nw4", "st3q2", "st3nopdl", "st2q2down1w", "st2ahead1", "st2nw4ahead2",
+                              "st3q2ahead2", "st2q2down1wahead"])
 def test_decode_tma_matches_reference(model, M, det, cfg):
     """The TMA form: gpt-oss's K = 2880 ends inside a TMA box (zero-filled past K by the copy
     engine), DSV4's does not; slots are reused (K / 128 / warps steps > stages)."""
@@ -152,11 +153,11 @@ def test_decode_tma_matches_reference(model, M, det, cfg):
 
 
 @pytest.mark.parametrize("nw", [2, 4, 8])
-@pytest.mark.parametrize("ahead", [False, True], ids=["scales_now", "scales_ahead"])
+@pytest.mark.parametrize("ahead", [0, 1, 2], ids=["ahead0", "ahead1", "ahead2"])
 def test_decode_tma_k_chunks_not_a_multiple_of_the_warps(nw, ahead):
     """As test_decode_path_k_chunks_not_a_multiple_of_the_warps, for the TMA form: a box past K
-    lands as zeros and its scales and activations are masked (ahead: the scales loaded a step
-    early, so the last step's load of the step after it lies past K and must load nothing)."""
+    lands as zeros and its scales and activations are masked (ahead: loaded a step early, so the
+    last step's loads for the step after it lie past K and must load nothing)."""
     p = make_problem(5, 8, 384, 640, 2, device="cuda", seed=nw + 40 + 7 * ahead, invalid_frac=0.1)
     matches_reference(p, dict(clamp_limit=None, routed_scaling_factor=None), 5, False, tma(2, nw, ahead=ahead),
                       f"decode tma nw={nw} ahead={ahead}")
@@ -164,7 +165,7 @@ def test_decode_tma_k_chunks_not_a_multiple_of_the_warps(nw, ahead):
 
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("det", [False, True])
-@pytest.mark.parametrize("ahead", [False, True], ids=["scales_now", "scales_ahead"])
+@pytest.mark.parametrize("ahead", [0, 2], ids=["ahead0", "ahead2"])
 def test_decode_tma_graph_replay(model, det, ahead):
     graph_replay_matches(model, 16, det, tma(3, ahead=ahead), seed=78)
     print(f"decode tma graph {model} det={det} ahead={ahead} ok")
