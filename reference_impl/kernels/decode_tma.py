@@ -181,7 +181,8 @@ def decode_gemm1_swiglu_tma_kernel(
             nb0, nb1, nb2, nb3 = _load_act(a_rows, c + NW, tok_ok & (((c + NW) * 4 + t4) < KG))
             s = _wait_slot(full, j, STAGES)
         else:
-            s, c, kin, (b0, b1, b2, b3) = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
+            s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
+            b0, b1, b2, b3 = bp
         glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
         if AHEAD >= 1:  # this step's scales came with the step before; the next step's go out now
             ngs0, ngs1 = _scales_at(sg_lo, stride_sn, c + NW, t4, KG, row_ok)
@@ -240,7 +241,8 @@ def decode_gemm2_combine_tma_kernel(
             nb0, nb1, nb2, nb3 = _load_act(a_rows, c + NW, tok_ok & (((c + NW) * 4 + t4) < KG))
             s = _wait_slot(full, j, STAGES)
         else:
-            s, c, kin, (b0, b1, b2, b3) = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
+            s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
+            b0, b1, b2, b3 = bp
         lo, hi = _read_slot(ring, s, 1, NW, Q)
         if AHEAD >= 1:
             ns0, ns1 = _scales_at(s_lo, stride_sn, c + NW, t4, KG, row_ok)
