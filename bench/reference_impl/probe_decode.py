@@ -104,6 +104,15 @@ def with_(g1=None, g2=None):
 # probe41: the B pairs loaded a step ahead too ("ahead": 2)
 CANDS = [lambda tuned: tuned, with_({"ahead": 2}, {"ahead": 2}), with_({"ahead": 2}), with_(None, {"ahead": 2}),
          with_({"ahead": 1}, {"ahead": 1}), with_(None, {"num_warps": 4, "Q": 1, "tma": 2, "ahead": 2})]
+# probe41: neutral or slower (x0.97-1.03) everywhere but gpt-oss M=1, where the down GEMM's TMA form with
+# 4 warps won x1.13-1.19 over the direct-load one: its ring fills before it waits for the gate/up GEMM
+CANDS41 = CANDS
+# probe42: deeper down-GEMM rings at M <= 4, so more (gpt-oss M=1 with 4 warps: all) of the down GEMM's
+# weights arrive while the gate/up GEMM, which leaves DRAM half idle there, still runs
+D = {"Q": 1, "tma": 6, "ahead": 2}
+CANDS = [lambda tuned: tuned, with_(None, {**D, "num_warps": 4}), with_(None, {**D, "num_warps": 2}),
+         with_(None, {**D, "num_warps": 4, "tma": 4}), with_(None, {**D, "num_warps": 4, "tma": 2}),
+         with_({"Q": 1, "num_warps": 2, "tma": 2}, {**D, "num_warps": 2})]
 PROFILED = (0, 1)  # candidates whose per-kernel times are printed (--profile overrides)
 
 
