@@ -1,0 +1,82 @@
+"""Which part of the decode GEMMs' loop sets their time: the tuned configs timed with the group's
+inline asm cut down, one variant a process (the kernels read the asm as a global when they
+compile, so it is swapped before the first launch):
+
+  full      the shipped asm: dequant (shifts, masks, the scale multiply) + the group's 8 MMAs
+  nodq      the words go into the MMAs as they are (no dequant): MMAs, loads, ring, barriers
+  skeleton  no dequant and no MMA (the words are folded into the accumulator with one xor and
+            one add each): what moving the bytes costs
+
+Results of nodq and skeleton are wrong on purpose; only their times mean anything.
+
+  python bench/reference_impl/probe_skeleton.py --variant nodq [--ms 1,16,64] [--models ...]
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench", "reference_impl"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference_impl"))
+from triton.experimental.gluon import language as gl  # noqa: E402
+
+from reference_impl.kernels import decode_mma  # noqa: E402
+
+_NODQ = "mov.b32 {o}0, {w}; mov.b32 {o}1, {w}; mov.b32 {o}2, {w}; mov.b32 {o}3, {w};\n"
+
+
+def _asm(variant):
+    """decode_mma._group_asm with the dequant and/or the MMAs replaced (same operands)."""
+    if variant == "full":
+        return decode_mma._group_asm()
+    body = ["{", ".reg .b32 m, s, t, l0, l1, l2, l3, h0, h1, h2, h3;"]
+    for w in range(4):
+        body.append(_NODQ.format(w=f"${4 + w}", o="l") + _NODQ.format(w=f"${8 + w}", o="h"))
+        c = "$36,$37,$38,$39" if w == 0 else "$0,$1,$2,$3"
+        if variant == "nodq":
+            body.append(f"{decode_mma._MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{${20 + w},${24 + w}}}, {{{c}}};")
+            body.append(f"{decode_mma._MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{${28 + w},${32 + w}}}, "
+                        "{$0,$1,$2,$3};")
+        else:  # skeleton: keep every word and B pair live, one xor + one add a word
+            if w == 0:
+                body.append("mov.b32 $0, $36; mov.b32 $1, $37; mov.b32 $2, $38; mov.b32 $3, $39;")
+            body.append(f"xor.b32 t, l0, h0; xor.b32 t, t, ${20 + w}; add.f32 ${w}, ${w}, t;")
+    body.append("}")
+    return "\n".join(body)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", default="full", choices=("full", "nodq", "skeleton"))
+    ap.add_argument("--ms", default="1,16,64")
+    ap.add_argument("--models", default="DeepSeek-V4-Flash,gpt-oss-120b")
+    args = ap.parse_args()
+    decode_mma.GROUP_ASM = gl.constexpr(_asm(args.variant))  # before any kernel compiles
+
+    from refimpl_data import make_problem
+    from reference_impl import grouped_mxfp4_moe
+    from reference_impl.configs import get_config
+    from bench_moe import MODELS, time_graph
+    from probe_decode import kernel_times
+
+    dev = torch.cuda.get_device_name()
+    for mname in args.models.split(","):
+        c = MODELS[mname]
+        E, H, I, topk = c["E"], c["H"], c["I"], c["topk"]
+        kw = dict(clamp_limit=c["clamp"], routed_scaling_factor=c["rsf"])
+        base = make_problem(1, E, H, I, topk, device="cuda", seed=1)
+        for M in map(int, args.ms.split(",")):
+            q = make_problem(M, E, H, I, topk, device="cuda", seed=100 + M, invalid_frac=0.05)
+            p = dict(base, hidden_states=q["hidden_states"], topk_ids=q["topk_ids"], topk_weights=q["topk_weights"])
+            cfg = get_config(M, E, topk, H, I, dev)
+            fn = lambda: grouped_mxfp4_moe(**p, config=cfg, **kw)  # noqa: E731
+            time_graph(fn)
+            t = time_graph(fn)
+            print(f"{args.variant} {mname} M={M} graph {t * 1e3:.1f} us  kernels (us): {kernel_times(fn)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
