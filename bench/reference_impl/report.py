@@ -31,6 +31,7 @@ def main(path=os.path.join(HERE, "results.json")):
     for (m, E, I), table in by_model.items():
         with open(os.path.join(CONFIG_DIR, config_file_name(E, I, res["device"])), "w") as fh:
             json.dump(table, fh, indent=1)
+            fh.write("\n")
     try:
         import matplotlib
         matplotlib.use("Agg")
