@@ -200,6 +200,58 @@ class Mxfp4MoEMethod:
     assert "Runner.run through self.runner (when not self.use_lib)" in note.message
 
 
+def test_handoff_behind_a_module_flag_is_settled_for_the_device(synthetic):
+    """A module flag made of an environment variable and a platform gate
+    (`_use_rocm_lib = get_bool_env_var(...) and _is_hip`, `_is_hip = is_hip()`) is evaluated where the
+    guard reads it: false on an NVIDIA GPU whatever the variable says, so the ROCm hand-off is left out
+    and `not _use_rocm_lib` is not said; on an AMD GPU it depends on the variable, so both stay."""
+    model = """
+from fastlib.moe import fused_fp4_moe
+from rocmlib import fused_moe as rocm_moe
+from sglang.srt.utils import get_bool_env_var, is_hip
+
+_is_hip = is_hip()
+_use_rocm_lib = get_bool_env_var("SGLANG_USE_ROCM_LIB") and _is_hip
+
+class Mxfp4MoEMethod:
+    def apply(self, layer, x):
+        if _use_rocm_lib:
+            return rocm_moe(x)
+        return fused_fp4_moe(x)
+"""
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model + MOE_MODEL})
+
+    def offs(device):
+        note = next(f for f in _scan(tree, device=device) if f.data.get("unresolved_quant_methods"))
+        return [(h["target"], h["when"]) for h in note.data["handoffs"]["sglang.srt.models.m.Mxfp4MoEMethod.apply"]]
+
+    assert offs("h200") == [("fastlib.moe.fused_fp4_moe", [])]
+    assert offs("mi300x") == [("rocmlib.fused_moe", ["_use_rocm_lib"]), ("fastlib.moe.fused_fp4_moe", ["not _use_rocm_lib"])]
+
+
+def test_module_flags_evaluated_on_a_real_tree(tree_0513):
+    """0.5.13.post1's flags as the interpreter reads them: `_use_aiter = get_bool_env_var(...) and
+    _is_hip` (mxfp4.py) is false on NVIDIA GPUs and open on AMD ones; `_is_cuda = is_cuda()` and the
+    Blackwell flags of fp8_utils.py decide `_raw_triton_mxfp8_blockscaled_linear`'s guard per GPU."""
+    from recon.checks import CheckContext
+    from recon.checks.gates import eval_test
+    from recon.profiles import load_model
+
+    mx = ("sglang/srt/layers/quantization/mxfp4.py", "sglang.srt.layers.quantization.mxfp4", "Mxfp4MoEMethod.apply")
+    fp8 = ("sglang/srt/layers/quantization/fp8_utils.py", "sglang.srt.layers.quantization.fp8_utils",
+           "_raw_triton_mxfp8_blockscaled_linear")
+    guard = "not (_is_cuda and (_is_sm100_supported or _is_sm120_supported))"
+
+    def ev(device, where, test):
+        ctx = CheckContext(tree_0513, load_device(device), load_model("gpt-oss-120b"), {})
+        return eval_test(ctx, *where, test)
+
+    assert ev("h200", mx, "_use_aiter") is False and ev("h200", mx, "not _use_aiter") is True
+    assert ev("mi300x", mx, "_is_hip") is True and ev("mi300x", mx, "_use_aiter") is None
+    assert ev("h200", fp8, guard) is True  # raises: MXFP8 dense linear needs SM100/SM120
+    assert ev("rtx-pro-6000-server", fp8, guard) is False and ev("b200", fp8, guard) is False
+
+
 def test_handoff_guards_read_as_written():
     from recon.checks.handoffs import _negate
 

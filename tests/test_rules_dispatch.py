@@ -239,6 +239,25 @@ def test_gate_forms_synthetic(synthetic):
     assert amd["is_bw"] is False  # no CUDA on ROCm
 
 
+def test_gate_predicate_folds_early_returns():
+    """A gate's predicate says what it returns on each path: guards returning False or True chain
+    with the final return, any other early return becomes a conditional (not just the last line)."""
+    import ast
+
+    from recon.checks.gates import _predicate_of
+
+    def pred(src):
+        return _predicate_of(ast.parse(src).body[0])
+
+    assert pred("def g():\n    if _is_hip:\n        return cap() >= (9, 4)\n    return False\n") == \
+        "cap() >= (9, 4) if _is_hip else False"
+    assert pred("def g():\n    if not a:\n        return False\n    if b:\n        return True\n    return c and d\n") == \
+        "a and (b or (c and d))"
+    assert pred("def g():\n    if not is_cuda():\n        return False\n    return x in y and z\n") == \
+        "is_cuda() and (x in y and z)"  # the final return stays one operand, as written
+    assert pred("def g():\n    print(1)\n") == "g()"
+
+
 def test_platform_table_synthetic(synthetic):
     tree = synthetic({
         "sglang/srt/utils/common.py": (

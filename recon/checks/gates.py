@@ -104,6 +104,7 @@ class Interpreter:
 
     def __init__(self, tree, dev: Dev, model: "GateModel", depth_limit: int = 6):
         self.tree, self.dev, self.model, self.depth_limit = tree, dev, model, depth_limit
+        self.flag_memo: dict[tuple[str, str], Any] = {}  # (module, flag) -> value on this device
         self.memo: dict[str, Any] = {}
         self.touched = False  # did the last evaluation read the device's capability / CUDA version
 
@@ -297,11 +298,22 @@ class Interpreter:
         return UNKNOWN
 
     def _name(self, dotted: str, mod, scope, depth, call=False):
-        """A free name: a gate's value holder (module variable), a function reference, or unknown."""
+        """A free name: a gate's value holder (module variable), a module flag made of gates
+        (evaluated where it is read), a function reference, or unknown."""
         gate = self.model.gate_var(mod, dotted)
         if gate:
             return self.gate_value(gate, depth + 1)
         qual = self.model.resolve(mod, scope, dotted)
+        if self.model.G.nodes.get(qual, {}).get("kind") in ("function", "class"):
+            return _Ref(dotted, qual)
+        flag = self.model.module_flag(mod, dotted)
+        if flag is not None:
+            fmod, expr = flag
+            key = (fmod, dotted)
+            if key not in self.flag_memo:
+                self.flag_memo[key] = UNKNOWN  # recursion guard: `_a = _b and x`, `_b = _a or y`
+                self.flag_memo[key] = self.eval(expr, {}, fmod, "", depth + 1) if depth < self.depth_limit else UNKNOWN
+            return self.flag_memo[key]
         return _Ref(dotted, qual)
 
     def _call(self, node, env, mod, scope, depth):
@@ -378,6 +390,7 @@ class GateModel:
         self._asts: dict[str, Any] = {}
         self._facts_by_module: dict[str, Any] = {}
         self._alias_map: dict[str, str] = {}  # alias qualname -> the node the chain defines
+        self._flags: dict[tuple[str, str], Any] = {}  # (module, name) -> module_flag's answer
         self._discover()
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -407,17 +420,19 @@ class GateModel:
     def _alias(self, q: str) -> str:
         return self._alias_map.get(q, q)
 
-    def function_ast(self, qual: str):
-        node = self.G.nodes.get(qual)
-        if not node or node.get("kind") != "function" or node.get("defined_by") == "assignment":
-            return None
-        path = node["path"]
+    def _module_ast(self, path: str):
         if path not in self._asts:
             try:
                 self._asts[path] = ast.parse(self.tree.read_text(path))
             except (SyntaxError, ValueError):
                 self._asts[path] = None
-        tree = self._asts[path]
+        return self._asts[path]
+
+    def function_ast(self, qual: str):
+        node = self.G.nodes.get(qual)
+        if not node or node.get("kind") != "function" or node.get("defined_by") == "assignment":
+            return None
+        tree = self._module_ast(node["path"])
         if tree is None:
             return None
         line, name = node["line"], node["name"]
@@ -437,6 +452,53 @@ class GateModel:
             for imp in f.imports:
                 if imp.local == dotted and imp.name:
                     return self.vars.get((imp.module, imp.name))
+        return None
+
+    def module_flag(self, mod: str, name: str):
+        """(module, expression) of a flag a module binds once, at top level, to a call or a test
+        (`_is_hip = is_hip()`, `_use_aiter = get_bool_env_var("SGLANG_USE_AITER") and _is_hip`,
+        `_is_sm100_supported = is_cuda() and is_sm100_supported()`), followed through a
+        `from m import name`; None for a name bound more than once, anywhere but at top level, or to
+        anything else. The interpreter evaluates the expression where the name is read, so a flag
+        whose gates fail on the device is false whatever the environment variable beside them
+        says; a call it cannot follow stays unknown."""
+        if "." in name:
+            return None
+        key = (mod, name)
+        if key not in self._flags:
+            self._flags[key] = None  # recursion guard for import cycles
+            found = self._flag_in(mod, name)
+            f = self._facts(mod) if found is None else None
+            for imp in (f.imports if f is not None else ()):
+                if imp.local == name and imp.name and imp.module != mod:
+                    found = self.module_flag(imp.module, imp.name)
+                    break
+            self._flags[key] = found
+        return self._flags[key]
+
+    def _flag_in(self, mod: str, name: str):
+        path = self.G.nodes.get(mod, {}).get("path")
+        tree = self._module_ast(path) if path else None
+        if tree is None:
+            return None
+        binds = []
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Global) and name in n.names:
+                return None  # rebound from inside a function
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store):
+                binds.append(n)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name:
+                return None
+            elif isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in n.names):
+                return None
+        top = [st for st in tree.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+               and isinstance(st.targets[0], ast.Name) and st.targets[0].id == name]
+        if len(binds) != 1 or len(top) != 1 or top[0].targets[0] is not binds[0]:
+            return None
+        value = top[0].value
+        if isinstance(value, (ast.BoolOp, ast.Compare, ast.IfExp, ast.Call)) or (
+                isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not)):
+            return mod, value
         return None
 
     def platform_property(self, dotted: str) -> Optional[str]:
@@ -575,23 +637,39 @@ class _Subst(ast.NodeTransformer):
 
 
 def _predicate_of(fn, kwargs: Optional[dict] = None) -> str:
-    """The gate's condition as one expression: early-return guards joined with the final return."""
-    parts = []
-    for st in fn.body:
-        if isinstance(st, ast.If) and len(st.body) == 1 and isinstance(st.body[0], ast.Return) and not st.orelse:
-            rv = st.body[0].value
-            if isinstance(rv, ast.Constant) and rv.value is False:
-                parts.append(ast.UnaryOp(ast.Not(), st.test) if not isinstance(st.test, ast.UnaryOp) else st.test.operand)
-                continue
-        if isinstance(st, ast.Return) and st.value is not None:
-            parts.append(st.value)
-            break
-    if not parts:
+    """The gate's condition as one expression: its early returns folded into the final return
+    (`if t: return False` -> `not t and ...`, `if t: return True` -> `t or ...`, `if t: return v`
+    -> `v if t else ...`)."""
+    expr = _returns_folded(fn.body)
+    if expr is None:
         return f"{fn.name}()"
-    expr = parts[0] if len(parts) == 1 else ast.BoolOp(ast.And(), parts)
     if kwargs:
         expr = _Subst(kwargs).visit(copy.deepcopy(expr))  # never edit the cached tree the interpreter runs
     return re.sub(r"\s+", " ", ast.unparse(expr))
+
+
+def _returns_folded(stmts):
+    for i, st in enumerate(stmts):
+        if (isinstance(st, ast.If) and len(st.body) == 1 and isinstance(st.body[0], ast.Return)
+                and st.body[0].value is not None and not st.orelse):
+            rest = _returns_folded(stmts[i + 1:])
+            if rest is None:
+                return None
+            rv = st.body[0].value
+            if isinstance(rv, ast.Constant) and rv.value in (False, True) and isinstance(rv.value, bool):
+                if rv.value is False:
+                    op, head = ast.And(), (st.test.operand if isinstance(st.test, ast.UnaryOp) and isinstance(st.test.op, ast.Not) else ast.UnaryOp(ast.Not(), st.test))
+                else:
+                    op, head = ast.Or(), st.test
+                # guards fold into one chain; the final return stays one operand, as written
+                tail = rest.values if getattr(rest, "folded", False) and type(rest.op) is type(op) else [rest]
+                out = ast.BoolOp(op, [head, *tail])
+                out.folded = True
+                return out
+            return ast.IfExp(st.test, rv, rest)
+        if isinstance(st, ast.Return) and st.value is not None:
+            return st.value
+    return None
 
 
 # --- the shared evaluation ----------------------------------------------------------------------
