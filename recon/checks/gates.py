@@ -391,6 +391,7 @@ class GateModel:
         self._facts_by_module: dict[str, Any] = {}
         self._alias_map: dict[str, str] = {}  # alias qualname -> the node the chain defines
         self._flags: dict[tuple[str, str], Any] = {}  # (module, name) -> module_flag's answer
+        self._flags_by_module: dict[str, dict] = {}
         self._discover()
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -467,7 +468,7 @@ class GateModel:
         key = (mod, name)
         if key not in self._flags:
             self._flags[key] = None  # recursion guard for import cycles
-            found = self._flag_in(mod, name)
+            found = self._module_flags(mod).get(name)
             f = self._facts(mod) if found is None else None
             for imp in (f.imports if f is not None else ()):
                 if imp.local == name and imp.name and imp.module != mod:
@@ -476,30 +477,38 @@ class GateModel:
             self._flags[key] = found
         return self._flags[key]
 
-    def _flag_in(self, mod: str, name: str):
+    def _module_flags(self, mod: str) -> dict:
+        """name -> (mod, value) for every name the module binds exactly once, by a plain top-level
+        assignment of a call or a test, and never rebinds (one walk of the module a module)."""
+        if mod in self._flags_by_module:
+            return self._flags_by_module[mod]
         path = self.G.nodes.get(mod, {}).get("path")
         tree = self._module_ast(path) if path else None
-        if tree is None:
-            return None
-        binds = []
-        for n in ast.walk(tree):
-            if isinstance(n, ast.Global) and name in n.names:
-                return None  # rebound from inside a function
-            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store):
-                binds.append(n)
-            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name:
-                return None
-            elif isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in n.names):
-                return None
-        top = [st for st in tree.body if isinstance(st, ast.Assign) and len(st.targets) == 1
-               and isinstance(st.targets[0], ast.Name) and st.targets[0].id == name]
-        if len(binds) != 1 or len(top) != 1 or top[0].targets[0] is not binds[0]:
-            return None
-        value = top[0].value
-        if isinstance(value, (ast.BoolOp, ast.Compare, ast.IfExp, ast.Call)) or (
-                isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not)):
-            return mod, value
-        return None
+        out: dict = {}
+        if tree is not None:
+            binds: dict[str, int] = {}
+            for n in ast.walk(tree):
+                names = ()
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    names = (n.id,)
+                elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names = (n.name,)
+                elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                    names = tuple((a.asname or a.name).split(".")[0] for a in n.names)
+                elif isinstance(n, ast.Global):
+                    names = tuple(n.names) * 2  # rebound from inside a function: never a flag
+                for x in names:
+                    binds[x] = binds.get(x, 0) + 1
+            for st in tree.body:
+                if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+                    continue
+                v = st.value
+                if binds.get(st.targets[0].id) == 1 and (
+                        isinstance(v, (ast.BoolOp, ast.Compare, ast.IfExp, ast.Call))
+                        or (isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not))):
+                    out[st.targets[0].id] = (mod, v)
+        self._flags_by_module[mod] = out
+        return out
 
     def platform_property(self, dotted: str) -> Optional[str]:
         if not self.platform_keys or "." not in dotted:

@@ -139,6 +139,12 @@ def _scales_at(s_lo, row_stride_s, c, t4, KG, row_ok):
 
 
 @gluon.jit
+def _act_at(a_rows, c, t4, KG, tok_ok):
+    """The B pairs of chunk c (zeros past K)."""
+    return _load_act(a_rows, c, tok_ok & ((c * 4 + t4) < KG))
+
+
+@gluon.jit
 def decode_gemm1_swiglu_tma_kernel(
     x_ptr, w_desc, s_ptr, act_ptr, sorted_ptr, block_expert_ptr,
     S, K, I, NB, TOPK,
@@ -174,11 +180,11 @@ def decode_gemm1_swiglu_tma_kernel(
         gs0, gs1 = _scales_at(sg_lo, stride_sn, w, t4, KG, row_ok)
         us0, us1 = _scales_at(su_lo, stride_sn, w, t4, KG, row_ok)
     if AHEAD == 2:
-        b0, b1, b2, b3 = _load_act(a_rows, w, tok_ok & ((w * 4 + t4) < KG))
+        b0, b1, b2, b3 = _act_at(a_rows, w, t4, KG, tok_ok)
     for j in range(nk):
         if AHEAD == 2:  # the next step's activations go out before this step's wait
             c = j * NW + w
-            nb0, nb1, nb2, nb3 = _load_act(a_rows, c + NW, tok_ok & (((c + NW) * 4 + t4) < KG))
+            nb0, nb1, nb2, nb3 = _act_at(a_rows, c + NW, t4, KG, tok_ok)
             s = _wait_slot(full, j, STAGES)
         else:
             s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
@@ -232,13 +238,13 @@ def decode_gemm2_combine_tma_kernel(
         s0, s1 = _scales_at(s_lo, stride_sn, w, t4, KG, row_ok)
     gdc_wait()  # the activations come from the gate/up GEMM
     if AHEAD == 2:
-        b0, b1, b2, b3 = _load_act(a_rows, w, tok_ok & ((w * 4 + t4) < KG))
+        b0, b1, b2, b3 = _act_at(a_rows, w, t4, KG, tok_ok)
 
     acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     for j in range(nk):
         if AHEAD == 2:
             c = j * NW + w
-            nb0, nb1, nb2, nb3 = _load_act(a_rows, c + NW, tok_ok & (((c + NW) * 4 + t4) < KG))
+            nb0, nb1, nb2, nb3 = _act_at(a_rows, c + NW, t4, KG, tok_ok)
             s = _wait_slot(full, j, STAGES)
         else:
             s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
