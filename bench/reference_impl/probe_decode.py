@@ -170,6 +170,21 @@ def _load_kernels(path, i):
     return mod
 
 
+def tuned_problems(models, ms):
+    """(model name, M, problem, its keywords, the tuned config) for each model and batch size, the
+    weights made once a model and the routing fresh at each M (seeded by M, 5% of slots -1)."""
+    dev = torch.cuda.get_device_name()
+    for mname in models:
+        c = MODELS[mname]
+        E, H, I, topk = c["E"], c["H"], c["I"], c["topk"]
+        kw = dict(clamp_limit=c["clamp"], routed_scaling_factor=c["rsf"])
+        base = make_problem(1, E, H, I, topk, device="cuda", seed=1)
+        for M in ms:
+            q = make_problem(M, E, H, I, topk, device="cuda", seed=100 + M, invalid_frac=0.05)
+            p = dict(base, hidden_states=q["hidden_states"], topk_ids=q["topk_ids"], topk_weights=q["topk_weights"])
+            yield mname, M, p, kw, get_config(M, E, topk, H, I, dev)
+
+
 def kernel_times(fn, reps=10):
     """Mean device time per kernel name over reps eager calls (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile

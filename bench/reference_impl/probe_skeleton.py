@@ -19,8 +19,6 @@ import argparse
 import os
 import sys
 
-import torch
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench", "reference_impl"))
@@ -74,26 +72,15 @@ def main():
     args = ap.parse_args()
     decode_mma.GROUP_ASM = gl.constexpr(_asm(args.variant))  # before any kernel compiles
 
-    from refimpl_data import make_problem
     from reference_impl import grouped_mxfp4_moe
-    from reference_impl.configs import get_config
-    from bench_moe import MODELS, time_graph
-    from probe_decode import kernel_times
+    from bench_moe import time_graph
+    from probe_decode import kernel_times, tuned_problems
 
-    dev = torch.cuda.get_device_name()
-    for mname in args.models.split(","):
-        c = MODELS[mname]
-        E, H, I, topk = c["E"], c["H"], c["I"], c["topk"]
-        kw = dict(clamp_limit=c["clamp"], routed_scaling_factor=c["rsf"])
-        base = make_problem(1, E, H, I, topk, device="cuda", seed=1)
-        for M in map(int, args.ms.split(",")):
-            q = make_problem(M, E, H, I, topk, device="cuda", seed=100 + M, invalid_frac=0.05)
-            p = dict(base, hidden_states=q["hidden_states"], topk_ids=q["topk_ids"], topk_weights=q["topk_weights"])
-            cfg = get_config(M, E, topk, H, I, dev)
-            fn = lambda: grouped_mxfp4_moe(**p, config=cfg, **kw)  # noqa: E731
-            time_graph(fn)
-            t = time_graph(fn)
-            print(f"{args.variant} {mname} M={M} graph {t * 1e3:.1f} us  kernels (us): {kernel_times(fn)}", flush=True)
+    for mname, M, p, kw, cfg in tuned_problems(args.models.split(","), map(int, args.ms.split(","))):
+        fn = lambda: grouped_mxfp4_moe(**p, config=cfg, **kw)  # noqa: E731
+        time_graph(fn)
+        t = time_graph(fn)
+        print(f"{args.variant} {mname} M={M} graph {t * 1e3:.1f} us  kernels (us): {kernel_times(fn)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,14 @@ def _wait_slot(full, j, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _step_ahead(full, j, w, t4, KG, a_rows, tok_ok, NW: gl.constexpr, STAGES: gl.constexpr):
+    """_step with the B pairs loaded a step ahead: the next step's go out before this step's wait."""
+    c = j * NW + w
+    nbp = _act_at(a_rows, c + NW, t4, KG, tok_ok)
+    return _wait_slot(full, j, STAGES), c, nbp
+
+
+@gluon.jit
 def _step(full, j, w, t4, KG, a_rows, tok_ok, NW: gl.constexpr, STAGES: gl.constexpr):
     """Step j: its ring slot, each warp's chunk, the K mask of the lanes' groups and the B pairs,
     returned once the slot's words have landed (the B loads are issued before the wait)."""
@@ -182,13 +190,11 @@ def decode_gemm1_swiglu_tma_kernel(
     if AHEAD == 2:
         b0, b1, b2, b3 = _act_at(a_rows, w, t4, KG, tok_ok)
     for j in range(nk):
-        if AHEAD == 2:  # the next step's activations go out before this step's wait
-            c = j * NW + w
-            nb0, nb1, nb2, nb3 = _act_at(a_rows, c + NW, t4, KG, tok_ok)
-            s = _wait_slot(full, j, STAGES)
+        if AHEAD == 2:  # this step's B pairs came with the step before; the next step's go out now
+            s, c, nbp = _step_ahead(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         else:
             s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
-            b0, b1, b2, b3 = bp
+            b0, b1, b2, b3 = bp  # (one name a target: Triton 3.6 rejects a nested tuple target)
         glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
         if AHEAD >= 1:  # this step's scales came with the step before; the next step's go out now
             ngs0, ngs1 = _scales_at(sg_lo, stride_sn, c + NW, t4, KG, row_ok)
@@ -204,7 +210,7 @@ def decode_gemm1_swiglu_tma_kernel(
         if AHEAD >= 1:
             gs0, gs1, us0, us1 = ngs0, ngs1, nus0, nus1
         if AHEAD == 2:
-            b0, b1, b2, b3 = nb0, nb1, nb2, nb3
+            b0, b1, b2, b3 = nbp
     release_barriers(full, STAGES)
     swiglu_store(gacc, uacc, act_ptr, b, nt, I, stride_am, clamp_limit, HAS_CLAMP)
 
@@ -242,13 +248,11 @@ def decode_gemm2_combine_tma_kernel(
 
     acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
     for j in range(nk):
-        if AHEAD == 2:
-            c = j * NW + w
-            nb0, nb1, nb2, nb3 = _act_at(a_rows, c + NW, t4, KG, tok_ok)
-            s = _wait_slot(full, j, STAGES)
+        if AHEAD == 2:  # this step's B pairs came with the step before; the next step's go out now
+            s, c, nbp = _step_ahead(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         else:
             s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
-            b0, b1, b2, b3 = bp
+            b0, b1, b2, b3 = bp  # (one name a target: Triton 3.6 rejects a nested tuple target)
         lo, hi = _read_slot(ring, s, 1, NW, Q)
         if AHEAD >= 1:
             ns0, ns1 = _scales_at(s_lo, stride_sn, c + NW, t4, KG, row_ok)
@@ -261,6 +265,6 @@ def decode_gemm2_combine_tma_kernel(
         if AHEAD >= 1:
             s0, s1 = ns0, ns1
         if AHEAD == 2:
-            b0, b1, b2, b3 = nb0, nb1, nb2, nb3
+            b0, b1, b2, b3 = nbp
     release_barriers(full, STAGES)
     _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)
