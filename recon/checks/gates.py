@@ -479,7 +479,7 @@ class GateModel:
 
     def _module_flags(self, mod: str) -> dict:
         """name -> (mod, value) for every name the module binds exactly once, by a plain top-level
-        assignment of a call or a test, and never rebinds (one walk of the module a module)."""
+        assignment of a call or a test, and never rebinds (found in one walk of the module)."""
         if mod in self._flags_by_module:
             return self._flags_by_module[mod]
         path = self.G.nodes.get(mod, {}).get("path")
@@ -665,11 +665,13 @@ def _returns_folded(stmts):
             if rest is None:
                 return None
             rv = st.body[0].value
-            if isinstance(rv, ast.Constant) and rv.value in (False, True) and isinstance(rv.value, bool):
-                if rv.value is False:
-                    op, head = ast.And(), (st.test.operand if isinstance(st.test, ast.UnaryOp) and isinstance(st.test.op, ast.Not) else ast.UnaryOp(ast.Not(), st.test))
-                else:
+            if isinstance(rv, ast.Constant) and isinstance(rv.value, bool):
+                if rv.value:
                     op, head = ast.Or(), st.test
+                elif isinstance(st.test, ast.UnaryOp) and isinstance(st.test.op, ast.Not):
+                    op, head = ast.And(), st.test.operand
+                else:
+                    op, head = ast.And(), ast.UnaryOp(ast.Not(), st.test)
                 # guards fold into one chain; the final return stays one operand, as written
                 tail = rest.values if getattr(rest, "folded", False) and type(rest.op) is type(op) else [rest]
                 out = ast.BoolOp(op, [head, *tail])
