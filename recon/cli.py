@@ -480,6 +480,42 @@ def spec(
         sys.stdout.write(text)
 
 
+ServerArgsOpt = typer.Option(None, "--server-args", help='SGLang server flags in its own syntax, e.g. "--moe-runner-backend marlin --tp 2" (checked against the tree\'s ServerArgs).')
+EnvOpt = typer.Option(None, "--env", help="An environment variable as SGLang would read it, NAME=VALUE (repeatable); unset ones take the default the code declares.")
+
+
+@app.command()
+def runtime(
+    path: Optional[Path] = PathOpt,
+    rev: Optional[str] = RevOpt,
+    sglang: Optional[str] = VersionOpt,
+    device: Optional[str] = DeviceOpt,
+    model: Optional[str] = ModelOpt,
+    server_args: Optional[str] = ServerArgsOpt,
+    env: Optional[list[str]] = EnvOpt,
+    fmt: Fmt = typer.Option(Fmt.text, "--format"),
+) -> None:
+    """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches."""
+    from .checks import CheckContext
+    from .profiles import load_device, load_model
+    from .runtime import build, parse_env, parse_server_args
+    from .runtime_text import render_text
+
+    try:
+        dev = load_device(device)
+        mdl = load_model(model)
+        envs = parse_env(env)
+        tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
+        flags = parse_server_args(tree, server_args)
+        view = build(CheckContext(tree, dev, mdl), flags, envs)
+    except ReconError as e:
+        _fail(e)
+    if fmt == Fmt.json:
+        _print_json(view.to_dict())
+    else:
+        sys.stdout.write(render_text(view))
+
+
 def main() -> None:
     """Console entry: run the app, then leave without tearing down the large graph object by object
     (freeing hundreds of MB of small objects costs longer than the query that built them)."""
