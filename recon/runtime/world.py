@@ -58,8 +58,8 @@ class World:
         if v is not UNKNOWN or node is None:
             return v
         if isinstance(node, (ast.Name, ast.Attribute)):
-            q = self.R.resolve(module, "", ast.unparse(node)) if module else None
-            mod, _, name = (q or "").rpartition(".")
+            q = (self.R.resolve(module, "", ast.unparse(node)) if module else None) or f"{module}.{ast.unparse(node)}"
+            mod, _, name = q.rpartition(".")
             path = self.G.nodes.get(mod, {}).get("path")
             tree = self.module_ast(path) if path else None
             for st in tree.body if tree is not None else ():
