@@ -53,13 +53,13 @@ ROOT_CAUSE_ORDER = [
 # --- findings, cached ---------------------------------------------------------------------------
 
 
-def scan(tree, device, model, rules=None):
+def scan(tree, device, model, rules=None, server_flags=None, env=None):
     """The findings the spec is built from: ``recon.scan.run_rules``, whose results are cached on
     disk by the tree's content, recon's code, the rules, the device and the model."""
     from .rules import load_rules
     from .scan import run_rules
 
-    return run_rules(tree, device, model, load_rules() if rules is None else rules)
+    return run_rules(tree, device, model, load_rules() if rules is None else rules, server_flags=server_flags, env=env)
 
 
 # --- small helpers ------------------------------------------------------------------------------
@@ -486,7 +486,7 @@ def _plan(ctx: dict, model, device) -> list[dict]:
     return plan
 
 
-def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None) -> dict:
+def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None, view=None) -> dict:
     """The one object the spec is made of (JSON as is; Markdown through the templates)."""
     G = tree.graph
     titles = {r.id: r.title for r in (rules or [])}
@@ -583,6 +583,17 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
         "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in findings],
         "finding_counts": _counts(findings),
     }
+    ctx["runtime"] = _runtime(view)
+    if view is not None and ctx["moe_path"]["found"] and not kernels:
+        # a chain that ends in a library op (FlashInfer, DeepGEMM, ...): its hops as the view walked them
+        lib = next((lf for lf in view.primary_leaves() if lf["kind"] in ("library", "native_op")), None)
+        if lib:
+            seen_at = {h["at"] for h in hops}
+            for h in lib["via"]:
+                if _at(h["path"], h["line"]) not in seen_at:
+                    hops.append({"symbol": h["what"], "qualname": None, "at": _at(h["path"], h["line"]), "how": "calls", "inferred": False, "defined_at": "", "kind": ""})
+            hops.append({"symbol": lib["name"], "qualname": None, "at": _at(lib["path"], lib["line"]), "how": f"{lib['kind'].replace('_', ' ')} (outside the tree)", "inferred": False, "defined_at": "", "kind": lib["kind"]})
+            ctx["moe_path"]["mermaid"] = _mermaid(hops)
     tests = " ".join(g["test"] or "" for g in ctx["moe_path"]["gated_sites"])
     ctx["moe_path"]["gates"] = [g for g in ctx["gates"] if g["gate"] in tests] or [g for g in ctx["gates"] if g["gate"].startswith("is_sm")]
     ctx["reference_kernel"] = _reference_kernel(model, device, rl)
@@ -591,6 +602,46 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
     # the object the templates render are the same data
     return json.loads(json.dumps(ctx, sort_keys=True))
+
+
+def _runtime(view) -> Optional[dict]:
+    """What decided the MoE path: resolved server arguments, the quant method and its outcomes, the
+    library ops the chain ends in, and what was assumed."""
+    if view is None:
+        return None
+    moe = view.moe or {}
+    ops = []
+    for lf in view.primary_leaves():
+        if lf["kind"] != "triton_kernel":
+            ops.append({"kind": lf["kind"], "name": lf["name"], "at": _at(lf["path"], lf["line"]), "when": lf["when"]})
+    rs = moe.get("registry_site") or {}
+    return {
+        "flags": view.flags,
+        "env": view.env,
+        "server_args": [{"field": k, "value": d["value"], "source": d["source"], "test": d.get("test") or ""}
+                        for k, d in sorted(view.server_args.items())],
+        "forks": [" and ".join(f"`{a['test'][:120]}`" for a in f["assumptions"]) + ": " + ", ".join(f"`{k} = {v}`" for k, v in f["changes"].items())
+                  for f in view.forks[:4]],
+        "quant_method": moe.get("quant_method"),
+        "quant_source": moe.get("source"),
+        "config_class": moe.get("config_class"),
+        "registry_at": _at(rs.get("path"), rs.get("line")) if rs else "",
+        "method": moe.get("method"),
+        "outcomes": [_outcome(o, i == 0) for i, o in enumerate(moe.get("outcomes", []))],
+        "switches": "; ".join(f"`self.{x['attr']} = {x['value']}` (`{_at(x['path'], x['line'])}`)" for x in moe.get("switches", [])),
+        "library_ops": ops,
+        "note": moe.get("note", ""),
+        "assumed": list(view.notes),
+        "diagnostics": list(view.diagnostics),
+    }
+
+
+def _outcome(o: dict, first: bool) -> str:
+    what = f"`{o['method'].rsplit('.', 1)[-1]}`" if o["method"] else ("an error" if o["raises"] else "nothing")
+    if first:
+        what = f"**{what}**"
+    when = ", ".join(f"`{('' if a['holds'] else 'not ') + a['test'][:110]}`" for a in o["assumptions"])
+    return f"{what} (`{_at(o['path'], o['line'])}`)" + (f" when {when}" if when else "")
 
 
 def _by_name(G, name: str) -> list[str]:
@@ -703,10 +754,18 @@ def spec_target(path=None, rev=None, sglang=None) -> tuple[Optional[str], Option
     return DEFAULT_VERSION, f"no target options and no SGLang in the current folder: the seed scenario's released sglang=={DEFAULT_VERSION}"
 
 
-def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = None) -> dict:
+def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = None, server_flags=None, env=None) -> dict:
     """Scan (cached) and build the context: the whole spec as data."""
     from .rules import load_rules
 
     rules = load_rules() if rules is None else rules
-    res = scan(tree, device, model, rules)
-    return build_context(tree, device, model, res.findings, res.errors, target_reason, rules)
+    res = scan(tree, device, model, rules, server_flags, env)
+    view = _view_of(res)
+    return build_context(tree, device, model, res.findings, res.errors, target_reason, rules, view)
+
+
+def _view_of(res):
+    ctx = res.context
+    if ctx is None:
+        return None
+    return ctx.cache.get(("runtime_view", ctx.flags_key))

@@ -26,7 +26,7 @@ from .serverargs import ServerArgsError, load_schema, parse_flags, resolve
 from .values import plain
 from .world import World
 
-__all__ = ["RuntimeView", "runtime_view", "ServerArgsError", "parse_server_args", "parse_env"]
+__all__ = ["RuntimeView", "runtime_view", "ServerArgsError", "parse_server_args", "parse_env", "undeclared_envs"]
 
 
 @dataclass
@@ -75,6 +75,13 @@ def parse_server_args(tree, text: Optional[str]) -> dict:
     return parse_flags(text, world.schema)
 
 
+def undeclared_envs(tree, envs: dict) -> list:
+    """The names in ``envs`` that SGLang's environment declarations do not know."""
+    world = World(tree, _Blank())
+    declared = world.declared_envs()
+    return sorted(n for n in envs if n not in declared)
+
+
 def parse_env(pairs) -> dict:
     out = {}
     for p in pairs or ():
@@ -103,8 +110,10 @@ def _cond(test: str, holds: bool) -> str:
 def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> RuntimeView:
     flags, env = dict(flags or {}), dict(env or {})
     world = World(ctx.tree, ctx.model, env)
+    gm = _model(ctx)
+    world.shared_asts = gm._module_ast
     world.schema = load_schema(world)
-    ev = Evaluator(world, Dev.of(ctx.device), _model(ctx))
+    ev = Evaluator(world, Dev.of(ctx.device), gm)
     view = RuntimeView(ctx.device.name, ctx.model.name, flags, env)
     if world.schema is None:
         view.diagnostics.append("no ServerArgs class in this tree: server arguments are not evaluated")

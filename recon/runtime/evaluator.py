@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..checks.gates import UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
-from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, LayerObj, ServerArgsObj
+from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ServerArgsObj
 
 _ARGS_RECEIVER = re.compile(r"(args|cfg|view|server|record)", re.I)
 MAX_OUTCOMES = 16
@@ -70,6 +70,19 @@ class Evaluator(Interpreter):
             return r.value
         return None
 
+    def exec_block(self, stmts, env, mod, scope, depth):
+        """The base interpreter's, except that an undecided test whose one way raises is taken the
+        other way: a precondition (``if not is_flashinfer_available(): raise``) is assumed met, as
+        the code that runs at all must have met it; the assumption is noted."""
+        for i, st in enumerate(stmts):
+            if isinstance(st, ast.If):
+                raises = [bool(b) and isinstance(b[-1], ast.Raise) for b in (st.body, st.orelse)]
+                if raises[0] != raises[1] and self.eval(st.test, env, mod, scope, depth) is UNKNOWN:
+                    self.world.notes.setdefault(f"pre:{_src(st.test)}", f"assumed the precondition holds: {'not ' if raises[0] else ''}({_src(st.test)[:100]})")
+                    super().exec_block(st.orelse if raises[0] else st.body, env, mod, scope, depth)
+                    continue
+            super().exec_block([st], env, mod, scope, depth)
+
     # --- expressions ---------------------------------------------------------------------------
     def _eval(self, node, env, mod, scope, depth):
         if isinstance(node, ast.Attribute):
@@ -84,6 +97,23 @@ class Evaluator(Interpreter):
             slot = self.world.slot(mod, node.id, self, depth)
             if slot is not NotImplemented:
                 return slot
+        elif isinstance(node, ast.Tuple) and isinstance(node.ctx, ast.Load):
+            # keep callables as values: `return cutlass_fused_moe, ActivationType`
+            return tuple(self._eval_raw(e, env, mod, scope, depth) for e in node.elts)
+        elif isinstance(node, ast.BoolOp):
+            # Python's value semantics (`cfg or {}` is the dict), unknown where it matters
+            last, unknown = None, False
+            for v in node.values:
+                x = _value(self._eval(v, env, mod, scope, depth))
+                if x is UNKNOWN:
+                    unknown = True
+                    continue
+                last = x
+                if isinstance(node.op, ast.And) and not x:
+                    return x
+                if isinstance(node.op, ast.Or) and x:
+                    return x
+            return UNKNOWN if unknown else last
         elif isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
             keys = [_value(self._eval(k, env, mod, scope, depth)) for k in node.keys]
             if any(k is UNKNOWN or isinstance(k, (dict, list)) for k in keys):
@@ -109,6 +139,14 @@ class Evaluator(Interpreter):
 
     def _attribute(self, node: ast.Attribute, env, mod, scope, depth):
         w = self.world
+        dotted = _dotted(node)
+        prop = self.model.platform_property(dotted) if dotted else None
+        if prop:  # get_platform().is_sm120: a platform property looked up through a probe table
+            return self.gate_value(prop, depth + 1)
+        if dotted and re.search(r"platform", dotted.rsplit(".", 1)[0], re.I):
+            probe = self._probe(node.attr, dotted, [])  # get_platform().is_hip / .is_cuda
+            if probe is not KeyError:
+                return probe
         recv = self._receiver(node.value, env, mod, scope, depth)
         if recv is NotImplemented:
             # a class attribute: an enum member, or a constant in the class body
@@ -121,14 +159,23 @@ class Evaluator(Interpreter):
             slot = w.slot(mod, _dotted(node), self, depth)
             if slot is not NotImplemented:
                 return slot
-            return NotImplemented
+            if not isinstance(node.value, ast.Attribute):
+                return NotImplemented
+            recv = self._eval(node.value, env, mod, scope, depth)  # Enum.MEMBER.value
+            if not isinstance(recv, (EnumVal, Instance, HFConfig, ServerArgsObj)):
+                return NotImplemented
         a = node.attr
         if isinstance(recv, ServerArgsObj):
             return recv.state.get(a)
         if isinstance(recv, HFConfig):
             return recv.attr(a)
         if isinstance(recv, Instance):
-            return w.instance_attr(recv, a, self, depth)
+            v = w.instance_attr(recv, a, self, depth)
+            if (v is MISSING or v is UNKNOWN) and w.is_field(a) and any(
+                    isinstance(x, ServerArgsObj) for x in recv.attrs.get("__args__", {}).values()):
+                # a view built over the server arguments answers their fields
+                return next(x for x in recv.attrs["__args__"].values() if isinstance(x, ServerArgsObj)).state.get(a)
+            return v
         if isinstance(recv, EnumVal):
             return recv.value if a == "value" else recv.name if a == "name" else UNKNOWN
         if isinstance(recv, LayerObj):
@@ -152,6 +199,8 @@ class Evaluator(Interpreter):
         if isinstance(f, ast.Name) and f.id not in env:
             if f.id in ("getattr", "hasattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
                 obj = self._eval(node.args[0], env, mod, scope, depth)
+                if f.id == "hasattr" and isinstance(obj, _Ref) and obj.dotted == "torch" and not obj.qual:
+                    return True  # torch's device modules (torch.cuda, torch.xpu) exist in every build
                 got = self._attribute(ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Load()), env, mod, scope, depth) \
                     if isinstance(obj, (HFConfig, Instance, ServerArgsObj, EnumVal)) else UNKNOWN
                 if f.id == "hasattr":
@@ -161,6 +210,9 @@ class Evaluator(Interpreter):
                 return got
             if f.id == "isinstance" and len(node.args) == 2:
                 return self._isinstance(node.args[0], node.args[1], env, mod, scope, depth)
+        got = self._registry_lookup(node, f, ev)
+        if got is not None:
+            return got
         if isinstance(f, ast.Attribute):
             # envs.NAME.get() / .is_set() / .value: a declared environment variable
             if f.attr in ("get", "is_set", "value", "get_value") and isinstance(f.value, ast.Attribute):
@@ -215,6 +267,24 @@ class Evaluator(Interpreter):
             return inst
         return NotImplemented
 
+    def _registry_lookup(self, node: ast.Call, f, ev) -> Optional[FuncRef]:
+        """``Pool.get_fused_func("none", "marlin")``: a lookup by constant keys that decorators
+        registered (``@register_fused_func("none", "marlin")``) gives the registered function."""
+        name = _dotted(f).rsplit(".", 1)[-1].lower()
+        if not node.args or not any(w in name for w in ("get", "lookup", "find", "fetch")):
+            return None
+        from .moe import registrations
+        regs = registrations(self.world)
+        if not regs:
+            return None
+        args = [ev(a) for a in node.args]
+        if not all(isinstance(a, str) for a in args):
+            return None
+        for keys, deco, q, path, line, _ in regs:
+            if tuple(keys) == tuple(args):
+                return FuncRef(q, tuple(keys), (path, line))
+        return None
+
     def _isinstance(self, obj_node, cls_node, env, mod, scope, depth):
         obj = self._eval(obj_node, env, mod, scope, depth)
         wanted = cls_node.elts if isinstance(cls_node, ast.Tuple) else [cls_node]
@@ -234,6 +304,8 @@ class Evaluator(Interpreter):
             mro = {obj.cls} | set(obj.bases)
         elif isinstance(obj, (Instance, EnumVal)):
             mro = set(self.world.mro(obj.cls))
+        elif isinstance(obj, (str, int, float, bool, dict, list, tuple)) or obj is None:
+            return False  # a plain value is no instance of an in-tree class (enum members are EnumVal)
         else:
             return UNKNOWN
         return any(q in mro for q in quals)
@@ -299,7 +371,12 @@ class Evaluator(Interpreter):
         except Exception:
             return UNKNOWN
         cls = self._class_of_ref(v)
-        return ClassRef(cls) if cls else _value(v)
+        if cls:
+            return ClassRef(cls)
+        if isinstance(v, _Ref) and not (v.qual and v.qual in self.model.G):
+            full = self.world.imported_as(mod, scope, v.dotted) or (v.qual if v.qual and "." in v.qual else None)
+            return ExtRef(full or v.dotted)
+        return _value(v)
 
 
 def _src(node) -> str:

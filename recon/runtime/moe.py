@@ -27,7 +27,7 @@ from typing import Any, Optional
 from ..checks.gates import UNKNOWN, _dotted
 from ..checks.handoffs import _guarded_calls
 from .evaluator import _src
-from .values import ClassRef, EnumVal, Instance, LayerObj
+from .values import ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
 
 _NOT_KERNELS = ("torch", "numpy", "triton", "logging", "typing", "functools", "math", "os", "dataclasses", "contextlib",
                 "itertools", "collections", "warnings", "einops", "importlib", "inspect", "enum", "abc", "sys", "re")
@@ -185,17 +185,9 @@ def registrations(world) -> list[tuple[tuple, str, str, int]]:
     constant strings (``@register_fused_func("none", "marlin")``)."""
     if "_regs" in world.__dict__:
         return world._regs
-    out = []
-    for f in world.tree.index.py_facts():
-        if not f.module or "/test" in f.path:
-            continue
-        for d in f.defs:
-            if d.kind != "function" or not d.decorators:
-                continue
-            for deco in d.decorators:
-                if "register" not in deco.lower():
-                    continue
-                out.append((None, deco, f"{f.module}.{d.qualname}", f.path, d.line))
+    if world._importers is None:
+        world._scan_facts()
+    out = [(None, None, f"{mod}.{q}", path, line) for path, mod, q, line in world.decorated]
     # keys come from the source (facts keep decorators as dotted names only)
     regs = []
     for _, deco, q, path, line in out:
@@ -226,8 +218,54 @@ class PathWalker:
         self.seen: set = set()
         self.switches: list[dict] = []  # instance flags the apply path reads, with their values
         self.tops = {p.split("/", 1)[0].removesuffix(".py") for p in world.tree.index.files}
+        self._local_cache: dict = {}
 
-    def walk(self, qual: str, selfval, via: list, when: tuple, depth: int) -> None:
+    def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set) -> None:
+        """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
+        from .writes import _locals
+        key = id(fn)
+        if key not in self._local_cache:
+            self._local_cache[key] = _locals(fn)
+        assigns = self._local_cache[key]
+        seen = set()
+        todo = [n for n in wanted if n not in env]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            last = None
+            for lname, expr, ln in assigns:
+                if lname == name and ln < line:
+                    last = expr
+            if last is None:
+                continue
+            inner = [n.id for n in ast.walk(last) if isinstance(n, ast.Name) and n.id not in env and n.id not in seen]
+            if inner:
+                self._locals_at(fn, line, env, mod, scope, set(inner))
+            env[name] = self.ev._eval_raw(last, env, mod, scope)
+
+    def _bind(self, callee: str, call: ast.Call, env: dict, mod: str, scope: str, method: bool) -> dict:
+        fn = self.ev.model.function_ast(callee)
+        if fn is None:
+            return {}
+        names = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        if method and names:
+            names = names[1:]
+        out = {}
+        for p, a in zip(names, call.args):
+            if not isinstance(a, ast.Starred):
+                v = self.ev._eval_raw(a, env, mod, scope)
+                if v is not UNKNOWN:
+                    out[p] = v
+        for k in call.keywords:
+            if k.arg:
+                v = self.ev._eval_raw(k.value, env, mod, scope)
+                if v is not UNKNOWN:
+                    out[k.arg] = v
+        return out
+
+    def walk(self, qual: str, selfval, via: list, when: tuple, depth: int, args: Optional[dict] = None) -> None:
         if depth > MAX_DEPTH or (qual, depth > 0 and id(selfval)) in self.seen:
             return
         self.seen.add((qual, depth > 0 and id(selfval)))
@@ -242,6 +280,7 @@ class PathWalker:
         if isinstance(selfval, Instance) and len(params) > 1 and params[1] == "layer":
             # the layer the method set attributes on in process_weights_after_loading & co.
             env["layer"] = self.world.layer_of(selfval)
+        env.update(args or {})
         bound = _bound_names(self.world, path, scope)
         edges: dict = {}
         for _, v, d in self.G.out_edges(qual, data=True):
@@ -249,6 +288,9 @@ class PathWalker:
                 edges.setdefault(d.get("line", 0), []).append((v, d))
         for call, guards in _guarded_calls(fn):
             left, runs = [], True
+            names = {n.id for t, _ in guards for n in ast.walk(t) if isinstance(n, ast.Name)}
+            names |= {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+            self._locals_at(fn, call.lineno, env, mod, scope, names)
             for test, holds in guards:
                 v = self.ev.eval(test, env, mod, scope)
                 if v is UNKNOWN or not isinstance(v, (bool, int)) or isinstance(v, EnumVal):
@@ -264,12 +306,30 @@ class PathWalker:
             name = _dotted(call.func)
             hop = Hop(f"{node.get('qualname', qual)} calls {name or ast.unparse(call.func)[:60]}", path, call.lineno, qual, tuple(left))
             head = name.split(".", 1)[0] if name else ""
+            # a local bound to a callable value: fn = helper()[0], then fn(...)
+            if isinstance(call.func, ast.Name) and call.func.id in env:
+                bound_v = env[call.func.id]
+                if isinstance(bound_v, ExtRef):
+                    pkg = bound_v.name.split(".", 1)[0]
+                    if pkg not in self.tops and pkg not in _NOT_KERNELS:
+                        self._leaf("library", bound_v.name, path, call.lineno, via + [hop], cwhen)
+                    continue
+                if isinstance(bound_v, FuncRef):
+                    self.walk(bound_v.qual, None, via + [hop], cwhen, depth + 1, self._bind(bound_v.qual, call, env, mod, scope, False))
+                    continue
             # a library call
             if head in bound:
                 full = bound[head] + name[len(head):]
                 pkg = full.split(".", 1)[0]
                 if pkg not in self.tops and pkg not in _NOT_KERNELS:
                     self._leaf("library", full, path, call.lineno, via + [hop], cwhen)
+                    continue
+            # a registered function held in an attribute: self.fused_func(...)
+            if name.startswith("self.") and name.count(".") == 1 and isinstance(selfval, Instance):
+                held = self.world.instance_attr(selfval, name.split(".")[1], self.ev, 0)
+                if isinstance(held, FuncRef):
+                    reg = Hop(f"{name} is {held.qual.rsplit('.', 1)[-1]}, registered for {held.keys!r}", held.site[0], held.site[1], held.qual)
+                    self.walk(held.qual, None, via + [hop, reg], cwhen, depth + 1, self._bind(held.qual, call, env, mod, scope, False))
                     continue
             # a held object's method: self.runner.run(...)
             if name.startswith("self.") and name.count(".") >= 2 and isinstance(selfval, Instance):
@@ -278,7 +338,7 @@ class PathWalker:
                 if isinstance(held, Instance):
                     target = self.world.method(held.cls, meth)
                     if target:
-                        self.walk(target, held, via + [hop], cwhen, depth + 1)
+                        self.walk(target, held, via + [hop], cwhen, depth + 1, self._bind(target, call, env, mod, scope, True))
                         self._registry(held, via + [hop], cwhen, depth)
                         continue
             for v, d in edges.get(call.lineno, []):
@@ -289,7 +349,7 @@ class PathWalker:
                     self._leaf("native_op", v, path, call.lineno, via + [hop], cwhen)
                 elif k == "function" and d.get("kind") == "calls":
                     target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None
-                    self.walk(v, target_self, via + [hop], cwhen, depth + 1)
+                    self.walk(v, target_self, via + [hop], cwhen, depth + 1, self._bind(v, call, env, mod, scope, target_self is not None))
 
     def _registry(self, held: Instance, via, when, depth) -> None:
         """The functions a registry keyed by the held object's constructor constants dispatches to."""

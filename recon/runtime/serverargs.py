@@ -30,7 +30,7 @@ from .values import MISSING, HFConfig, ServerArgsObj
 from .writes import writes_in_module
 
 # The fields a dispatch decision reads; forks are kept for these only.
-TRACKED = ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend", "decode_attention_backend",
+TRACKED = ("device", "moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend", "decode_attention_backend",
            "prefill_attention_backend", "fp8_gemm_runner_backend", "dtype", "ep_size", "speculative_algorithm",
            "disable_cuda_graph", "enable_dp_attention", "flashinfer_mxfp4_moe_precision", "kv_cache_dtype")
 MAX_FORKS = 8
@@ -246,10 +246,31 @@ def hook_modules(world, schema: Schema) -> list[tuple[str, str]]:
 
 
 def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
-    """The resolved server arguments: the primary outcome first, then the forks (at most MAX_FORKS)."""
+    """The resolved server arguments: the primary outcome first, then the forks (at most MAX_FORKS).
+
+    Hooks run in an order this reading does not model, and a hook may read a field that another
+    fills in later (``device`` is None until a hook asks the platform). So the writes whose tests
+    or values read such a placeholder are evaluated once more, after the first pass, with its
+    resolved value."""
+    writes = _writes(world, schema)
     base = State(schema, dict(flags))
     for k, v in flags.items():
         base.decisions[k] = Decision(k, v, "--" + k.replace("_", "-"))
+    states = _apply(world, writes, [base], evaluator)
+    seeds = {k for k, v in states[0].values.items() if k not in flags and k in states[0].decisions
+             and (f := schema.fields.get(k)) is not None and f.default is None and v is not None}
+    if not seeds:
+        return states
+    again = [w for w in writes if _reads(w, seeds)]
+    return _apply(world, again, states, evaluator) if again else states
+
+
+def _reads(w, fields: set) -> bool:
+    nodes = [t for t, _ in w.guards] + [w.value]
+    return any(isinstance(n, ast.Attribute) and n.attr in fields for x in nodes for n in ast.walk(x))
+
+
+def _writes(world, schema: Schema) -> list:
     writes = []
     for path, module in hook_modules(world, schema):
         tree = world.module_ast(path)
@@ -258,8 +279,11 @@ def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
         for w in writes_in_module(tree, path, module, set(TRACKED), dict_literals=True):
             if w.receiver == "<dict>" or w.receiver.startswith("self") or re.search(r"(args|cfg|overrides|server|record)", w.receiver, re.I):
                 writes.append(w)
+    return writes
+
+
+def _apply(world, writes: list, states: list, evaluator) -> list[State]:
     archs = list(world.model.architectures)
-    states = [base]
     explored: set = set()
     for w in writes:
         if w.receiver == "<dict>" and w.fn is not None and isinstance(w.value, ast.Name):

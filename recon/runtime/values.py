@@ -106,6 +106,23 @@ class ClassRef:
     qual: str
 
 
+@dataclass(frozen=True)
+class FuncRef:
+    """A function taken out of a decorator registry (``@register_fused_func("none", "marlin")``)."""
+
+    qual: str
+    keys: tuple = ()
+    site: tuple = ()  # (path, line) of the registration
+
+
+@dataclass(frozen=True)
+class ExtRef:
+    """A callable from outside the tree, kept as a value (``fn = cutlass_fused_moe``; returned from
+    a helper that imports it lazily)."""
+
+    name: str  # dotted, as imported: "flashinfer.fused_moe.cutlass_fused_moe"
+
+
 def plain(v: Any) -> Optional[str]:
     """How a value reads in the spec."""
     if isinstance(v, EnumVal):
@@ -114,4 +131,6 @@ def plain(v: Any) -> Optional[str]:
         return v.cls.rsplit(".", 1)[-1]
     if v is MISSING:
         return "unset"
+    if isinstance(v, FuncRef):
+        return f"{v.qual.rsplit('.', 1)[-1]} (registered for {v.keys!r})"
     return repr(v)

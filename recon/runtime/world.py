@@ -33,9 +33,15 @@ class World:
         self._class_writes: dict = {}
         self._mro: dict = {}
         self._slots: dict = {}
+        self.shared_asts = None  # the gate model's parse cache, when there is one
+        self._writes_by_path: dict = {}
+        self._importers: Optional[dict] = None
+        self._slot_index: dict = {}
 
     # --- files ---------------------------------------------------------------------------------
     def module_ast(self, path: str):
+        if self.shared_asts is not None:
+            return self.shared_asts(path)
         if path not in self._asts:
             try:
                 self._asts[path] = ast.parse(self.tree.read_text(path))
@@ -45,6 +51,23 @@ class World:
 
     def path_of(self, qual: str) -> Optional[str]:
         return self.G.nodes.get(qual, {}).get("path")
+
+    def imported_as(self, mod: str, scope: str, dotted: str) -> Optional[str]:
+        """The full dotted name an import in ``scope`` (or around it) binds ``dotted``'s head to."""
+        path = self.G.nodes.get(mod, {}).get("path")
+        facts = self.tree.index.facts(path) if path else None
+        if facts is None or not dotted:
+            return None
+        head, _, rest = dotted.partition(".")
+        best = None
+        for imp in facts.imports:
+            if imp.local == head and (imp.scope == "" or scope == imp.scope or scope.startswith(imp.scope + ".")):
+                if best is None or len(imp.scope) > len(best.scope):
+                    best = imp
+        if best is None:
+            return None
+        base = f"{best.module}.{best.name}" if best.name else best.module
+        return f"{base}.{rest}" if rest else base
 
     def literal(self, node):
         try:
@@ -220,6 +243,44 @@ class World:
                 args[k.arg] = ev._eval_raw(k.value, env, mod, scope, depth)
         inst.attrs["__args__"] = args
 
+    def writes_of(self, path: str, module: str, attr: str) -> list:
+        """Every guarded attribute write of ``attr`` in a file (the file is walked once)."""
+        by = self._writes_by_path.get(path)
+        if by is None:
+            by = {}
+            tree = self.module_ast(path)
+            for w in writes_in_module(tree, path, module, None) if tree is not None else ():
+                by.setdefault(w.key, []).append(w)
+            self._writes_by_path[path] = by
+        return by.get(attr, [])
+
+    def _scan_facts(self) -> None:
+        """One pass over every file's facts: who imports which name, which attributes each file
+        assigns, and the functions registered by a decorator (facts are costly to hydrate)."""
+        idx: dict = {}
+        assigned: dict = {}
+        decorated: list = []
+        for f in self.tree.index.py_facts():
+            if not f.module or "/test" in f.path:
+                continue
+            for i in f.imports:
+                if i.name:
+                    idx.setdefault(i.name, set()).add((f.path, f.module))
+            assigned[f.path] = {a.target.rsplit(".", 1)[-1] for a in f.assigns if "." in a.target}
+            for d in f.defs:
+                if d.kind == "function" and any("register" in x.lower() for x in d.decorators):
+                    decorated.append((f.path, f.module, d.qualname, d.line))
+        self._importers = {k: sorted(v) for k, v in idx.items()}
+        self._assigned = assigned
+        self.decorated = decorated
+
+    def importers(self, short: str, attr: Optional[str] = None) -> list:
+        """(path, module) of the files that import a name ``short`` (and assign ``.attr``)."""
+        if self._importers is None:
+            self._scan_facts()
+        out = self._importers.get(short, [])
+        return [x for x in out if attr is None or attr in self._assigned.get(x[0], ())]
+
     def class_writes(self, cls: str, attr: str) -> list:
         """Writes of ``self.attr`` in the class and its bases (``__init__`` first), then writes of
         ``<x>.attr`` in the modules that import the class (the loader setting a config's flag)."""
@@ -229,32 +290,25 @@ class World:
         out = []
         for c in self.mro(cls):
             d = self.G.nodes.get(c, {})
-            tree = self.module_ast(d["path"]) if d.get("path") else None
-            if tree is None:
+            if not d.get("path"):
                 continue
-            mod = self._module_of(c)
             cq = d.get("qualname", "")
-            ws = [w for w in writes_in_module(tree, d["path"], mod, {attr}) if w.receiver == "self" and w.scope.startswith(cq + ".")]
+            ws = [w for w in self.writes_of(d["path"], self._module_of(c), attr) if w.receiver == "self" and w.scope.startswith(cq + ".")]
             ws.sort(key=lambda w: (not w.scope.endswith(".__init__"), w.line))
             out += ws
         short = self.G.nodes.get(cls, {}).get("name")
         init_ws = [w for w in out if w.scope.endswith(".__init__")]
         later = [w for w in out if not w.scope.endswith(".__init__")]
         external = []
-        for f in self.tree.index.py_facts():
-            if not f.module or not any(i.name == short for i in f.imports) or "/test" in f.path:
-                continue
-            if not any(a.target.endswith("." + attr) for a in f.assigns):
-                continue
-            tree = self.module_ast(f.path)
-            if tree is None:
-                continue
-            external += [w for w in writes_in_module(tree, f.path, f.module, {attr})
+        for path, module in self.importers(short, attr) if short else ():
+            external += [w for w in self.writes_of(path, module, attr)
                          if re.fullmatch(r"[A-Za-z_]\w*", w.receiver) and w.receiver != "self"]
         self._class_writes[key] = init_ws + external + later
         return self._class_writes[key]
 
     def instance_attr(self, inst: Instance, attr: str, ev, depth: int):
+        """An attribute of an in-tree object: the last write to it that holds, in the order the
+        object lives (``__init__``, then writes from outside, then its other methods)."""
         if "__layer_of__" in inst.attrs:
             return self.layer_attr(inst, attr, ev, depth)
         if attr in inst.attrs:
@@ -264,34 +318,23 @@ class World:
         inst.attrs[attr] = UNKNOWN  # recursion guard
         value = MISSING
         for w in self.class_writes(inst.cls, attr):
-            env = self.write_env(w, inst, ev)
+            extra = {}
             if w.scope.endswith(".__init__"):
                 # parameters named like a server argument take its value when the caller did
                 # not say (ModelConfig.from_server_args passes quantization=server_args.quantization)
                 if w.fn is not None and self.state is not None:
                     for a in w.fn.args.args + w.fn.args.kwonlyargs:
                         if self.is_field(a.arg) and a.arg not in inst.attrs.get("__args__", {}):
-                            env[a.arg] = self.state.get(a.arg)
-                env.update(inst.attrs.get("__args__", {}))
+                            extra[a.arg] = self.state.get(a.arg)
+                extra.update(inst.attrs.get("__args__", {}))
             if w.receiver != "self":
-                env[w.receiver] = inst
-            truth = True
-            for test, want in w.guards:
-                t = ev.eval(test, env, w.module, w.scope, depth + 1)
-                if t is UNKNOWN:
-                    truth = UNKNOWN
-                    break
-                if bool(t) != want:
-                    truth = False
-                    break
-            if truth is not True:
-                continue  # an undecided write is assumed not to happen (its outcome is the fork's)
-            v = ev._eval_raw(w.value, env, w.module, w.scope, depth + 1)
-            if isinstance(w.value, ast.Name) and w.scope.endswith(".__init__"):
-                args = inst.attrs.get("__args__", {})
-                if w.value.id in args:
-                    v = args[w.value.id]
-            value = v
+                extra[w.receiver] = inst
+            env = self.write_env(w, inst, ev, extra)
+            # the primary rule: a test that cannot be decided is taken as false
+            tests = [ev.eval(t, env, w.module, w.scope, depth + 1) for t, _ in w.guards]
+            if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, w.guards)):
+                continue
+            value = ev._eval_raw(w.value, env, w.module, w.scope, depth + 1)
         if value is MISSING:
             value = self.class_constant(inst.cls, attr)
             value = MISSING if value is NotImplemented else value
@@ -314,11 +357,10 @@ class World:
         value, seen_write = UNKNOWN, False
         for c in self.mro(method.cls):
             d = self.G.nodes.get(c, {})
-            tree = self.module_ast(d["path"]) if d.get("path") else None
-            if tree is None:
+            if not d.get("path"):
                 continue
             cq = d.get("qualname", "")
-            for w in writes_in_module(tree, d["path"], self._module_of(c), {attr}):
+            for w in self.writes_of(d["path"], self._module_of(c), attr):
                 if w.receiver != "layer" or not w.scope.startswith(cq + "."):
                     continue
                 seen_write = True
@@ -338,7 +380,7 @@ class World:
         layer.attrs[attr] = value
         return value
 
-    def write_env(self, w, selfval, ev) -> dict:
+    def write_env(self, w, selfval, ev, extra: Optional[dict] = None) -> dict:
         """Locals a write's tests and value read: parameters bound to what they stand for, and the
         function's simple assignments before the write, evaluated on demand."""
         env: dict = {}
@@ -361,6 +403,7 @@ class World:
                     v = self.literal(d)
                     if v is not UNKNOWN:
                         env[p] = v
+        env.update(extra or {})
         wanted = {n.id for g, _ in w.guards for n in ast.walk(g) if isinstance(n, ast.Name)}
         wanted |= {n.id for n in ast.walk(w.value) if isinstance(n, ast.Name)}
         self._fill_locals(w, env, wanted, ev, set())
@@ -383,6 +426,19 @@ class World:
             env[name] = v
 
     # --- slots written from a server argument --------------------------------------------------
+    def _index_slots(self, mod: str) -> list:
+        """(target text, (field, value)) for each assignment in the module whose value reads a
+        server-argument field."""
+        path = self.G.nodes.get(mod, {}).get("path")
+        tree = self.module_ast(path) if path else None
+        out = []
+        for n in ast.walk(tree) if tree is not None else ():
+            if isinstance(n, ast.Assign) and len(n.targets) == 1:
+                fields = [a.attr for a in ast.walk(n.value) if isinstance(a, ast.Attribute) and self.is_field(a.attr)]
+                if fields:
+                    out.append((ast.unparse(n.targets[0]), (fields[0], n.value)))
+        return out
+
     def slot(self, mod: str, dotted: str, ev, depth: int):
         """A module global or attribute chain the code fills from a server argument
         (``MOE_RUNNER_BACKEND = MoeRunnerBackend(server_args.moe_runner_backend)``,
@@ -391,20 +447,15 @@ class World:
         if not dotted or self.state is None:
             return NotImplemented
         tail = ".".join(dotted.split(".")[-2:])
+        index = self._slot_index.get(mod)
+        if index is None:
+            index = self._slot_index[mod] = self._index_slots(mod)
         key = (mod, tail)
         if key not in self._slots:
             self._slots[key] = None
-            path = self.G.nodes.get(mod, {}).get("path")
-            tree = self.module_ast(path) if path else None
-            for n in ast.walk(tree) if tree is not None else ():
-                if not isinstance(n, ast.Assign) or len(n.targets) != 1:
-                    continue
-                t = ast.unparse(n.targets[0])
-                if t != tail and not t.endswith("." + tail) and t != dotted:
-                    continue
-                fields = [a.attr for a in ast.walk(n.value) if isinstance(a, ast.Attribute) and self.is_field(a.attr)]
-                if fields:
-                    self._slots[key] = (fields[0], n.value)
+            for t, got in index:
+                if t == tail or t.endswith("." + tail) or t == dotted:
+                    self._slots[key] = got
                     break
         got = self._slots[key]
         if got is None:

@@ -66,6 +66,12 @@ def _locals(fn: ast.AST) -> list:
     for n in ast.walk(fn):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
             out.append((n.targets[0].id, n.value, n.lineno))
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple):
+            # a, b = f(): each name is an element of what f returns
+            for i, e in enumerate(n.targets[0].elts):
+                if isinstance(e, ast.Name):
+                    sub = ast.Subscript(value=n.value, slice=ast.Constant(value=i), ctx=ast.Load())
+                    out.append((e.id, ast.copy_location(sub, n), n.lineno))
         elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None:
             out.append((n.target.id, n.value, n.lineno))
     out.sort(key=lambda x: x[2])
@@ -102,6 +108,11 @@ def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_l
                 continue
             for key, recv, value in _stores(st, keys):
                 out.append(Write(path, module, scope, st.lineno, key, recv, value, guards, fn, decos, local_list))
+            if dict_literals and isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and st.value.args:
+                # declare(server_args, "why", field=value): a resolution declared by keyword
+                for k in st.value.keywords:
+                    if k.arg and (keys is None or k.arg in keys):
+                        out.append(Write(path, module, scope, k.value.lineno, k.arg, _receiver(st.value.args[0]), k.value, guards, fn, decos, local_list))
             if dict_literals and isinstance(st, (ast.Assign, ast.Return, ast.AnnAssign)) and getattr(st, "value", None) is not None:
                 for key, value in _dict_keys(st.value, keys):
                     out.append(Write(path, module, scope, value.lineno, key, "<dict>", value, guards, fn, decos, local_list))
