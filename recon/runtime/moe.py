@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -29,9 +30,10 @@ from ..checks.handoffs import _guarded_calls
 from .evaluator import _src
 from .values import ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
 
-_NOT_KERNELS = ("torch", "numpy", "triton", "logging", "typing", "functools", "math", "os", "dataclasses", "contextlib",
-                "itertools", "collections", "warnings", "einops", "importlib", "inspect", "enum", "abc", "sys", "re")
-MAX_DEPTH = 5
+# packages whose calls are not the work itself (the standard library is never a kernel either)
+_NOT_KERNELS = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "triton", "einops", "tvm_ffi", "sailify", "packaging", "psutil"}
+_JIT = re.compile(r"(^|/)(jit_kernel|jit)/")
+MAX_DEPTH = 10
 
 
 @dataclass
@@ -219,6 +221,7 @@ class PathWalker:
         self.switches: list[dict] = []  # instance flags the apply path reads, with their values
         self.tops = {p.split("/", 1)[0].removesuffix(".py") for p in world.tree.index.files}
         self._local_cache: dict = {}
+        self.primary_seen: set = set()  # functions walked on the primary path (undecided tests false)
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
@@ -266,9 +269,13 @@ class PathWalker:
         return out
 
     def walk(self, qual: str, selfval, via: list, when: tuple, depth: int, args: Optional[dict] = None) -> None:
-        if depth > MAX_DEPTH or (qual, depth > 0 and id(selfval)) in self.seen:
+        primary = all(not holds for _, holds in when)
+        key = (qual, depth > 0 and id(selfval))
+        if depth > MAX_DEPTH or key in self.seen and not (primary and qual not in self.primary_seen):
             return
-        self.seen.add((qual, depth > 0 and id(selfval)))
+        self.seen.add(key)
+        if primary:
+            self.primary_seen.add(qual)
         fn = self.ev.model.function_ast(qual)
         node = self.G.nodes.get(qual, {})
         if fn is None or not node.get("path"):
@@ -347,6 +354,8 @@ class PathWalker:
                     self._leaf("triton_kernel", v, path, call.lineno, via + [hop], cwhen)
                 elif k == "native_op":
                     self._leaf("native_op", v, path, call.lineno, via + [hop], cwhen)
+                elif k == "function" and d.get("kind") == "calls" and _JIT.search(self.G.nodes[v].get("path", "")):
+                    self._leaf("jit_kernel", v, path, call.lineno, via + [hop], cwhen)  # compiled at run time
                 elif k == "function" and d.get("kind") == "calls":
                     target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None
                     self.walk(v, target_self, via + [hop], cwhen, depth + 1, self._bind(v, call, env, mod, scope, target_self is not None))
@@ -377,10 +386,15 @@ class PathWalker:
 
     def _leaf(self, kind, name, path, line, via, when) -> None:
         key = (kind, name, path, line)
+        new = Leaf(kind, name, path, line, via, when)
         if key in self.seen:
+            # keep one record a site; the one on the primary path wins
+            for i, old in enumerate(self.leaves):
+                if (old.kind, old.name, old.path, old.line) == key and new.primary and not old.primary:
+                    self.leaves[i] = new
             return
         self.seen.add(key)
-        self.leaves.append(Leaf(kind, name, path, line, via, when))
+        self.leaves.append(new)
 
     def _switch(self, test, value, path, mod, scope, env) -> None:
         """Record an instance flag a decided test read (``self._use_mxfp8_act_scaling``)."""

@@ -265,6 +265,48 @@ def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
     return _apply(world, again, states, evaluator) if again else states
 
 
+def _called(world, w, state, evaluator) -> bool:
+    """False when every in-tree call of the write's function sits under a test that fails here
+    (a model-specific hook called only under ``elif model_arch in [...]``); True otherwise, also
+    when nothing in the tree calls it (a hook run from a registry)."""
+    if not w.scope:
+        return True
+    qual = f"{w.module}.{w.scope}"
+    cache = world.__dict__.setdefault("_called", {})
+    if qual in cache:
+        return cache[qual]
+    cache[qual] = True  # recursion guard
+    from ..checks.handoffs import _guarded_calls
+    from .writes import Write
+    G = world.G
+    sites = [(u, d.get("line")) for u, _, d in G.in_edges(qual, data=True) if d.get("kind") == "calls"]
+    if not sites:
+        return True
+    runs = False
+    for caller, line in sites:
+        fn = evaluator.model.function_ast(caller)
+        if fn is None:
+            runs = True
+            break
+        mod, scope = evaluator.model.module_scope(caller)
+        path = world.path_of(caller)
+        from .writes import _locals
+        for call, guards in _guarded_calls(fn):
+            if not (call.lineno <= (line or 0) <= getattr(call, "end_lineno", call.lineno)):
+                continue
+            probe = Write(path, mod, scope, call.lineno, "", "", ast.Constant(value=None), tuple(guards), fn, (), _locals(fn))
+            env = world.write_env(probe, ServerArgsObj(state), evaluator)
+            if all((evaluator.eval(t, env, mod, scope) is not UNKNOWN and bool(evaluator.eval(t, env, mod, scope)) == want)
+                   or evaluator.eval(t, env, mod, scope) is UNKNOWN for t, want in guards):
+                runs = True
+                break
+        else:
+            continue
+        break
+    cache[qual] = runs
+    return runs
+
+
 def _reads(w, fields: set) -> bool:
     nodes = [t for t, _ in w.guards] + [w.value]
     return any(isinstance(n, ast.Attribute) and n.attr in fields for x in nodes for n in ast.walk(x))
@@ -309,7 +351,7 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
             states = nxt
             continue
         g = _arch_guard(w.decorators, archs)
-        if g is False:
+        if g is False or not _called(world, w, states[0], evaluator):
             continue
         nxt = []
         for st in states:
