@@ -222,11 +222,15 @@ def _moe_backends(findings) -> list:
     return out
 
 
-def _pick_moe(findings) -> tuple[Optional[Any], Optional[Any]]:
-    """(cuda-graph MoE-path finding, backend-selection finding) for the MoE quant method that runs."""
+def _pick_moe(findings, view=None) -> tuple[Optional[Any], Optional[Any]]:
+    """(cuda-graph MoE-path finding, backend-selection finding) for the MoE quant method that runs.
+    With a runtime view, a backend choice counts only inside the method it resolved (or its bases)."""
     cg = [f for f in findings if f.rule_id == "cuda-graph-host-sync" and f.data.get("quant_method")]
     cg.sort(key=lambda f: (not f.data.get("selected_for_device"), not f.data.get("kernels"), f.data["quant_method"]))
     backends = _moe_backends(findings)
+    if view is not None and view.moe.get("apply"):
+        owners = set(view.moe.get("mro") or [view.moe_method])
+        backends = [b for b in backends if (b.data.get("taken_in") or [""])[0].rsplit(".", 1)[0] in owners]
     primary_cg = cg[0] if cg else None
     apply_q = primary_cg.data["quant_method"] if primary_cg else None
 
@@ -480,10 +484,40 @@ def _plan(ctx: dict, model, device) -> list[dict]:
         "ships": False,
     }
     plan = [best, medium, cheap]
+    gop = ctx["moe_path"].get("grouped_op")
+    if gop and not slot_found:
+        return _plan_for_grouped(ctx, gop, model, device, rl, medium)
     if not slot_found:
         for p in plan:
             p["note"] = "no slot kernel on this device's MoE path in this tree: compare with the path that runs before acting"
     return plan
+
+
+def _plan_for_grouped(ctx: dict, gop: dict, model, device, rl: dict, medium: dict) -> list[dict]:
+    """The chain already ends in a grouped tensor-core kernel: no rewrite is recommended on faith.
+    What is left to gain is the distance to the memory floor, which only a side-by-side
+    measurement of the two kernels can show."""
+    rows = {r["M"]: r for r in rl["rows"]}
+    r1, rt = rows.get(1, rl["rows"][0]), rows.get(TYPICAL_BATCH, rl["rows"][-1])
+    peer = ctx["reference_kernel"].get("peer") or {}
+    keep = {
+        "tier": "best",
+        "title": f"Keep {gop['name'].rsplit('.', 1)[-1]}: the MoE already runs a grouped tensor-core kernel ({gop['what'] or gop['kind']})",
+        "what": [f"the chain ends at `{gop['name']}` (`{gop['at']}`): each touched expert is read once per step, on tensor cores",
+                 "measure it against the memory floor before changing anything: the floor is what is left to gain"],
+        "where": gop["at"],
+        "expected": (f"the floor on {device.short}: {r1['step_floor_ms']} ms/step at M=1, {rt['step_floor_ms']} ms/step at M={rt['M']}"),
+        "ships": False,
+    }
+    compare = dict(medium)
+    compare["ships"] = False
+    compare["title"] = "Compare recon's grouped kernel with it, side by side, before swapping"
+    compare["what"] = ["run both on the same weights under CUDA-graph replay; swap only where recon's is faster"]
+    if peer.get("rows"):
+        compare["expected"] = "; ".join(f"M={r['M']}: recon {r['ref_us']} us vs {r['peer_us']} us ({r['ratio']}x)" for r in peer["rows"][:4]) + f" (measured on {peer.get('device', 'an H200')})"
+    else:
+        compare["expected"] = "not measured against this op: no recommendation to replace it"
+    return [keep, compare]
 
 
 def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None, view=None) -> dict:
@@ -492,7 +526,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     titles = {r.id: r.title for r in (rules or [])}
     rl = roofline.moe_roofline(model, device)
     gap = roofline.slot_gap(model, device, SLOT_ANCHOR)
-    cg, backend = _pick_moe(findings)
+    cg, backend = _pick_moe(findings, view)
     hops = _chain(G, cg, backend)
     kernels = _kernels_of(cg, backend)
     apply_q = (cg.data["quant_method"] if cg else None) or ((backend.data.get("taken_in") or [None])[0] if backend else None)
@@ -584,6 +618,9 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
         "finding_counts": _counts(findings),
     }
     ctx["runtime"] = _runtime(view)
+    gop = view.grouped_op() if view is not None else None
+    ctx["moe_path"]["grouped_op"] = ({"name": gop["name"], "what": gop["what"], "at": _at(gop["path"], gop["line"]), "kind": gop["kind"]}
+                                     if gop else None)
     if view is not None and ctx["moe_path"]["found"] and not kernels:
         # a chain that ends in a library op (FlashInfer, DeepGEMM, ...): its hops as the view walked them
         lib = next((lf for lf in view.primary_leaves() if lf["kind"] in ("library", "native_op")), None)

@@ -49,6 +49,10 @@ class RuntimeView:
     def primary_leaves(self) -> list:
         return [lf for lf in self.moe.get("leaves", []) if lf.get("primary")]
 
+    def grouped_op(self) -> Optional[dict]:
+        """The grouped tensor-core op the MoE chain ends in on the primary path, if it does."""
+        return next((lf for lf in self.primary_leaves() if lf.get("grouped_tensor_core")), None)
+
     @property
     def moe_method(self) -> Optional[str]:
         return self.moe.get("method")
@@ -95,6 +99,35 @@ def parse_env(pairs) -> dict:
 class _Blank:
     architectures: list = []
     hf_config: dict = {}
+
+
+_OPS = None
+
+
+def _external_ops() -> list:
+    global _OPS
+    if _OPS is None:
+        import re
+        from pathlib import Path
+
+        import yaml
+        data = yaml.safe_load((Path(__file__).resolve().parent.parent / "data" / "external_ops.yaml").read_text()) or []
+        _OPS = [(re.compile(d["match"]), d) for d in data]
+    return _OPS
+
+
+def classify(tree, lf: dict) -> dict:
+    """What a leaf is: a grouped tensor-core GEMM over experts or not (None: cannot tell)."""
+    if lf["kind"] in ("library", "native_op", "jit_kernel"):
+        for rx, d in _external_ops():
+            if rx.search(lf["name"]):
+                return {"what": d["what"], "grouped_tensor_core": bool(d.get("grouped_tensor_core"))}
+        return {"what": "", "grouped_tensor_core": None}
+    node = tree.graph.nodes.get(lf["name"], {})
+    if node.get("path"):
+        body = "\n".join(tree.lines(node["path"])[node["line"] - 1: node.get("end_line", node["line"])])
+        return {"what": "Triton kernel", "grouped_tensor_core": ("tl.dot" in body)}
+    return {"what": "", "grouped_tensor_core": None}
 
 
 def _leaf_dict(lf) -> dict:
@@ -144,8 +177,11 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
             moe["assumed"] = primary["assumptions"]
             got = apply_path(world, ev, primary["instance"])
             moe["apply"] = got["apply"]
+            moe["mro"] = world.mro(primary["method"])
             moe["apply_path"] = world.path_of(got["apply"]) if got["apply"] else None
             moe["leaves"] = [_leaf_dict(lf) for lf in got["leaves"]]
+            for lf in moe["leaves"]:
+                lf.update(classify(ctx.tree, lf))
             moe["switches"] = [{**s, "value": plain(s["value"])} for s in got["switches"]]
         else:
             moe["method"] = None

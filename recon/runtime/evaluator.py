@@ -81,6 +81,17 @@ class Evaluator(Interpreter):
                     self.world.notes.setdefault(f"pre:{_src(st.test)}", f"assumed the precondition holds: {'not ' if raises[0] else ''}({_src(st.test)[:100]})")
                     super().exec_block(st.orelse if raises[0] else st.body, env, mod, scope, depth)
                     continue
+            if isinstance(st, ast.For) and isinstance(st.target, ast.Name) and not st.orelse:
+                seq = self.eval(st.iter, env, mod, scope, depth)
+                if isinstance(seq, (list, tuple, dict, str, set)) and len(seq) <= 64:
+                    # a loop over a known sequence: run its body per element (break ends it)
+                    for item in (sorted(seq, key=repr) if isinstance(seq, set) else seq):
+                        env[st.target.id] = item
+                        if any(isinstance(x, ast.Break) for x in st.body) or any(
+                                isinstance(n, (ast.Break, ast.Continue)) for x in st.body for n in ast.walk(x)):
+                            raise _Return(UNKNOWN)  # control flow inside: out of this evaluator's depth
+                        super().exec_block(st.body, env, mod, scope, depth)
+                    continue
             super().exec_block([st], env, mod, scope, depth)
 
     # --- expressions ---------------------------------------------------------------------------
@@ -137,7 +148,12 @@ class Evaluator(Interpreter):
             return self._eval(node, env, mod, scope, depth)
         return NotImplemented
 
-    def _attribute(self, node: ast.Attribute, env, mod, scope, depth):
+    def _attribute(self, node: ast.Attribute, env, mod, scope, depth, missing_ok: bool = False):
+        got = self._attribute_raw(node, env, mod, scope, depth)
+        # an attribute the object does not have raises at run time; only getattr/hasattr see it
+        return UNKNOWN if got is MISSING and not missing_ok else got
+
+    def _attribute_raw(self, node: ast.Attribute, env, mod, scope, depth):
         w = self.world
         dotted = _dotted(node)
         prop = self.model.platform_property(dotted) if dotted else None
@@ -201,7 +217,7 @@ class Evaluator(Interpreter):
                 obj = self._eval(node.args[0], env, mod, scope, depth)
                 if f.id == "hasattr" and isinstance(obj, _Ref) and obj.dotted == "torch" and not obj.qual:
                     return True  # torch's device modules (torch.cuda, torch.xpu) exist in every build
-                got = self._attribute(ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Load()), env, mod, scope, depth) \
+                got = self._attribute(ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Load()), env, mod, scope, depth, True) \
                     if isinstance(obj, (HFConfig, Instance, ServerArgsObj, EnumVal)) else UNKNOWN
                 if f.id == "hasattr":
                     return UNKNOWN if got is UNKNOWN else got is not MISSING

@@ -354,7 +354,8 @@ class PathWalker:
                     self._leaf("triton_kernel", v, path, call.lineno, via + [hop], cwhen)
                 elif k == "native_op":
                     self._leaf("native_op", v, path, call.lineno, via + [hop], cwhen)
-                elif k == "function" and d.get("kind") == "calls" and _JIT.search(self.G.nodes[v].get("path", "")):
+                elif k == "function" and d.get("kind") == "calls" and _JIT.search(self.G.nodes[v].get("path", "")) \
+                        and "/utils" not in self.G.nodes[v].get("path", ""):
                     self._leaf("jit_kernel", v, path, call.lineno, via + [hop], cwhen)  # compiled at run time
                 elif k == "function" and d.get("kind") == "calls":
                     target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None

@@ -210,6 +210,10 @@ class World:
                 v = self.literal(st.value)
                 if v is not UNKNOWN:
                     out[st.targets[0].id] = v
+            elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+                v = self.literal(st.value)  # a dataclass field's default: `use_mxfp8: bool = False`
+                if v is not UNKNOWN:
+                    out[st.target.id] = v
         return out
 
     def class_constant(self, cls: str, name: str):
