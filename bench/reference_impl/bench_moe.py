@@ -175,6 +175,22 @@ def dense_bf16_tflops():
     return 2 * n ** 3 / (ts[len(ts) // 2] * 1e-3) / 1e12
 
 
+def problem(mname, M, base, bw):
+    """The benchmark's problem of M tokens for a model (activations and routing seeded by M, the
+    weights of base) and its row: experts touched, their bytes, the memory roofline at copy
+    bandwidth bw (bytes read + written per second) and the FLOPs."""
+    c = MODELS[mname]
+    E, H, I, topk = c["E"], c["H"], c["I"], c["topk"]
+    q = make_problem(M, E, H, I, topk, device="cuda", seed=100 + M)
+    p = dict(base, hidden_states=q["hidden_states"], topk_ids=q["topk_ids"], topk_weights=q["topk_weights"])
+    uniq = int(torch.unique(p["topk_ids"]).numel())
+    exp_bytes = (2 * I * H // 2 + 2 * I * H // 32) + (H * I // 2 + H * I // 32)
+    row = {"model": mname, "E": E, "H": H, "I": I, "topk": topk, "M": M, "uniq": uniq,
+           "bytes": uniq * exp_bytes, "roofline_ms": uniq * exp_bytes / bw * 1e3,
+           "flops": 2 * M * topk * (2 * I * H + H * I)}
+    return p, row
+
+
 def bf16_peer(x, w13t, w2t, ids, tw, I, clamp, rsf):
     """Sort slots by expert with tensor ops, two torch._grouped_mm, weighted index_add."""
     M, topk = ids.shape
@@ -237,19 +253,13 @@ def main():
         base = make_problem(1, E, H, I, topk, device="cuda", seed=1)
         w13t = dequant_mxfp4(base["w13_packed"], base["w13_scale"], torch.bfloat16).transpose(1, 2)
         w2t = dequant_mxfp4(base["w2_packed"], base["w2_scale"], torch.bfloat16).transpose(1, 2)
-        exp_bytes = (2 * I * H // 2 + 2 * I * H // 32) + (H * I // 2 + H * I // 32)
         tuned = {}
         for M in map(int, args.ms.split(",")):
             if time.time() - t_start > args.budget_s:
                 print("budget reached, stopping", flush=True)
                 break
-            q = make_problem(M, E, H, I, topk, device="cuda", seed=100 + M)
-            p = dict(base, hidden_states=q["hidden_states"], topk_ids=q["topk_ids"], topk_weights=q["topk_weights"])
-            uniq = int(torch.unique(p["topk_ids"]).numel())
-            roof_ms = uniq * exp_bytes / bw * 1e3  # bw = copy traffic (read + write) per second
-            flops = 2 * M * topk * (2 * I * H + H * I)
-            row = {"model": mname, "E": E, "H": H, "I": I, "topk": topk, "M": M, "uniq": uniq,
-                   "bytes": uniq * exp_bytes, "roofline_ms": roof_ms, "flops": flops}
+            p, row = problem(mname, M, base, bw)
+            flops, roof_ms = row["flops"], row["roofline_ms"]
             cands = candidates(M) if args.tune and M <= args.tune_max_m else [get_config(M, E, topk, H, I, dev_name)]
             # a scale_vec=True candidate the shape cannot take runs as its byte twin: skip it
             cands = [cf for cf in cands if not (cf["gemm1"].get("scale_vec") and not (
