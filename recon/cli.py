@@ -450,12 +450,14 @@ def apply_cmd(
     revert: bool = typer.Option(False, "--revert", help="Take the change out and return to the branch you were on."),
     force: bool = typer.Option(False, "--force", help="With uncommitted changes: stash them and restore them afterwards."),
     no_git: bool = typer.Option(False, "--no-git", help="Write the files only, no branch or commit (undo with --no-git --revert)."),
+    server_args: Optional[str] = ServerArgsOpt,
+    env: Optional[list[str]] = EnvOpt,
 ) -> None:
     """Put the grouped MXFP4 MoE kernel into an SGLang checkout at the slot-GEMV swap-in point, on its own branch; reversibly."""
     from .apply import run as run_apply
 
     try:
-        result = run_apply(path, device, model, dry_run, revert, force, no_git)
+        result = run_apply(path, device, model, dry_run, revert, force, no_git, server_args, env)
     except ReconError as e:
         _fail(e)
     if result.diff:

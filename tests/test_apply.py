@@ -229,8 +229,12 @@ def test_newer_release_refused_with_the_path_it_takes(sglang_new):
     assert res.exit_code == 1
     out = " ".join(res.output.split())
     assert "no slot-GEMV MXFP4 MoE path" in out and sglang_new.version in out
-    # what the device runs instead, from the graph: the SM120 CUTLASS path of Mxfp4MoEMethod
-    assert "Mxfp4MoEMethod.apply" in out and "_apply_sm120_cutlass" in out and "Mxfp4MarlinMoEMethod.apply" in out
+    # what the device runs instead, from the runtime view: the override picks flashinfer_mxfp4, and
+    # Fp8Config.get_quant_method gives the FlashInfer CUTLASS method, whose chain ends in FlashInfer
+    assert "Mxfp4FlashinferCutlassMoEMethod" in out and "flashinfer.fused_moe.cutlass_fused_moe" in out
+    assert "grouped tensor-core kernel already" in out
+    # gpt-oss's method is not what runs for this model
+    assert "_apply_sm120_cutlass" not in out
 
 
 def test_no_swap_point_in_synthetic_tree(tmp_path):

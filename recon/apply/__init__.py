@@ -68,10 +68,11 @@ def _load(path: Path):
     return load(from_path(path))
 
 
-def plan(tree, device, model=None) -> Plan:
+def plan(tree, device, model=None, server_flags=None, env=None) -> Plan:
     """The change for ``tree`` on ``device``, computed and compiled, nothing written."""
     src_dir = bundle.source_dir()
-    sp = find_swap_point(tree, device, model, grouped_params((src_dir / bundle.HOST_MODULE).read_text(encoding="utf-8")))
+    sp = find_swap_point(tree, device, model, grouped_params((src_dir / bundle.HOST_MODULE).read_text(encoding="utf-8")),
+                         server_flags, env)
     root = Path(tree.target.source.root)
     old = tree.read_text(sp.path)
     if (root / sp.path).read_bytes() != old.encode("utf-8"):
@@ -154,7 +155,7 @@ def _unapply_files(tree) -> list[str]:
 
 
 def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool = False,
-        force: bool = False, no_git: bool = False) -> Outcome:
+        force: bool = False, no_git: bool = False, server_args: Optional[str] = None, env: Optional[list] = None) -> Outcome:
     """The whole command: refusals first, then the change (or its removal)."""
     from ..profiles import load_device, load_model
 
@@ -187,7 +188,8 @@ def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool
     if sites:
         where = ", ".join(f"{p}:{ln}" for _, p, ln in sites)
         return Outcome("already-applied", [f"already applied in this tree ({where} calls {WRAPPER}); nothing changed"])
-    p = plan(tree, device, model)
+    from ..runtime import parse_env, parse_server_args
+    p = plan(tree, device, model, parse_server_args(tree, server_args), parse_env(env))
     if dry_run:
         return Outcome("dry-run", [], p.diff(), p)
     sp = p.swap

@@ -116,10 +116,52 @@ def grouped_params(source: str) -> set[str]:
     raise ReconError("reference_impl/moe.py has no grouped_mxfp4_moe: recon is installed incompletely")
 
 
-def find_swap_point(tree, device, model=None, accepted_params: Optional[set] = None) -> SwapPoint:
-    """The one swap-in point on ``device``; raises :class:`NoSwapPoint` saying what runs instead."""
-    ctx = CheckContext(tree, device, model)
+def _from_view(ctx: CheckContext, view) -> list[SwapPoint]:
+    """Swap points on the path the runtime view resolved: a CUDA-core Triton kernel on the primary
+    path, launched by a host function that the resolved ``apply`` calls."""
+    G = ctx.tree.graph
+    apply = view.moe.get("apply")
+    out = []
+    for lf in view.primary_leaves():
+        if lf["kind"] != "triton_kernel" or lf["name"] not in G or not _cuda_core_kernel(ctx, lf["name"]):
+            continue
+        via = lf["via"]
+        if len(via) < 2 or via[0]["node"] != apply or via[-1]["node"] not in G:
+            continue
+        host = via[-1]["node"]
+        md, hd, kd = G.nodes[apply], G.nodes[host], G.nodes[lf["name"]]
+        conds = " and ".join(lf["when"]) or None
+        out.append(SwapPoint(apply, md["path"], via[0]["line"], host, hd["path"], lf["name"], kd["path"], kd.get("line", 0), conds,
+                             [(apply, md["path"], md.get("line", 0)), (host, md["path"], via[0]["line"]), (lf["name"], lf["path"], lf["line"])]))
+    return out
+
+
+def _view_runs(view, device, tree) -> str:
+    ver = f"SGLang {tree.target.version}" if tree.target.version else tree.target.label
+    ops = [lf for lf in view.primary_leaves()]
+    gop = view.grouped_op()
+    what = (f"{gop['name']} ({gop['what']}, a grouped tensor-core kernel already)" if gop else
+            ", ".join(dict.fromkeys(lf["name"].rsplit(".", 1)[-1] for lf in ops[:4])) or "nothing recon can follow")
+    return (f"no slot-GEMV MXFP4 MoE path to swap on {device.short} in {ver}: SGLang's get_quant_method gives "
+            f"{_short(view.moe_method)} there, whose apply runs {what}")
+
+
+def find_swap_point(tree, device, model=None, accepted_params: Optional[set] = None, server_flags: Optional[dict] = None,
+                    env: Optional[dict] = None) -> SwapPoint:
+    """The one swap-in point on ``device``; raises :class:`NoSwapPoint` saying what runs instead.
+
+    The runtime view decides which MoE method runs and which of its branches; only when it cannot
+    resolve the method does this fall back to the MXFP4 MoE ``apply`` methods of the graph."""
+    from ..runtime import build
+
+    ctx = CheckContext(tree, device, model, server_flags=dict(server_flags or {}), env=dict(env or {}))
     G = tree.graph
+    view = build(ctx, ctx.server_flags, ctx.env) if model is not None and getattr(model, "num_experts", 0) else None
+    if view is not None and view.moe.get("apply"):
+        found = _from_view(ctx, view)
+        if not found:
+            raise NoSwapPoint(_view_runs(view, device, tree))
+        return _one(found, G, accepted_params, device)
     ranges = _ranges(ctx, device)
     found: list[SwapPoint] = []
     for meth, spans in sorted(ranges.items()):
@@ -132,9 +174,13 @@ def find_swap_point(tree, device, model=None, accepted_params: Optional[set] = N
                         kd, hd, md = G.nodes[k], G.nodes[host], G.nodes[meth]
                         found.append(SwapPoint(meth, md["path"], line, host, hd["path"], k, kd["path"], kd.get("line", 0), text,
                                                [(meth, md["path"], md.get("line", 0)), (host, md["path"], line), (k, e.get("path", ""), e.get("line", 0))]))
-    uniq = {(s.method, s.call_line): s for s in found}
-    if not uniq:
+    if not found:
         raise NoSwapPoint(_what_runs_instead(tree, device, ranges))
+    return _one(found, G, accepted_params, device)
+
+
+def _one(found: list, G, accepted_params: Optional[set], device) -> SwapPoint:
+    uniq = {(s.method, s.call_line): s for s in found}
     points = sorted(uniq.values(), key=lambda s: (s.method, s.call_line))
     if len(points) > 1:
         raise NoSwapPoint("more than one slot-GEMV call to swap on " + device.short + ": "
