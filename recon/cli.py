@@ -40,6 +40,10 @@ PathOpt = typer.Option(None, "--path", help="An SGLang repo root (with python/sg
 RevOpt = typer.Option(None, "--rev", help="Read the tree at this git revision of --path (from git objects; the work tree is not touched).")
 VersionOpt = typer.Option(None, "--sglang", help="A released SGLang version, fetched from PyPI with pip download --no-deps.")
 RulesOpt = typer.Option(None, "--rules", help="An extra folder of rule YAML files.")
+ServerArgsOpt = typer.Option(None, "--server-args", help='SGLang server flags in its own syntax, e.g. "--moe-runner-backend marlin --tp 2" (checked against the tree\'s ServerArgs).')
+EnvOpt = typer.Option(None, "--env", help="An environment variable as SGLang would read it, NAME=VALUE (repeatable); unset ones take the default the code declares.")
+QDeviceOpt = typer.Option(None, "--device", help="Answer for what runs on this GPU (with --model, --server-args): the runtime view's path.")
+QModelOpt = typer.Option(None, "--model", help="Answer for what runs for this model (with --device, --server-args).")
 
 
 class Fmt(str, Enum):
@@ -158,12 +162,24 @@ def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: O
 
 
 # ---------------------------------------------------------------------------------------- query
-def _run_query(fn, fmt: Fmt, path, rev, sglang, render):
+def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
+    """``runtime``: (device, model, server_args, env, fn(G, view)) when the question is asked for
+    what runs on a device for a model and flags."""
     from .query import AmbiguousSymbol
 
     try:
         tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
-        result = fn(tree.graph)
+        if runtime is not None and any(runtime[:4]):
+            from .checks import CheckContext
+            from .profiles import load_device, load_model
+            from .runtime.cached import view_for
+
+            device, model, server_args, env, rfn = runtime
+            flags, envs = _flags(tree, server_args, env)
+            view = view_for(CheckContext(tree, load_device(device), load_model(model), server_flags=flags, env=envs))
+            result = rfn(tree.graph, view)
+        else:
+            result = fn(tree.graph)
     except AmbiguousSymbol as e:
         if fmt == Fmt.json:
             _print_json({"error": "ambiguous", "candidates": e.candidates})
@@ -218,17 +234,22 @@ def q_callers(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = 
 
 
 @query_app.command("callees")
-def q_callees(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
-    """What SYMBOL calls, launches or wraps."""
+def q_callees(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch)."),
+              device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
+    """What SYMBOL calls, launches or wraps; with --device/--model/--server-args, only the calls on the path that runs there."""
     from .query import callees
+    from .runtime.query import callees_on_path
 
-    _run_query(lambda G: callees(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callees of {symbol}"))
+    _run_query(lambda G: callees(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callees of {symbol}"),
+               (device, model, server_args, env, lambda G, view: callees_on_path(G, view, callees(G, symbol, True), symbol)))
 
 
 @query_app.command("path")
-def q_path(src: str, dst: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
-    """The call path from SRC to DST, each hop with file:line."""
+def q_path(src: str, dst: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"),
+           device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
+    """The call path from SRC to DST, each hop with file:line; with --device/--model/--server-args, the path that runs there (none when DST is not reached on it)."""
     from .query import path as find_path
+    from .runtime.query import path_on_path
 
     def render(hops):
         for i, h in enumerate(hops):
@@ -238,13 +259,16 @@ def q_path(src: str, dst: str, path: Optional[Path] = PathOpt, rev: Optional[str
                 tag = " [yellow](inferred: dynamic dispatch)[/yellow]" if h.get("inferred") else ""
                 out.print(f"  └─{h['via_edge']} @ {h['call_at']} → {h['node']}  ({h['at']}){tag}", highlight=False)
 
-    _run_query(lambda G: [h.to_dict() for h in find_path(G, src, dst)], fmt, path, rev, sglang, render)
+    _run_query(lambda G: [h.to_dict() for h in find_path(G, src, dst)], fmt, path, rev, sglang, render,
+               (device, model, server_args, env, lambda G, view: path_on_path(G, view, src, dst)))
 
 
 @query_app.command("launches")
-def q_launches(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), depth: int = typer.Option(8, help="How many call hops to follow."), dynamic: bool = typer.Option(False, help="Also follow calls inferred by method name.")) -> None:
-    """Triton kernels and native ops reachable from SYMBOL."""
+def q_launches(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), depth: int = typer.Option(8, help="How many call hops to follow."), dynamic: bool = typer.Option(False, help="Also follow calls inferred by method name."),
+               device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
+    """Triton kernels and native ops reachable from SYMBOL; with --device/--model/--server-args, only those on the path that runs there."""
     from .query import launches
+    from .runtime.query import launches_on_path
 
     def render(rows):
         t = Table(title=f"launched from {symbol}")
@@ -254,7 +278,8 @@ def q_launches(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] =
             t.add_row(r["symbol"], r["kind"], r["launched_at"], r["defined_at"], " → ".join(r["route"]))
         out.print(t)
 
-    _run_query(lambda G: launches(G, symbol, depth, dynamic), fmt, path, rev, sglang, render)
+    _run_query(lambda G: launches(G, symbol, depth, dynamic), fmt, path, rev, sglang, render,
+               (device, model, server_args, env, lambda G, view: launches_on_path(G, view, symbol)))
 
 
 @graph_app.command("export")
@@ -284,8 +309,6 @@ def graph_export(
 
 # ----------------------------------------------------------------------------------- rules, scan
 DeviceOpt = typer.Option(None, "--device", help="GPU: a name as torch reports it, a short alias (rtx-pro-6000, h200, b200, ...) or a profile file. Default: RTX PRO 6000 Blackwell Server Edition.")
-ServerArgsOpt = typer.Option(None, "--server-args", help='SGLang server flags in its own syntax, e.g. "--moe-runner-backend marlin --tp 2" (checked against the tree\'s ServerArgs).')
-EnvOpt = typer.Option(None, "--env", help="An environment variable as SGLang would read it, NAME=VALUE (repeatable); unset ones take the default the code declares.")
 ModelOpt = typer.Option(None, "--model", help="Model: a name or alias (DeepSeek-V4-Flash, gpt-oss-120b, ...) or a Hugging Face config.json. Default: DeepSeek-V4-Flash.")
 
 

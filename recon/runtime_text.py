@@ -34,6 +34,8 @@ def render_text(view) -> str:
             out.append(f"      returned at {_at(o['path'], o['line'])}")
         if moe.get("note"):
             out.append(f"  note: {moe['note']}")
+        for s in moe.get("construction", []):
+            out.append(f"  constructed with self.{s['attr']} = {s['value']}   [{_at(s['path'], s['line'])}]")
         for s in moe.get("switches", []):
             out.append(f"  switch self.{s['attr']} = {s['value']}   [{_at(s['path'], s['line'])}]")
         prim = view.primary_leaves()

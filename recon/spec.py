@@ -698,7 +698,7 @@ def _runtime(view) -> Optional[dict]:
         "registry_at": _at(rs.get("path"), rs.get("line")) if rs else "",
         "method": moe.get("method"),
         "outcomes": [_outcome(o, i == 0) for i, o in enumerate(moe.get("outcomes", []))],
-        "switches": "; ".join(f"`self.{x['attr']} = {x['value']}` (`{_at(x['path'], x['line'])}`)" for x in moe.get("switches", [])),
+        "switches": "; ".join(f"`self.{x['attr']} = {x['value']}` (`{_at(x['path'], x['line'])}`)" for x in moe.get("construction", []) + moe.get("switches", [])),
         "library_ops": ops,
         "note": moe.get("note", ""),
         "assumed": list(view.notes),

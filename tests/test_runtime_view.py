@@ -49,8 +49,24 @@ def test_seed_h200_marlin_flag_gives_the_marlin_path(tree_0513):
     v = _view(tree_0513, "h200", flags="--moe-runner-backend marlin")
     assert v.server_args["moe_runner_backend"]["source"] == "--moe-runner-backend"
     assert _short(v.moe_method) == "Mxfp4MarlinMoEMethod"
-    # on sm_90 the apply path does not take the sm_120 slot kernel branch
-    assert "_mxfp4_slot_gemv_kernel" not in {_short(lf["name"]) for lf in v.primary_leaves()}
+    # on sm_90 the apply path does not take the sm_120 slot kernel branch; it ends at Marlin's JIT GEMM,
+    # reached through the runner's fused-function registry
+    leaves = {_short(lf["name"]): lf for lf in v.primary_leaves()}
+    assert "_mxfp4_slot_gemv_kernel" not in leaves
+    assert leaves["moe_wna16_marlin_gemm"]["kind"] == "jit_kernel"
+    assert any("registered for ('none', 'marlin')" in h["what"] for h in leaves["moe_wna16_marlin_gemm"]["via"])
+
+
+def test_query_launches_answers_for_what_runs(tree_0513):
+    from recon.runtime.query import launches_on_path
+
+    v = _view(tree_0513, "h200", flags="--moe-runner-backend marlin")
+    rows = launches_on_path(tree_0513.graph, v, "Mxfp4MarlinMoEMethod.apply")
+    names = {_short(r["symbol"]) for r in rows}
+    assert "moe_wna16_marlin_gemm" in names and "_mxfp4_slot_gemv_kernel" not in names
+    # the graph alone (every branch) still reaches the slot kernel from the same method
+    from recon.query import launches
+    assert "_mxfp4_slot_gemv_kernel" in {_short(r["symbol"]) for r in launches(tree_0513.graph, "Mxfp4MarlinMoEMethod.apply")}
 
 
 def test_server_args_are_checked_against_sglang_choices(tree_0513):
@@ -75,7 +91,46 @@ def test_env_override_changes_the_outcome(tree_0513):
     assert any("SGLANG_DSV4_FP4_EXPERTS=0 (--env)" == n for n in v.notes)
 
 
-def test_newest_release_resolves_without_crashing(tree_new):
-    v = _view(tree_new, "rtx-pro-6000")
-    assert v.moe["config_class"] and _short(v.moe["config_class"]) == "Fp8Config"
-    assert v.moe["outcomes"], "get_quant_method was explored"
+@pytest.fixture(scope="module")
+def new_rtx(tree_new):
+    return _view(tree_new, "rtx-pro-6000")
+
+
+def test_newest_release_dsv4_runs_flashinfer_cutlass_with_mxfp8_activations_on_sm120(new_rtx):
+    sa = new_rtx.server_args["moe_runner_backend"]
+    # the per-model override turns "auto" into flashinfer_mxfp4 for FP4 experts (not a guess by name)
+    assert sa["value"] == "'flashinfer_mxfp4'" and "model_overrides" in sa["path"] and sa["line"]
+    assert _short(new_rtx.moe["config_class"]) == "Fp8Config"
+    assert _short(new_rtx.moe_method) == "Mxfp4FlashinferCutlassMoEMethod"
+    built = {c["attr"]: c["value"] for c in new_rtx.moe["construction"]}
+    assert built.get("_use_mxfp8_act_scaling") == "True"
+    # reached through the MoE runner's fused-function registry, ending in FlashInfer's op
+    grouped = new_rtx.grouped_op()
+    assert grouped and grouped["name"] == "flashinfer.fused_moe.cutlass_fused_moe"
+    assert any("registered for ('none', 'flashinfer_mxfp4')" in h["what"] for h in grouped["via"])
+    assert any(lf["name"] == "flashinfer.mxfp8_quantize" for lf in new_rtx.moe["leaves"])
+
+
+def test_newest_release_dsv4_on_h200_is_w4a16(tree_new):
+    v = _view(tree_new, "h200")
+    assert _short(v.moe_method) == "Mxfp4FlashinferCutlassMoEMethod"
+    built = {c["attr"]: c["value"] for c in v.moe["construction"]}
+    assert built.get("_use_mxfp8_act_scaling") == "False"
+
+
+def test_gpt_oss_on_the_newest_release_runs_its_own_method(tree_new):
+    v = _view(tree_new, "h200", model="gpt-oss-120b")
+    assert _short(v.moe["config_class"]) == "Mxfp4Config"
+    assert _short(v.moe_method) == "Mxfp4MoEMethod"
+    # whether triton_kernels is installed cannot be known statically: both outcomes are said
+    assert v.server_args["moe_runner_backend"]["value"] == "'auto'"
+    assert any(f["changes"].get("moe_runner_backend") == "'triton_kernel'" and any("is_triton_kernels_available" in a["test"] for a in f["assumptions"])
+               for f in v.forks)
+
+
+def test_a_model_specific_hook_does_not_touch_another_model(tree_0513):
+    # deepseek_v4_hook sets attention_backend="dsv4"; it is only called under the DeepseekV4 branch
+    v = _view(tree_0513, "rtx-pro-6000", model="deepseek-v3")
+    assert v.server_args.get("attention_backend", {}).get("value") != "'dsv4'"
+    assert _short(v.moe_method) == "Fp8MoEMethod"
+    assert "fused_moe_kernel" in {_short(lf["name"]) for lf in v.primary_leaves()}

@@ -183,6 +183,7 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
             for lf in moe["leaves"]:
                 lf.update(classify(ctx.tree, lf))
             moe["switches"] = [{**s, "value": plain(s["value"])} for s in got["switches"]]
+            moe["construction"] = [{**s, "value": plain(s["value"])} for s in got["construction"]]
         else:
             moe["method"] = None
             moe["leaves"] = []

@@ -406,11 +406,32 @@ class PathWalker:
                     self.switches.append({"attr": n.attr, "value": v, "path": path, "line": test.lineno})
 
 
+def construction(world, ev, inst: Instance) -> list[dict]:
+    """The method's own flags its constructor settles for this device and flags
+    (``self._use_mxfp8_act_scaling = get_platform().is_sm120``): each with its value and line."""
+    out = []
+    cls = inst.cls
+    d = world.G.nodes.get(cls, {})
+    if not d.get("path"):
+        return out
+    cq = d.get("qualname", "")
+    seen = set()
+    for w in sorted((w for ws in world._writes_by_path.get(d["path"], {}).values() for w in ws), key=lambda w: w.line) \
+            if d["path"] in world._writes_by_path else []:
+        if w.receiver != "self" or w.scope != f"{cq}.__init__" or w.key in seen:
+            continue
+        seen.add(w.key)
+        v = world.instance_attr(inst, w.key, ev, 0)
+        if isinstance(v, (bool, str, int, EnumVal)) and not isinstance(v, type(None)):
+            out.append({"attr": w.key, "value": v, "path": w.path, "line": w.line})
+    return out
+
+
 def apply_path(world, ev, inst: Instance) -> dict:
     apply = world.method(inst.cls, "apply")
     if apply is None:
-        return {"apply": None, "leaves": [], "switches": []}
+        return {"apply": None, "leaves": [], "switches": [], "construction": []}
     w = PathWalker(world, ev, inst)
     w.walk(apply, inst, [], (), 0)
-    # the instance's own flags decided at construction (read by the path or not)
-    return {"apply": apply, "leaves": w.leaves, "switches": w.switches}
+    world.writes_of(world.path_of(inst.cls) or "", world._module_of(inst.cls), "__init__")  # index the class's file
+    return {"apply": apply, "leaves": w.leaves, "switches": w.switches, "construction": construction(world, ev, inst)}
