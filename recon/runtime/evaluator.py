@@ -239,9 +239,11 @@ class Evaluator(Interpreter):
                     return got
             # os.environ.get("X", d) / os.getenv("X", d)
             dotted = _dotted(f)
-            if dotted in ("os.environ.get", "os.getenv", "environ.get") and node.args and isinstance(node.args[0], ast.Constant):
-                dflt = ev(node.args[1]) if len(node.args) > 1 else None
-                return w.env_raw(node.args[0].value, dflt, f"{dotted}({node.args[0].value!r})")
+            if dotted in ("os.environ.get", "os.getenv", "environ.get") and node.args:
+                name = ev(node.args[0])  # a constant, or the name a helper was given
+                if isinstance(name, str):
+                    dflt = ev(node.args[1]) if len(node.args) > 1 else None
+                    return w.env_raw(name, dflt, f"{dotted}({name!r})")
             recv = self._receiver(f.value, env, mod, scope, depth)
             if recv is NotImplemented and _dotted(f.value):
                 recv = self._name(_dotted(f.value), mod, scope, depth)

@@ -357,17 +357,19 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
         nxt = []
         for st in states:
             env = world.write_env(w, ServerArgsObj(st), evaluator)
-            # a test that cannot be decided is taken as false in the primary outcome and as true
-            # in a fork that carries the assumption
+            # a test that cannot be decided is taken as false in the primary outcome; where that
+            # keeps the write from happening, a fork takes each undecided test the way the write
+            # needs it, and carries those assumptions
             tests = [(evaluator.eval(t, env, w.module, w.scope), t, want) for t, want in w.guards]
-            unknown = [ast.unparse(t) for v, t, _ in tests if v is UNKNOWN]
+            unknown = [(t, want) for v, t, want in tests if v is UNKNOWN]
             primary = all((bool(v) if v is not UNKNOWN else False) == want for v, _, want in tests)
-            alt = all((bool(v) if v is not UNKNOWN else True) == want for v, _, want in tests)
-            outcomes = [(primary, False)] if not unknown or primary == alt else [(primary, False), (alt, True)]
-            for fires, assumed_true in outcomes:
+            alt = all(bool(v) == want for v, _, want in tests if v is not UNKNOWN)  # the undecided ones go its way
+            outcomes = [(primary, ())]
+            if unknown and alt and not primary:
+                outcomes.append((True, tuple((ast.unparse(t)[:160], want, w.path, w.line) for t, want in unknown)))
+            for fires, assumed in outcomes:
                 nst = st.copy()
-                if unknown and len(outcomes) > 1:
-                    nst.assumptions = st.assumptions + ((" and ".join(unknown)[:160], assumed_true, w.path, w.line),)
+                nst.assumptions = st.assumptions + assumed
                 if fires:
                     value = evaluator.eval(w.value, env, w.module, w.scope)
                     if value is not UNKNOWN:  # a value read from outside the resolution (CLI parsing) is not modelled
