@@ -50,6 +50,11 @@ def render_text(view) -> str:
         rest = len(moe.get("leaves", [])) - len(prim)
         if rest > 0:
             out.append(f"  ({rest} more reached only when an undecided test holds; --format json lists them)")
+    for a in view.alternatives:
+        cond = "; ".join(x["test"][:100] for x in a["assumptions"])
+        out.append("")
+        out.append(f"if {cond}: " + ", ".join(f"{k} = {v}" for k, v in a["changes"].items()))
+        out.append(f"  runs {a['method'] or 'no MoE method recon can resolve'}" + (": " + ", ".join(o.rsplit('.', 1)[-1] for o in a["ops"]) if a["ops"] else ""))
     if view.notes:
         out.append("")
         out.append("assumed:")

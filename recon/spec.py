@@ -701,6 +701,9 @@ def _runtime(view) -> Optional[dict]:
         "switches": "; ".join(f"`self.{x['attr']} = {x['value']}` (`{_at(x['path'], x['line'])}`)" for x in moe.get("construction", []) + moe.get("switches", [])),
         "library_ops": ops,
         "note": moe.get("note", ""),
+        "alternatives": [" and ".join(f"`{x['test'][:100]}`" for x in a["assumptions"]) + ": " + ", ".join(f"`{k} = {v}`" for k, v in a["changes"].items())
+                         + f", and the MoE runs `{(a['method'] or '?').rsplit('.', 1)[-1]}`" + (" → " + ", ".join(f"`{o}`" for o in a["ops"]) if a["ops"] else "")
+                         for a in getattr(view, "alternatives", [])],
         "assumed": list(view.notes),
         "diagnostics": list(view.diagnostics),
     }

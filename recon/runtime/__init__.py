@@ -39,11 +39,13 @@ class RuntimeView:
     forks: list = field(default_factory=list)  # other resolutions: [{assumptions, changes}]
     moe: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)  # assumptions the view made (env defaults, ...)
+    alternatives: list = field(default_factory=list)  # what the MoE runs in the forks that change its backend
     diagnostics: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"device": self.device, "model": self.model, "flags": self.flags, "env": self.env,
                 "server_args": self.server_args, "forks": self.forks, "moe": self.moe, "notes": self.notes,
+                "alternatives": self.alternatives,
                 "diagnostics": self.diagnostics}
 
     def primary_leaves(self) -> list:
@@ -148,12 +150,14 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
     world.schema = load_schema(world)
     ev = Evaluator(world, Dev.of(ctx.device), gm)
     view = RuntimeView(ctx.device.name, ctx.model.name, flags, env)
+    forks_states: list = []
     if world.schema is None:
         view.diagnostics.append("no ServerArgs class in this tree: server arguments are not evaluated")
         from .serverargs import Schema, State
         world.state = State(Schema({}, "", "", ""), dict(flags))
     else:
         states = resolve(world, world.schema, flags, ev)
+        forks_states = states[1:]
         world.state = states[0]
         for k, d in sorted(world.state.decisions.items()):
             view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
@@ -163,6 +167,8 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
                 view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}
         for st in states[1:]:
             changes = {k: plain(st.get(k)) for k in view.server_args if plain(st.get(k)) != view.server_args[k]["value"]}
+            if len({(a[2], a[3]) for a in st.assumptions}) > 1:
+                continue  # combinations of single forks say nothing new
             if changes:
                 # what this fork assumes beyond the primary outcome: the tests it takes as true
                 view.forks.append({"assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in st.assumptions if a[1]],
@@ -188,8 +194,34 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
             moe["method"] = None
             moe["leaves"] = []
         view.moe = moe
+        view.alternatives = _alternatives(ctx, world, ev, forks_states, view)
     view.notes = sorted(world.notes.values())
     return view
+
+
+def _alternatives(ctx, world, ev, states, view) -> list:
+    """For each fork that changes the MoE runner backend or the quantization: the method and the ops
+    it would run, so both outcomes of an undecidable test are shown, not only its server argument."""
+    out = []
+    primary_state = world.state
+    for st in states:
+        changed = {k: plain(st.get(k)) for k in ("moe_runner_backend", "quantization")
+                   if plain(st.get(k)) != plain(primary_state.get(k))}
+        if not changed or len({(a[2], a[3]) for a in st.assumptions}) > 1:
+            continue
+        world.state = st
+        try:
+            qm = quant_methods(world, ev)
+            first = next((o for o in qm["outcomes"] if o["method"] and not o["raises"]), None)
+            ops = []
+            if first:
+                got = apply_path(world, ev, first["instance"])
+                ops = [lf.name for lf in got["leaves"] if lf.primary][:4]
+        finally:
+            world.state = primary_state
+        out.append({"assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in st.assumptions if a[1]],
+                    "changes": changed, "method": first["method"] if first else None, "ops": ops})
+    return out
 
 
 def runtime_view(ctx) -> RuntimeView:
