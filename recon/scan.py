@@ -102,7 +102,12 @@ def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
     if getattr(ctx.model, "num_experts", 0):
         try:  # the spec and query read the view; keep it with the findings for warm runs
             from .runtime import runtime_view
-            runtime_view(ctx)
+            view = runtime_view(ctx)
+            files = view.on_path_files()
+            files |= {ctx.tree.graph.nodes[n]["path"] for n in list(files) if n in ctx.tree.graph and ctx.tree.graph.nodes[n].get("path")}
+            for f in findings:  # scoped to the path: is the finding's site in code the MoE path runs?
+                p = f.primary
+                f.data["on_moe_path"] = bool(p and p.path in files)
         except Exception as e:  # the view must not take the findings down with it
             tb = traceback.extract_tb(e.__traceback__)[-1]
             errors.append(("runtime-view", f"{type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"))

@@ -60,10 +60,14 @@ class RuntimeView:
         return self.moe.get("method")
 
     def on_path_files(self) -> set:
+        """Files the resolved MoE path runs code in (the primary path: undecided tests false)."""
         out = set()
-        for lf in self.moe.get("leaves", []):
+        for lf in self.primary_leaves():
             out.add(lf["path"])
             out.update(h["path"] for h in lf["via"])
+            node = lf.get("name")
+            if node and "/" not in node:
+                out.add(node)  # resolved to a file below by the caller when the node is in the graph
         if self.moe.get("apply_path"):
             out.add(self.moe["apply_path"])
         return out
