@@ -101,8 +101,8 @@ def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
             findings.append(f)
     if getattr(ctx.model, "num_experts", 0):
         try:  # the spec and query read the view; keep it with the findings for warm runs
-            from .runtime import runtime_view
-            view = runtime_view(ctx)
+            from .runtime.cached import view_for
+            view = view_for(ctx)
             files = view.on_path_files()
             files |= {ctx.tree.graph.nodes[n]["path"] for n in list(files) if n in ctx.tree.graph and ctx.tree.graph.nodes[n].get("path")}
             for f in findings:  # scoped to the path: is the finding's site in code the MoE path runs?

@@ -839,7 +839,12 @@ def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = Non
 
 
 def _view_of(res):
+    """The runtime view the findings were made with (kept with them, or in its own cache entry)."""
     ctx = res.context
-    if ctx is None:
+    if ctx is None or not getattr(ctx.model, "num_experts", 0):
         return None
-    return ctx.cache.get(("runtime_view", ctx.flags_key))
+    v = ctx.cache.get(("runtime_view", ctx.flags_key))
+    if v is None:
+        from .runtime.cached import view_for
+        v = view_for(ctx)
+    return v
