@@ -295,11 +295,22 @@ def _called(world, w, state, evaluator) -> bool:
         for call, guards in _guarded_calls(fn):
             if not (call.lineno <= (line or 0) <= getattr(call, "end_lineno", call.lineno)):
                 continue
-            probe = Write(path, mod, scope, call.lineno, "", "", ast.Constant(value=None), tuple(guards), fn, (), _locals(fn))
+            probe = Write(path, mod, scope, call.lineno, "", "", call, tuple(guards), fn, (), _locals(fn))
             env = world.write_env(probe, ServerArgsObj(state), evaluator)
             if all((evaluator.eval(t, env, mod, scope) is not UNKNOWN and bool(evaluator.eval(t, env, mod, scope)) == want)
                    or evaluator.eval(t, env, mod, scope) is UNKNOWN for t, want in guards):
                 runs = True
+                # the arguments this call passes (`self._set_default_dsa_kv_cache_dtype(major, ...)`)
+                callee = evaluator.model.function_ast(qual)
+                if callee is not None and len(sites) == 1:
+                    names = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+                    names = names[1:] if names and names[0] in ("self", "cls") else names
+                    bound = {}
+                    for p_, a in zip(names, call.args):
+                        v = evaluator.eval(a, env, mod, scope)
+                        if v is not UNKNOWN and not isinstance(v, ServerArgsObj):
+                            bound[p_] = v
+                    world.__dict__.setdefault("_callsite_args", {})[qual] = bound
                 break
         else:
             continue
@@ -356,7 +367,8 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
             continue
         nxt = []
         for st in states:
-            env = world.write_env(w, ServerArgsObj(st), evaluator)
+            env = world.write_env(w, ServerArgsObj(st), evaluator,
+                                  world.__dict__.get("_callsite_args", {}).get(f"{w.module}.{w.scope}"))
             # a test that cannot be decided is taken as false in the primary outcome; where that
             # keeps the write from happening, a fork takes each undecided test the way the write
             # needs it, and carries those assumptions

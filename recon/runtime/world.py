@@ -407,7 +407,7 @@ class World:
                     v = self.literal(d)
                     if v is not UNKNOWN:
                         env[p] = v
-        env.update(extra or {})
+        env.update({k: v for k, v in (extra or {}).items()})
         wanted = {n.id for g, _ in w.guards for n in ast.walk(g) if isinstance(n, ast.Name)}
         wanted |= {n.id for n in ast.walk(w.value) if isinstance(n, ast.Name)}
         self._fill_locals(w, env, wanted, ev, set())
