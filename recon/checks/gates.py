@@ -56,6 +56,19 @@ class _Unknown:
 UNKNOWN = _Unknown()  # three-valued logic: True, False, or UNKNOWN
 
 
+def tree_memo(tree) -> dict:
+    """Device-independent results kept on the loaded tree for the life of the process (parsed
+    modules, indexes of its facts), so evaluating it for a second device or model re-reads nothing."""
+    memo = getattr(tree, "_recon_memo", None)
+    if memo is None:
+        memo = {}
+        try:
+            tree._recon_memo = memo
+        except AttributeError:  # a tree object that takes no attributes: no sharing
+            pass
+    return memo
+
+
 def public(v):
     """A value for code outside the interpreter: unknown is None there."""
     return None if v is UNKNOWN else v
@@ -415,7 +428,7 @@ class GateModel:
         self.by_name: dict[str, list[str]] = {}  # short name (and aliases) -> gate qualnames
         self.vars: dict[tuple[str, str], str] = {}  # (module, variable) -> gate
         self.platform_keys: dict[str, str] = {}  # platform property name -> gate
-        self._asts: dict[str, Any] = {}
+        self._asts: dict[str, Any] = tree_memo(tree).setdefault("asts", {})  # parsed once per tree, for every device
         self._facts_by_module: dict[str, Any] = {}
         self._alias_map: dict[str, str] = {}  # alias qualname -> the node the chain defines
         self._flags: dict[tuple[str, str], Any] = {}  # (module, name) -> module_flag's answer
@@ -717,7 +730,13 @@ def _returns_folded(stmts):
 def _model(ctx, params: Optional[dict] = None) -> GateModel:
     m = ctx.cache.get("gate_model")
     if m is None:
-        m = ctx.cache["gate_model"] = GateModel(ctx.tree, params or {})
+        # device-independent: one per tree (and params) for the life of the process
+        models = tree_memo(ctx.tree).setdefault("gate_models", {})
+        key = repr(sorted((params or {}).items()))
+        m = models.get(key)
+        if m is None:
+            m = models[key] = GateModel(ctx.tree, params or {})
+        ctx.cache["gate_model"] = m
     return m
 
 

@@ -62,8 +62,10 @@ class Leaf:
 
 def registry(world) -> dict:
     """quant method name -> (config class, path, line) from the tree's own registry dicts."""
-    if "_qreg" in world.__dict__:
-        return world._qreg
+    from ..checks.gates import tree_memo
+    memo = tree_memo(world.tree)
+    if "qreg" in memo:
+        return memo["qreg"]
     out: dict = {}
     G, R = world.G, world.R
     mods = sorted((n, d["path"]) for n, d in G.nodes(data=True) if d.get("kind") == "module"
@@ -84,7 +86,7 @@ def registry(world) -> dict:
                 q = R.resolve(mod, "", ast.unparse(v))
                 if q and G.nodes.get(q, {}).get("kind") == "class" and world.method(q, "get_quant_method"):
                     out.setdefault(k.value, (q, path, k.lineno))
-    world._qreg = out
+    memo["qreg"] = out
     return out
 
 
@@ -185,8 +187,10 @@ def _bound_names(world, path: str, scope: str) -> dict:
 def registrations(world) -> list[tuple[tuple, str, str, int]]:
     """(keys, decorator, function, line) for functions registered by a decorator called with
     constant strings (``@register_fused_func("none", "marlin")``)."""
-    if "_regs" in world.__dict__:
-        return world._regs
+    from ..checks.gates import tree_memo
+    memo = tree_memo(world.tree)
+    if "regs" in memo:
+        return memo["regs"]
     if world._importers is None:
         world._scan_facts()
     out = [(None, None, f"{mod}.{q}", path, line) for path, mod, q, line in world.decorated]
@@ -208,7 +212,7 @@ def registrations(world) -> list[tuple[tuple, str, str, int]]:
                     mod = q.rsplit(".", 1)[0]
                     target = world.R.resolve(mod, "", ast.unparse(dn.func)) or ""
                     regs.append((keys, ast.unparse(dn.func), q, path, dn.lineno, target.rsplit(".", 1)[0]))
-    world._regs = regs
+    memo["regs"] = regs
     return regs
 
 

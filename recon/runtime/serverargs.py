@@ -75,6 +75,14 @@ def _const_list(tree_lookup, node) -> Optional[list]:
 
 def load_schema(world) -> Optional[Schema]:
     """ServerArgs' fields, defaults and choices, read from the tree (None if the tree has none)."""
+    from ..checks.gates import tree_memo
+    memo = tree_memo(world.tree)
+    if "schema" not in memo:
+        memo["schema"] = _load_schema(world)
+    return memo["schema"]
+
+
+def _load_schema(world) -> Optional[Schema]:
     G = world.tree.graph
     cls = sorted(n for n, d in G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == "ServerArgs"
                  and d.get("path", "").endswith("srt/server_args.py"))
@@ -325,6 +333,10 @@ def _reads(w, fields: set) -> bool:
 
 
 def _writes(world, schema: Schema) -> list:
+    from ..checks.gates import tree_memo
+    memo = tree_memo(world.tree)
+    if "hook_writes" in memo:
+        return memo["hook_writes"]
     writes = []
     for path, module in hook_modules(world, schema):
         tree = world.module_ast(path)
@@ -333,6 +345,7 @@ def _writes(world, schema: Schema) -> list:
         for w in writes_in_module(tree, path, module, set(TRACKED), dict_literals=True):
             if w.receiver == "<dict>" or w.receiver.startswith("self") or re.search(r"(args|cfg|overrides|server|record)", w.receiver, re.I):
                 writes.append(w)
+    memo["hook_writes"] = writes
     return writes
 
 

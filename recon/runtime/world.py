@@ -9,7 +9,7 @@ import ast
 import re
 from typing import Any, Optional
 
-from ..checks.gates import UNKNOWN
+from ..checks.gates import UNKNOWN, tree_memo
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
 
@@ -28,14 +28,18 @@ class World:
         self.state = None  # recon.runtime.serverargs.State, set once resolved
         self.schema = None
         self.notes: dict[str, str] = {}  # what was assumed: env defaults, checkpoint facts
-        self._asts: dict[str, Any] = {}
+        self._asts: dict[str, Any] = tree_memo(tree).setdefault("asts", {})
         self._envs: Optional[dict] = None
         self._class_writes: dict = {}
         self._mro: dict = {}
         self._slots: dict = {}
         self.shared_asts = None  # the gate model's parse cache, when there is one
-        self._writes_by_path: dict = {}
-        self._importers: Optional[dict] = None
+        memo = tree_memo(tree)
+        self._writes_by_path: dict = memo.setdefault("writes_by_path", {})
+        self._facts_scan = memo.setdefault("facts_scan", {})
+        self._importers: Optional[dict] = self._facts_scan.get("importers")
+        self._assigned = self._facts_scan.get("assigned", {})
+        self.decorated = self._facts_scan.get("decorated", [])
         self._slot_index: dict = {}
 
     # --- files ---------------------------------------------------------------------------------
@@ -277,6 +281,7 @@ class World:
         self._importers = {k: sorted(v) for k, v in idx.items()}
         self._assigned = assigned
         self.decorated = decorated
+        self._facts_scan.update(importers=self._importers, assigned=assigned, decorated=decorated)
 
     def importers(self, short: str, attr: Optional[str] = None) -> list:
         """(path, module) of the files that import a name ``short`` (and assign ``.attr``)."""
