@@ -134,3 +134,32 @@ def test_a_model_specific_hook_does_not_touch_another_model(tree_0513):
     assert v.server_args.get("attention_backend", {}).get("value") != "'dsv4'"
     assert _short(v.moe_method) == "Fp8MoEMethod"
     assert "fused_moe_kernel" in {_short(lf["name"]) for lf in v.primary_leaves()}
+
+
+def _hf_model(tmp_path, **over):
+    import json
+
+    from recon.profiles import load_model
+
+    cfg = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": 4096, "num_hidden_layers": 43,
+           "n_routed_experts": 256, "moe_intermediate_size": 2048, "num_experts_per_tok": 8,
+           "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}}
+    cfg.update(over)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return load_model(str(p))
+
+
+def test_model_config_without_architectures_is_a_diagnostic(tree_0513, tmp_path):
+    m = _hf_model(tmp_path, architectures=[])
+    v = build(CheckContext(tree_0513, load_device("rtx-pro-6000"), m), {})
+    assert any("names no architectures" in d for d in v.diagnostics)
+    # the server-argument rewrite for DeepseekV4 on sm_120 needs the architecture: it does not fire
+    assert v.server_args["moe_runner_backend"]["value"] == "'auto'"
+
+
+def test_unknown_quant_method_is_a_diagnostic(tree_0513, tmp_path):
+    m = _hf_model(tmp_path, quantization_config={"quant_method": "no-such-method"})
+    v = build(CheckContext(tree_0513, load_device("rtx-pro-6000"), m), {})
+    assert v.moe_method is None
+    assert any("'no-such-method' is not in this tree's quantization registry" in d for d in v.diagnostics)

@@ -154,6 +154,9 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
     world.schema = load_schema(world)
     ev = Evaluator(world, Dev.of(ctx.device), gm)
     view = RuntimeView(ctx.device.name, ctx.model.name, flags, env)
+    if not list(ctx.model.architectures):
+        view.diagnostics.append("the model config names no architectures: per-model server-argument overrides and the model's "
+                                "classes cannot be matched, so only device- and flag-dependent choices are evaluated")
     forks_states: list = []
     if world.schema is None:
         view.diagnostics.append("no ServerArgs class in this tree: server arguments are not evaluated")
@@ -197,6 +200,8 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
         else:
             moe["method"] = None
             moe["leaves"] = []
+        if moe.get("note"):
+            view.diagnostics.append(moe["note"])
         view.moe = moe
         view.alternatives = _alternatives(ctx, world, ev, forks_states, view)
     view.notes = sorted(world.notes.values())
