@@ -179,7 +179,7 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
             view = view_for(CheckContext(tree, load_device(device), load_model(model), server_flags=flags, env=envs))
             result = rfn(tree.graph, view)
         else:
-            result = fn(tree.graph)
+            result = fn(tree.graph) if fn.__code__.co_argcount == 1 else fn(tree.graph, tree)
     except AmbiguousSymbol as e:
         if fmt == Fmt.json:
             _print_json({"error": "ambiguous", "candidates": e.candidates})
@@ -227,10 +227,10 @@ def _render_edges(rows, title):
 
 @query_app.command("callers")
 def q_callers(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
-    """Who calls, launches, wraps or captures SYMBOL."""
+    """Who calls, launches, wraps or captures SYMBOL, and who reaches it through a name table (get_platform().is_sm120)."""
     from .query import callers
 
-    _run_query(lambda G: callers(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callers of {symbol}"))
+    _run_query(lambda G, tree: callers(G, symbol, dynamic, tree), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callers of {symbol}"))
 
 
 @query_app.command("callees")

@@ -117,8 +117,15 @@ def _edges(G, n, direction: str, kinds) -> list[dict]:
     return rows
 
 
-def callers(G: nx.MultiDiGraph, symbol: str, dynamic: bool = True) -> list[dict]:
-    return _edges(G, find(G, symbol), "in", DYNAMIC_KINDS if dynamic else CALL_KINDS)
+def callers(G: nx.MultiDiGraph, symbol: str, dynamic: bool = True, tree=None) -> list[dict]:
+    """Who calls ``symbol``; with the tree, also code that reaches it through a name -> function
+    table read as an attribute (``get_platform().is_sm120`` for ``is_sm120_supported``)."""
+    node = find(G, symbol)
+    rows = _edges(G, node, "in", DYNAMIC_KINDS if dynamic else CALL_KINDS)
+    if tree is not None and G.nodes[node].get("kind") == "function":
+        from .runtime.tables import readers
+        rows += readers(tree, node)
+    return rows
 
 
 def callees(G: nx.MultiDiGraph, symbol: str, dynamic: bool = True) -> list[dict]:

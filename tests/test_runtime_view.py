@@ -163,3 +163,13 @@ def test_unknown_quant_method_is_a_diagnostic(tree_0513, tmp_path):
     v = build(CheckContext(tree_0513, load_device("rtx-pro-6000"), m), {})
     assert v.moe_method is None
     assert any("'no-such-method' is not in this tree's quantization registry" in d for d in v.diagnostics)
+
+
+def test_callers_include_platform_table_readers(tree_new):
+    from recon.query import callers
+
+    rows = callers(tree_new.graph, "is_sm120_supported", True, tree_new)
+    readers = [r for r in rows if r["edge"] == "reads table"]
+    # Mxfp4FlashinferCutlassMoEMethod reads get_platform().is_sm120, which a name table maps to the gate
+    assert any(r["symbol"].endswith("Mxfp4FlashinferCutlassMoEMethod.__init__") for r in readers)
+    assert all("is_sm120 -> is_sm120_supported" in r["via"] for r in readers)
