@@ -320,10 +320,12 @@ def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
 @cache_app.command("prune")
 def cache_prune(
     older_than: float = typer.Option(30.0, "--older-than", min=0.0, help="Remove derived entries not used for this many days."),
-    everything: bool = typer.Option(False, "--all", help="Remove every derived entry (facts, indexes, graphs, findings)."),
-    wheels: bool = typer.Option(False, "--wheels", help="Also remove downloaded and unpacked SGLang wheels."),
+    everything: bool = typer.Option(False, "--all", help="Remove every derived entry (facts, indexes, graphs, findings); with --wheels, the wheels too."),
+    wheels: bool = typer.Option(False, "--wheels", help="Also remove the downloaded and unpacked SGLang wheels (fetched again when next needed)."),
 ) -> None:
-    """Remove stale cache entries. Safe while other runs use the cache: a missing entry is rebuilt."""
+    """Remove stale cache entries. Safe while other runs use the cache: a missing entry is rebuilt.
+
+    `recon cache prune --all --wheels` empties the cache completely, wheels included."""
     from .cache import cache_dir
     from .cacheadmin import prune
 
@@ -331,6 +333,30 @@ def cache_prune(
     gone = prune(root, older_than, everything=everything, wheels=wheels)
     what = "every derived entry" if everything else f"entries unused for {older_than:g} days"
     out.print(f"removed {gone.files} files ({_mb(gone.bytes)}): {what}{' and the wheels' if wheels else ''} under {root}", highlight=False)
+
+
+@cache_app.command("verify")
+def cache_verify(version: Optional[list[str]] = typer.Option(None, "--sglang", metavar="VERSION", help="Only this cached version (repeatable). Default: every cached one.")) -> None:
+    """Hash every file of the cached SGLang wheels against each wheel's RECORD; unpack again what differs."""
+    from .cache import cache_dir
+    from .target import verify_unpacked
+
+    base = cache_dir() / "wheels"
+    have = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")) if base.is_dir() else []
+    todo = version or have
+    missing = sorted(set(todo) - set(have))
+    if missing:
+        _fail(ReconError(f"sglang=={', '.join(missing)} is not in the cache ({base}); cached: {', '.join(have) or 'none'}"))
+    if not todo:
+        err.print(f"no SGLang wheels cached under {base}: nothing to verify", highlight=False)
+        raise typer.Exit(1)
+    for v in todo:
+        try:
+            res = verify_unpacked(v, full=True)
+        except ReconError as e:
+            _fail(e)
+        state = f"{len(res.bad)} file(s) differed and were unpacked again" if res.bad else "every file matches"
+        out.print(f"sglang=={v}: {res.files} files hashed against RECORD; {state}", highlight=False)
 
 
 @rules_app.command("show")
