@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__
+from . import __version__, notanalyzed
 from .errors import ReconError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Read an SGLang tree like a GPU-inference engineer: what runs, what is slow, why, and what to do.")
@@ -92,9 +92,9 @@ def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str],
     finally:
         if bar is not None:
             bar.stop()
-    diags = tree.index.diagnostics
-    if diags and not quiet:
-        err.print(f"[yellow]{len(diags)} file(s) not indexed[/yellow] (first: {diags[0][0]}: {diags[0][1]}); `recon index` lists them", highlight=False)
+    line = notanalyzed.summary_line(notanalyzed.entries(tree))
+    if line:  # even when quiet: what a shared output does not cover is never silent
+        err.print(line, style="yellow", markup=False, highlight=False)
     return tree
 
 
@@ -414,7 +414,7 @@ def scan(
     for rule_id, msg in result.errors:
         err.print(f"[red]rule {rule_id} failed:[/red] {msg}", highlight=False)
     if fmt == ScanFmt.sarif:
-        text = json.dumps(to_sarif(result.findings, rules, __version__, tree.target.label), indent=2, sort_keys=True) + "\n"
+        text = json.dumps(to_sarif(result.findings, rules, __version__, tree.target.label, notanalyzed.entries(tree), result.errors), indent=2, sort_keys=True) + "\n"
     elif fmt == ScanFmt.json:
         doc = {
             "target": {"label": tree.target.label, "version": tree.target.version, "revision": tree.target.revision},
@@ -423,6 +423,7 @@ def scan(
             "findings": [f.to_dict() for f in result.findings],
             "errors": [{"rule": r, "message": m} for r, m in result.errors],
             "diagnostics": [{"path": p, "message": m} for p, m in tree.index.diagnostics],
+            "not_analyzed": notanalyzed.entries(tree),
         }
         text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
     else:
