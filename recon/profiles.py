@@ -211,6 +211,25 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
     )
 
 
+def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None) -> "ModelProfile":
+    """Refuse a model no checkpoint can have (a spec of it would be all zeros): every size positive,
+    top-k within the experts. ``names`` maps a profile field to the key the file used for it."""
+    names = names or {}
+    key = lambda f: names.get(f, f)
+    for f in ("num_experts", "top_k", "hidden_size", "moe_intermediate_size", "num_layers", "num_moe_layers"):
+        v = getattr(m, f)
+        if v < 1:
+            after = " MoE layers after first_k_dense_replace and mlp_only_layers" if f == "num_moe_layers" and names else ""
+            raise ProfileError(f"{where}: field '{key(f)}' must be a positive integer, not {v}{after}")
+    if m.top_k > m.num_experts:
+        raise ProfileError(f"{where}: field '{key('top_k')}' is {m.top_k}, more than the {m.num_experts} experts ('{key('num_experts')}')")
+    if m.num_moe_layers > m.num_layers:
+        raise ProfileError(f"{where}: field '{key('num_moe_layers')}' is {m.num_moe_layers}, more than the {m.num_layers} layers ('{key('num_layers')}')")
+    if m.expert_group_size is not None and m.expert_group_size < 1:
+        raise ProfileError(f"{where}: field '{key('expert_group_size')}' must be a positive integer, not {m.expert_group_size}")
+    return m
+
+
 def model_from_mapping(data: dict, where: str) -> ModelProfile:
     f = _Fields(data, where)
     shapes = data.get("dense_gemm_shapes") or []
@@ -227,7 +246,7 @@ def model_from_mapping(data: dict, where: str) -> ModelProfile:
     if not archs:
         f._bad("architectures", "is missing")
     num_layers = f.get("num_layers", int)
-    return ModelProfile(
+    return _check_sizes(ModelProfile(
         name=f.get("name", str),
         architectures=archs,
         num_experts=f.get("num_experts", int),
@@ -248,7 +267,7 @@ def model_from_mapping(data: dict, where: str) -> ModelProfile:
         notes=(f.get("notes", str, required=False, default="") or "").strip(),
         source=where,
         num_attention_heads=f.get("num_attention_heads", int, required=False),
-    )
+    ), where)
 
 
 def _as_list(pair):
@@ -408,7 +427,12 @@ def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
         f._bad("quantization_config", "must be a mapping")
     eq, group, scale, dq, block = _quant_of(qc)
     name = cfg.get("_name_or_path") or cfg.get("name") or Path(where).parent.name or archs[0]
-    return ModelProfile(
+    used = lambda *keys: next(k for k in keys if cfg.get(k) is not None)
+    names = {"num_experts": used("n_routed_experts", "num_local_experts", "num_experts"), "hidden_size": "hidden_size",
+             "moe_intermediate_size": used("moe_intermediate_size", "intermediate_size"),
+             "top_k": used("num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
+             "num_layers": "num_hidden_layers", "num_moe_layers": "num_hidden_layers", "expert_group_size": "quantization_config.group_size"}
+    return _check_sizes(ModelProfile(
         name=str(name).rstrip("/").rsplit("/", 1)[-1],
         architectures=archs,
         num_experts=experts,
@@ -425,4 +449,4 @@ def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
         dense_gemm_shapes=[list(s) for s in _dense_shapes(cfg, hidden)] if dq == "fp8" else [],
         source=where,
         num_attention_heads=cfg.get("num_attention_heads") if isinstance(cfg.get("num_attention_heads"), int) else None,
-    )
+    ), where, names)
