@@ -1,8 +1,7 @@
 """The ``recon`` command line (Typer + Rich).
 
-Exit codes: 0 done; 1 a query found nothing (unknown symbol, no path); 2 bad input (missing path,
-unknown version, bad revision, malformed rule or profile); 3 a check crashed (its error is shown;
-the other rules' findings are still written).
+Exit codes: one table for every command, :data:`recon.errors.EXIT_CODES_HELP`, shown in every
+``--help``: 0 done; 1 nothing found or nothing to do; 2 bad input; 3 a check (or recon) crashed.
 """
 
 from __future__ import annotations
@@ -16,11 +15,12 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape as esc
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import __version__, notanalyzed
-from .errors import ReconError
+from .errors import CRASHED, EXIT_CODES_HELP, NOTHING, ReconError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Read an SGLang tree like a GPU-inference engineer: what runs, what is slow, why, and what to do.")
 query_app = typer.Typer(no_args_is_help=True, help="Questions answered from the dispatch graph.")
@@ -61,7 +61,7 @@ class GraphFmt(str, Enum):
 
 
 def _fail(e: ReconError) -> None:
-    err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {esc(str(e))}", highlight=False, soft_wrap=True)
     raise typer.Exit(getattr(e, "exit_code", 2))
 
 
@@ -75,7 +75,7 @@ def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str],
         target.reason = reason
     if not quiet:
         ver = f" (SGLang {target.version})" if target.version else ""
-        err.print(f"[dim]target:[/dim] {target.label}{ver} [dim]— {target.reason}[/dim]", highlight=False)
+        err.print(f"[dim]target:[/dim] {esc(target.label + ver)} [dim]— {esc(target.reason)}[/dim]", highlight=False)
     progress = None
     bar = None
     if not quiet and err.is_terminal:
@@ -105,7 +105,7 @@ def _print_json(obj) -> None:
 @app.command()
 def version() -> None:
     """Print recon's version."""
-    out.print(f"recon {__version__}")
+    out.print(f"recon {__version__}", markup=False)
 
 
 @app.command()
@@ -136,11 +136,11 @@ def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: O
         return
     t = Table(show_header=False, box=None)
     for k in ("target", "version", "files", "extracted", "graph", "nodes", "edges", "seconds"):
-        t.add_row(k, str(info[k]))
+        t.add_row(k, esc(str(info[k])))
     t.add_row("node kinds", ", ".join(f"{k} {v}" for k, v in info["node_kinds"].items()))
     out.print(t)
     for d in info["diagnostics"]:
-        out.print(f"[yellow]not indexed[/yellow] {d['path']}: {d['message']}", highlight=False)
+        out.print(f"[yellow]not indexed[/yellow] {esc(d['path'])}: {esc(d['message'])}", highlight=False)
 
 
 # ---------------------------------------------------------------------------------------- query
@@ -264,7 +264,7 @@ def graph_export(
         _fail(e)
     if output:
         atomic_write_bytes(output, text.encode("utf-8"))
-        err.print(f"wrote {output}")
+        err.print(f"wrote {output}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
 
@@ -289,7 +289,7 @@ def rules_list(rules_dir: Optional[list[Path]] = RulesOpt, fmt: Fmt = typer.Opti
     for c in ("id", "severity", "category", "title"):
         t.add_column(c)
     for r in rules:
-        t.add_row(r.id, r.severity, r.category, r.title)
+        t.add_row(*map(esc, (r.id, r.severity, r.category, r.title)))
     out.print(t)
 
 
@@ -308,7 +308,7 @@ def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
     if fmt == Fmt.json:
         _print_json({"root": str(root), "areas": [{"name": a.name, "files": a.files, "bytes": a.bytes} for a in areas]})
         return
-    t = Table(title=str(root))
+    t = Table(title=esc(str(root)))
     for c in ("area", "kind", "files", "size"):
         t.add_column(c, justify="right" if c in ("files", "size") else "left")
     for a in areas:
@@ -332,7 +332,7 @@ def cache_prune(
     root = cache_dir()
     gone = prune(root, older_than, everything=everything, wheels=wheels)
     what = "every derived entry" if everything else f"entries unused for {older_than:g} days"
-    out.print(f"removed {gone.files} files ({_mb(gone.bytes)}): {what}{' and the wheels' if wheels else ''} under {root}", highlight=False)
+    out.print(f"removed {gone.files} files ({_mb(gone.bytes)}): {what}{' and the wheels' if wheels else ''} under {root}", highlight=False, markup=False)
 
 
 @cache_app.command("verify")
@@ -348,7 +348,7 @@ def cache_verify(version: Optional[list[str]] = typer.Option(None, "--sglang", m
     if missing:
         _fail(ReconError(f"sglang=={', '.join(missing)} is not in the cache ({base}); cached: {', '.join(have) or 'none'}"))
     if not todo:
-        err.print(f"no SGLang wheels cached under {base}: nothing to verify", highlight=False)
+        err.print(f"no SGLang wheels cached under {base}: nothing to verify", highlight=False, markup=False)
         raise typer.Exit(1)
     for v in todo:
         try:
@@ -356,7 +356,7 @@ def cache_verify(version: Optional[list[str]] = typer.Option(None, "--sglang", m
         except ReconError as e:
             _fail(e)
         state = f"{len(res.bad)} file(s) differed and were unpacked again" if res.bad else "every file matches"
-        out.print(f"sglang=={v}: {res.files} files hashed against RECORD; {state}", highlight=False)
+        out.print(f"sglang=={v}: {res.files} files hashed against RECORD; {state}", highlight=False, markup=False)
 
 
 @rules_app.command("show")
@@ -368,15 +368,15 @@ def rules_show(rule_id: str, rules_dir: Optional[list[Path]] = RulesOpt) -> None
         r = get_rule(rule_id, rules_dir)
     except ReconError as e:
         _fail(e)
-    out.print(f"[bold]{r.id}[/bold] — {r.title}  ({r.severity}, {r.category})", highlight=False)
+    out.print(f"[bold]{esc(r.id)}[/bold] — {esc(r.title)}  ({esc(r.severity)}, {esc(r.category)})", highlight=False)
     for head, body in (("What it finds", r.finds), ("Why it costs", r.why), ("How to fix", r.fix)):
-        out.print(f"\n[bold]{head}[/bold]\n{body}", highlight=False)
-    out.print(f"\n[bold]Check[/bold] {r.check}  params: {json.dumps(r.params, sort_keys=True)}", highlight=False)
+        out.print(f"\n[bold]{head}[/bold]\n{esc(str(body))}", highlight=False)
+    out.print(f"\n[bold]Check[/bold] {esc(r.check)}  params: {esc(json.dumps(r.params, sort_keys=True))}", highlight=False)
     for kind in ("positive", "negative"):
         for ex in r.examples.get(kind, []):
             text = ex if isinstance(ex, str) else "\n".join(f"# {k}\n{v}" for k, v in ex.items())
-            out.print(f"\n[bold]{kind} example[/bold]\n{text}", highlight=False)
-    out.print(f"\n[dim]{r.source}[/dim]", highlight=False)
+            out.print(f"\n[bold]{kind} example[/bold]\n{esc(text)}", highlight=False)
+    out.print(f"\n[dim]{esc(str(r.source))}[/dim]", highlight=False)
 
 
 @app.command()
@@ -412,7 +412,7 @@ def scan(
         _fail(e)
     result = run_rules(tree, dev, mdl, rules)
     for rule_id, msg in result.errors:
-        err.print(f"[red]rule {rule_id} failed:[/red] {msg}", highlight=False)
+        err.print(f"[red]rule {esc(rule_id)} failed:[/red] {esc(msg)}", highlight=False)
     if fmt == ScanFmt.sarif:
         text = json.dumps(to_sarif(result.findings, rules, __version__, tree.target.label, notanalyzed.entries(tree), result.errors), indent=2, sort_keys=True) + "\n"
     elif fmt == ScanFmt.json:
@@ -431,18 +431,18 @@ def scan(
     if text is not None:
         if output:
             atomic_write_bytes(output, text.encode("utf-8"))
-            err.print(f"wrote {output} ({len(result.findings)} findings)")
+            err.print(f"wrote {output} ({len(result.findings)} findings)", markup=False, highlight=False)
         else:
             sys.stdout.write(text)
     else:
-        out.print(f"[bold]{len(result.findings)} findings[/bold] for {dev.name} + {mdl.name} on {tree.target.label}", highlight=False)
+        out.print(f"[bold]{len(result.findings)} findings[/bold] for {esc(dev.name)} + {esc(mdl.name)} on {esc(tree.target.label)}", highlight=False)
         for f in result.findings:
             colour = {"error": "red", "warning": "yellow"}.get(f.severity, "cyan")
             p = f.primary
             where_ = f"{p.path}:{p.line}" if p else ""
-            out.print(f"[{colour}]{f.severity:<7}[/{colour}] [bold]{f.rule_id}[/bold] {where_}\n        {f.message}", highlight=False)
+            out.print(f"[{colour}]{f.severity:<7}[/{colour}] [bold]{esc(f.rule_id)}[/bold] {esc(where_)}\n        {esc(f.message)}", highlight=False)
             for ev in f.evidence[1:6]:
-                out.print(f"        [dim]{ev.path}:{ev.line}[/dim] {ev.note}", highlight=False)
+                out.print(f"        [dim]{esc(ev.path)}:{ev.line}[/dim] {esc(ev.note or '')}", highlight=False)
             if len(f.evidence) > 6:
                 out.print(f"        [dim]… {len(f.evidence) - 6} more places (see --format json)[/dim]", highlight=False)
     if result.errors:
@@ -469,7 +469,9 @@ def apply_cmd(
     if result.diff:
         sys.stdout.write(result.diff)
     for line in result.lines:
-        out.print(line, highlight=False)
+        out.print(line, highlight=False, markup=False)
+    if result.status == "already-applied":
+        raise typer.Exit(NOTHING)  # nothing to do
 
 
 class SpecFmt(str, Enum):
@@ -502,19 +504,35 @@ def spec(
         _fail(e)
     if output:
         atomic_write_bytes(output, text.encode("utf-8"))
-        err.print(f"wrote {output}")
+        err.print(f"wrote {output}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
 
 
+for _t in (app, query_app, graph_app, rules_app, cache_app):  # the exit-code table in every --help
+    _t.info.epilog = EXIT_CODES_HELP
+    for _c in _t.registered_commands:
+        _c.epilog = _c.epilog or EXIT_CODES_HELP
+
+
 def main() -> None:
     """Console entry: run the app, then leave without tearing down the large graph object by object
-    (freeing hundreds of MB of small objects costs longer than the query that built them)."""
+    (freeing hundreds of MB of small objects costs longer than the query that built them).
+
+    An exception no command handled is recon's own bug: one line naming it, exit 3 (not Python's 1,
+    which would read as "nothing found")."""
     code = 0
     try:
         app()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:  # noqa: BLE001 - the last line of defence
+        import traceback
+
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        err.print(f"error: recon crashed: {type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno}); please report it",
+                  markup=False, highlight=False, style="red")
+        code = CRASHED
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

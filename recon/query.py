@@ -13,22 +13,22 @@ from typing import Optional
 
 import networkx as nx
 
-from .errors import ReconError
+from .errors import NothingToDo, ReconError
 
 CALL_KINDS = frozenset({"calls", "launches", "wraps", "captures"})
 DYNAMIC_KINDS = CALL_KINDS | {"calls_dynamic"}
 TARGET_KINDS = ("triton_kernel", "native_op")
 
 
-class AmbiguousSymbol(ReconError):
+class AmbiguousSymbol(NothingToDo):
     def __init__(self, name: str, candidates: list[str]):
         self.candidates = candidates
         shown = ", ".join(candidates[:12]) + (f" … ({len(candidates)} in all)" if len(candidates) > 12 else "")
         super().__init__(f"{name!r} is ambiguous; give one of: {shown}")
 
 
-class UnknownSymbol(ReconError):
-    exit_code = 1
+class UnknownSymbol(NothingToDo):
+    pass
 
 
 def _name_index(G: nx.MultiDiGraph) -> dict[str, list[str]]:
