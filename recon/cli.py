@@ -499,7 +499,8 @@ def spec(
         mdl = load_model(model)
         sglang, reason = spec_target(path, rev, sglang)
         tree = load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json, reason=reason)
-        text = render(spec_for(tree, dev, mdl, target_reason=reason), fmt.value)
+        ctx = spec_for(tree, dev, mdl, target_reason=reason)
+        text = render(ctx, fmt.value)
     except ReconError as e:
         _fail(e)
     if output:
@@ -507,6 +508,10 @@ def spec(
         err.print(f"wrote {output}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
+    for e in ctx["errors"]:  # the spec lists them too; a script must not take it for complete
+        err.print(f"[red]rule {esc(e['rule'])} failed:[/red] {esc(e['error'])}", highlight=False)
+    if ctx["errors"]:
+        raise typer.Exit(CRASHED)
 
 
 for _t in (app, query_app, graph_app, rules_app, cache_app):  # the exit-code table in every --help
@@ -515,24 +520,29 @@ for _t in (app, query_app, graph_app, rules_app, cache_app):  # the exit-code ta
         _c.epilog = _c.epilog or EXIT_CODES_HELP
 
 
-def main() -> None:
-    """Console entry: run the app, then leave without tearing down the large graph object by object
-    (freeing hundreds of MB of small objects costs longer than the query that built them).
-
-    An exception no command handled is recon's own bug: one line naming it, exit 3 (not Python's 1,
-    which would read as "nothing found")."""
-    code = 0
+def run(args: Optional[list[str]] = None) -> int:
+    """Run the app on ``args`` (default: the command line) and return its exit code."""
     try:
-        app()
+        app(args=args)
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except Exception as e:  # noqa: BLE001 - the last line of defence
         import traceback
 
         tb = traceback.extract_tb(e.__traceback__)[-1]
         err.print(f"error: recon crashed: {type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno}); please report it",
                   markup=False, highlight=False, style="red")
-        code = CRASHED
+        return CRASHED
+    return 0
+
+
+def main() -> None:
+    """Console entry: run the app, then leave without tearing down the large graph object by object
+    (freeing hundreds of MB of small objects costs longer than the query that built them).
+
+    An exception no command handled is recon's own bug: one line naming it, exit 3 (not Python's 1,
+    which would read as "nothing found")."""
+    code = run()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
