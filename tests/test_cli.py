@@ -103,3 +103,20 @@ def test_scan_reports_sparse_decode_grid_with_model_heads(root):
     data = json.loads(r.stdout)
     hits = [f for f in data["findings"] if "_tiled_sparse_decode_kernel" in f["message"]]
     assert hits and "64 programs at batch 1" in hits[0]["message"]
+
+
+def test_square_brackets_from_rules_survive_text_output():
+    r = run("rules", "show", "low-occupancy-launch")
+    assert r.exit_code == 0 and "`kernel[grid](...)`" in r.stdout
+
+
+def test_every_scan_message_reads_in_text_as_in_json(root):
+    """Rich markup must not eat `[grid]`, `[chunk_mask]` or any bracket that code puts in a message."""
+    data = json.loads(run("scan", "--path", root, "--format", "json").stdout)
+    text = run("scan", "--path", root).stdout
+    bracketed = [f["message"] for f in data["findings"] if "[" in f["message"]]
+    assert bracketed, "no finding message with brackets to check"
+    for f in data["findings"]:
+        assert f["message"] in text, f["message"]
+        for ev in f["evidence"][1:6]:
+            assert (ev.get("note") or "") in text
