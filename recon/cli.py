@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape as esc
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -36,10 +37,23 @@ app.add_typer(cache_app, name="cache")
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
 err = Console(stderr=True, soft_wrap=True)
 
-PathOpt = typer.Option(None, "--path", help="An SGLang repo root (with python/sglang), an unpacked wheel, or the sglang package folder.")
-RevOpt = typer.Option(None, "--rev", help="Read the tree at this git revision of --path (from git objects; the work tree is not touched).")
-VersionOpt = typer.Option(None, "--sglang", help="A released SGLang version, fetched from PyPI with pip download --no-deps.")
-RulesOpt = typer.Option(None, "--rules", help="An extra folder of rule YAML files.")
+PathOpt = typer.Option(None, "--path", metavar="DIR", help="An SGLang repo root (with python/sglang), an unpacked wheel, or the sglang package folder.")
+RevOpt = typer.Option(None, "--rev", metavar="REV", help="Read the tree at this git revision of --path (from git objects; the work tree is not touched).")
+VersionOpt = typer.Option(None, "--sglang", metavar="VERSION", help="A released SGLang version, fetched from PyPI with pip download --no-deps.")
+RulesOpt = typer.Option(None, "--rules", metavar="DIR", help="An extra folder of rule YAML files (repeatable).")
+
+
+def _help_type(self, ctx):
+    """--help shows no type for an on/off flag (Typer's would print ``<bool>``)."""
+    return None if getattr(self, "is_flag", False) else _typer_help_type(self, ctx)
+
+
+_typer_help_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _typer_help_type is not None:  # Typer versions that print a type column
+    typer.core.TyperOption.display_type_rich = _help_type
+if hasattr(typer.core.TyperArgument, "_usage_display_name"):  # Typer versions that print {SYMBOL}, <str>
+    typer.core.TyperArgument._usage_display_name = lambda self: self.display_name_raw + ("..." if self.nargs != 1 else "")
+    typer.core.TyperArgument.display_type_rich = lambda self, ctx: None  # the metavar and help say what it is
 
 
 class Fmt(str, Enum):
@@ -109,7 +123,7 @@ def version() -> None:
 
 
 @app.command()
-def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Index a target and build its graph; print counts and every file that could not be indexed."""
     try:
         tree = load_target(path, rev, sglang)
@@ -144,8 +158,17 @@ def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: O
 
 
 # ---------------------------------------------------------------------------------------- query
+SymbolArg = typer.Argument(..., metavar="SYMBOL", help="A qualified name, Class.method, or a short name (an ambiguous one lists its candidates).")
+
+
+def _lines(lines: list[str]) -> None:
+    for line in lines:  # plain text: names and paths from code are never Rich markup
+        out.print(line, markup=False, highlight=False)
+
+
 def _run_query(fn, fmt: Fmt, path, rev, sglang, render):
     from .query import AmbiguousSymbol
+    from .querytext import ambiguous
 
     try:
         tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
@@ -153,102 +176,69 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render):
     except AmbiguousSymbol as e:
         if fmt == Fmt.json:
             _print_json({"error": "ambiguous", "candidates": e.candidates})
-            raise typer.Exit(1)
-        _fail(e)
+        else:
+            for line in ambiguous(e.name, e.candidates):
+                err.print(line, markup=False, highlight=False)
+        raise typer.Exit(e.exit_code)
     except ReconError as e:
         _fail(e)
     if fmt == Fmt.json:
         _print_json(result)
     else:
-        render(result)
+        _lines(render(result))
 
 
 @query_app.command("where")
-def q_where(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def q_where(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Where SYMBOL is defined, and how (def, class, or assignment wrapping another callable)."""
+    from . import querytext
     from .query import where
 
-    def render(r):
-        out.print(f"{r['symbol']}  [bold]{r['at']}[/bold]  ({r['kind']})", highlight=False)
-        if r.get("defined_by") == "assignment":
-            out.print(f"  defined by assignment, wrapping {r.get('wraps_symbol') or r['wraps']} ({r.get('wraps_at', '?')})", highlight=False)
-            if r.get("bound_arguments"):
-                out.print(f"  bound arguments: {r['bound_arguments']}", highlight=False)
-            if r.get("aliases"):
-                out.print(f"  same object as: {', '.join(r['aliases'])}", highlight=False)
-        else:
-            out.print(f"  defined by {r['defined_by']}", highlight=False)
-        if r.get("decorators"):
-            out.print(f"  decorators: {', '.join(r['decorators'])}", highlight=False)
-
-    _run_query(lambda G: where(G, symbol), fmt, path, rev, sglang, render)
-
-
-def _render_edges(rows, title):
-    t = Table(title=title, show_lines=False)
-    for c in ("symbol", "edge", "call site", "defined at"):
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(r["symbol"], r["edge"] + (f" ({r['via']})" if r.get("via") else ""), r["call_at"], r["defined_at"])
-    out.print(t)
-    if not rows:
-        out.print("none")
+    _run_query(lambda G: where(G, symbol), fmt, path, rev, sglang, querytext.where)
 
 
 @query_app.command("callers")
-def q_callers(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
+def q_callers(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
     """Who calls, launches, wraps or captures SYMBOL."""
+    from . import querytext
     from .query import callers
 
-    _run_query(lambda G: callers(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callers of {symbol}"))
+    _run_query(lambda G: callers(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: querytext.edges(r, f"callers of {symbol}"))
 
 
 @query_app.command("callees")
-def q_callees(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
+def q_callees(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
     """What SYMBOL calls, launches or wraps."""
+    from . import querytext
     from .query import callees
 
-    _run_query(lambda G: callees(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callees of {symbol}"))
+    _run_query(lambda G: callees(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: querytext.edges(r, f"callees of {symbol}"))
 
 
 @query_app.command("path")
-def q_path(src: str, dst: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def q_path(src: str = typer.Argument(..., metavar="SRC", help="Where the path starts (a symbol)."), dst: str = typer.Argument(..., metavar="DST", help="Where it ends (a symbol)."), path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """The call path from SRC to DST, each hop with file:line."""
+    from . import querytext
     from .query import path as find_path
 
-    def render(hops):
-        for i, h in enumerate(hops):
-            if i == 0:
-                out.print(f"{h['node']}  ({h['at']})", highlight=False)
-            else:
-                tag = " [yellow](inferred: dynamic dispatch)[/yellow]" if h.get("inferred") else ""
-                out.print(f"  └─{h['via_edge']} @ {h['call_at']} → {h['node']}  ({h['at']}){tag}", highlight=False)
-
-    _run_query(lambda G: [h.to_dict() for h in find_path(G, src, dst)], fmt, path, rev, sglang, render)
+    _run_query(lambda G: [h.to_dict() for h in find_path(G, src, dst)], fmt, path, rev, sglang, querytext.path)
 
 
 @query_app.command("launches")
-def q_launches(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), depth: int = typer.Option(8, help="How many call hops to follow."), dynamic: bool = typer.Option(False, help="Also follow calls inferred by method name.")) -> None:
-    """Triton kernels and native ops reachable from SYMBOL."""
+def q_launches(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), depth: int = typer.Option(8, metavar="N", help="How many call hops to follow."), dynamic: bool = typer.Option(False, help="Also follow calls inferred by method name.")) -> None:
+    """Triton kernels and native ops reachable from SYMBOL, as one tree of the routes to them."""
+    from . import querytext
     from .query import launches
 
-    def render(rows):
-        t = Table(title=f"launched from {symbol}")
-        for c in ("kernel / op", "kind", "launched at", "defined at", "route"):
-            t.add_column(c, overflow="fold")
-        for r in rows:
-            t.add_row(r["symbol"], r["kind"], r["launched_at"], r["defined_at"], " → ".join(r["route"]))
-        out.print(t)
-
-    _run_query(lambda G: launches(G, symbol, depth, dynamic), fmt, path, rev, sglang, render)
+    _run_query(lambda G: launches(G, symbol, depth, dynamic), fmt, path, rev, sglang, lambda r: querytext.launches(r, symbol))
 
 
 @graph_app.command("export")
 def graph_export(
-    fmt: GraphFmt = typer.Option(GraphFmt.json, "--format"),
-    root: Optional[str] = typer.Option(None, "--root", help="Export only what this symbol reaches."),
-    depth: int = typer.Option(3, "--depth"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output"),
+    fmt: GraphFmt = typer.Option(GraphFmt.json, "--format", help="graphml (yEd, Gephi), json (node-link), dot (Graphviz) or mermaid."),
+    root: Optional[str] = typer.Option(None, "--root", metavar="SYMBOL", help="Export only what this symbol reaches (default: the whole graph)."),
+    depth: int = typer.Option(3, "--depth", metavar="N", help="With --root: how many call hops from it to include."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
     path: Optional[Path] = PathOpt,
     rev: Optional[str] = RevOpt,
     sglang: Optional[str] = VersionOpt,
@@ -269,12 +259,12 @@ def graph_export(
         sys.stdout.write(text)
 
 # ----------------------------------------------------------------------------------- rules, scan
-DeviceOpt = typer.Option(None, "--device", help="GPU: a name as torch reports it, a short alias (rtx-pro-6000, h200, b200, ...) or a profile file. Default: RTX PRO 6000 Blackwell Server Edition.")
-ModelOpt = typer.Option(None, "--model", help="Model: a name or alias (DeepSeek-V4-Flash, gpt-oss-120b, ...) or a Hugging Face config.json. Default: DeepSeek-V4-Flash.")
+DeviceOpt = typer.Option(None, "--device", metavar="NAME|FILE", help="GPU: a name as torch reports it, a short alias (rtx-pro-6000, h200, b200, ...) or a profile file. Default: RTX PRO 6000 Blackwell Server Edition.")
+ModelOpt = typer.Option(None, "--model", metavar="NAME|FILE", help="Model: a name or alias (DeepSeek-V4-Flash, gpt-oss-120b, ...) or a Hugging Face config.json. Default: DeepSeek-V4-Flash.")
 
 
 @rules_app.command("list")
-def rules_list(rules_dir: Optional[list[Path]] = RulesOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def rules_list(rules_dir: Optional[list[Path]] = RulesOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Every rule: id, severity, category, title."""
     from .rules import load_rules
 
@@ -298,7 +288,7 @@ def _mb(n: int) -> str:
 
 
 @cache_app.command("info")
-def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Files and size per cache area."""
     from .cache import cache_dir
     from .cacheadmin import DERIVED, info
@@ -319,7 +309,7 @@ def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
 
 @cache_app.command("prune")
 def cache_prune(
-    older_than: float = typer.Option(30.0, "--older-than", min=0.0, help="Remove derived entries not used for this many days."),
+    older_than: float = typer.Option(30.0, "--older-than", min=0.0, metavar="DAYS", help="Remove derived entries not used for this many days."),
     everything: bool = typer.Option(False, "--all", help="Remove every derived entry (facts, indexes, graphs, findings); with --wheels, the wheels too."),
     wheels: bool = typer.Option(False, "--wheels", help="Also remove the downloaded and unpacked SGLang wheels (fetched again when next needed)."),
 ) -> None:
@@ -360,7 +350,7 @@ def cache_verify(version: Optional[list[str]] = typer.Option(None, "--sglang", m
 
 
 @rules_app.command("show")
-def rules_show(rule_id: str, rules_dir: Optional[list[Path]] = RulesOpt) -> None:
+def rules_show(rule_id: str = typer.Argument(..., metavar="ID", help="A rule id (recon rules list shows them)."), rules_dir: Optional[list[Path]] = RulesOpt) -> None:
     """One rule in full: what it finds, why it costs, how to fix, its check and examples."""
     from .rules import get_rule
 
@@ -386,10 +376,10 @@ def scan(
     sglang: Optional[str] = VersionOpt,
     device: Optional[str] = DeviceOpt,
     model: Optional[str] = ModelOpt,
-    fmt: ScanFmt = typer.Option(ScanFmt.text, "--format"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
+    fmt: ScanFmt = typer.Option(ScanFmt.text, "--format", help="text to read, json for scripts, sarif for code-scanning UIs."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
     rules_dir: Optional[list[Path]] = RulesOpt,
-    only: Optional[list[str]] = typer.Option(None, "--rule", help="Run only these rule ids."),
+    only: Optional[list[str]] = typer.Option(None, "--rule", metavar="ID", help="Run only this rule (repeatable)."),
 ) -> None:
     """Findings for a device and a model, each with file:line evidence (text, JSON or SARIF 2.1.0)."""
     from .cache import atomic_write_bytes
@@ -451,8 +441,8 @@ def scan(
 
 @app.command("apply")
 def apply_cmd(
-    path: Path = typer.Option(..., "--path", help="The SGLang checkout to change: a git work tree (the change goes on branch recon/grouped-mxfp4)."),
-    device: Optional[str] = typer.Option(None, "--device", help="Device profile name, alias or file (default: RTX PRO 6000 Blackwell Server Edition)."),
+    path: Path = typer.Option(..., "--path", metavar="DIR", help="The SGLang checkout to change: a git work tree (the change goes on branch recon/grouped-mxfp4)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="NAME|FILE", help="Device profile name, alias or file (default: RTX PRO 6000 Blackwell Server Edition)."),
     model: Optional[str] = ModelOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
     revert: bool = typer.Option(False, "--revert", help="Take the change out and return to the branch you were on."),
@@ -486,8 +476,8 @@ def spec(
     sglang: Optional[str] = VersionOpt,
     device: Optional[str] = DeviceOpt,
     model: Optional[str] = ModelOpt,
-    fmt: SpecFmt = typer.Option(SpecFmt.md, "--format"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
+    fmt: SpecFmt = typer.Option(SpecFmt.md, "--format", help="md (Markdown) to read, json: the same content as data."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
 ) -> None:
     """The optimization spec (Markdown or JSON): MoE dispatch chain, root causes with file:line, missing configs, plan with roofline numbers."""
     from .cache import atomic_write_bytes
