@@ -17,10 +17,9 @@ import typer
 import typer.core
 from rich.console import Console
 from rich.markup import escape as esc
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, notanalyzed
+from . import __version__, notanalyzed, progress
 from .errors import CRASHED, EXIT_CODES_HELP, NOTHING, ReconError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Read an SGLang tree like a GPU-inference engineer: what runs, what is slow, why, and what to do.")
@@ -28,6 +27,11 @@ query_app = typer.Typer(no_args_is_help=True, help="Questions answered from the 
 graph_app = typer.Typer(no_args_is_help=True, help="Export the dispatch graph.")
 rules_app = typer.Typer(no_args_is_help=True, help="The rules recon checks.")
 cache_app = typer.Typer(no_args_is_help=True, help="What recon's cache holds (RECON_CACHE_DIR), and pruning it.")
+@app.callback()
+def _options(verbose: bool = typer.Option(False, "-v", "--verbose", help="Off a terminal, one line per phase (index, graph, each check) on stderr; on a terminal the phases always show.")) -> None:
+    progress.use(err, verbose)
+
+
 app.add_typer(query_app, name="query")
 app.add_typer(graph_app, name="graph")
 app.add_typer(rules_app, name="rules")
@@ -90,22 +94,7 @@ def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str],
     if not quiet:
         ver = f" (SGLang {target.version})" if target.version else ""
         err.print(f"[dim]target:[/dim] {esc(target.label + ver)} [dim]— {esc(target.reason)}[/dim]", highlight=False)
-    progress = None
-    bar = None
-    if not quiet and err.is_terminal:
-        bar = Progress(TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
-        task = bar.add_task("index", total=None)
-
-        def advance(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        progress = advance
-        bar.start()
-    try:
-        tree = load(target, progress)
-    finally:
-        if bar is not None:
-            bar.stop()
+    tree = load(target)  # its phases (index, graph) report through recon.progress
     line = notanalyzed.summary_line(notanalyzed.entries(tree))
     if line:  # even when quiet: what a shared output does not cover is never silent
         err.print(line, style="yellow", markup=False, highlight=False)
@@ -519,10 +508,13 @@ def run(args: Optional[list[str]] = None) -> int:
     except Exception as e:  # noqa: BLE001 - the last line of defence
         import traceback
 
+        progress.stop()
         tb = traceback.extract_tb(e.__traceback__)[-1]
         err.print(f"error: recon crashed: {type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno}); please report it",
                   markup=False, highlight=False, style="red")
         return CRASHED
+    finally:
+        progress.stop()
     return 0
 
 

@@ -73,8 +73,8 @@ def test_0_done(tree, args):
 @pytest.mark.parametrize("args, says", [
     (["query", "where", "no_such_thing"], "no symbol"),
     (["query", "callees", "no_such_thing", "--format", "json"], "no symbol"),
-    (["query", "where", "twin"], "ambiguous"),
-    (["query", "launches", "twin"], "ambiguous"),
+    (["query", "where", "twin"], "names 2 symbols"),
+    (["query", "launches", "twin"], "names 2 symbols"),
     (["query", "path", "helper", "b.run"], "no call path"),
 ])
 def test_1_nothing_found(tree, args, says):
