@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SEED_VERSION
+from tests.conftest import SEED_VERSION
 from recon import target
 from recon.errors import ReconError
 
