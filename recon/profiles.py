@@ -230,6 +230,15 @@ def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None) ->
     return m
 
 
+def _hf_names(cfg: dict) -> dict:
+    """The config.json key each profile field came from (errors name the key the user wrote)."""
+    used = lambda *keys: next((k for k in keys if cfg.get(k) is not None), keys[0])
+    return {"num_experts": used("n_routed_experts", "num_local_experts", "num_experts"), "hidden_size": "hidden_size",
+            "moe_intermediate_size": used("moe_intermediate_size", "intermediate_size"),
+            "top_k": used("num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
+            "num_layers": "num_hidden_layers", "num_moe_layers": "num_hidden_layers", "expert_group_size": "quantization_config.group_size"}
+
+
 def model_from_mapping(data: dict, where: str) -> ModelProfile:
     f = _Fields(data, where)
     shapes = data.get("dense_gemm_shapes") or []
@@ -246,7 +255,7 @@ def model_from_mapping(data: dict, where: str) -> ModelProfile:
     if not archs:
         f._bad("architectures", "is missing")
     num_layers = f.get("num_layers", int)
-    return _check_sizes(ModelProfile(
+    return ModelProfile(
         name=f.get("name", str),
         architectures=archs,
         num_experts=f.get("num_experts", int),
@@ -267,7 +276,7 @@ def model_from_mapping(data: dict, where: str) -> ModelProfile:
         notes=(f.get("notes", str, required=False, default="") or "").strip(),
         source=where,
         num_attention_heads=f.get("num_attention_heads", int, required=False),
-    ), where)
+    )
 
 
 def _as_list(pair):
@@ -284,7 +293,7 @@ def _shipped_devices() -> tuple[DeviceProfile, ...]:
 
 @lru_cache(maxsize=None)
 def _shipped_models() -> tuple[ModelProfile, ...]:
-    return tuple(model_from_mapping(_read_mapping(p), str(p)) for p in sorted(MODELS_DIR.glob("*.y*ml")))
+    return tuple(_check_sizes(model_from_mapping(_read_mapping(p), str(p)), str(p)) for p in sorted(MODELS_DIR.glob("*.y*ml")))
 
 
 def list_devices() -> list[DeviceProfile]:
@@ -340,8 +349,8 @@ def load_model(spec: Union[str, Path, ModelProfile, None] = None) -> ModelProfil
             raise ProfileError(f"model profile or config.json not found: {path}")
         data = _read_mapping(path)
         if "architectures" in data and ("hidden_size" in data and "name" not in data):
-            return model_from_hf_config(data, str(path))
-        return model_from_mapping(data, str(path))
+            return _check_sizes(model_from_hf_config(data, str(path)), str(path), _hf_names(data))
+        return _check_sizes(model_from_mapping(data, str(path)), str(path))
     return _find(str(spec), _shipped_models(), "model")
 
 
@@ -427,12 +436,7 @@ def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
         f._bad("quantization_config", "must be a mapping")
     eq, group, scale, dq, block = _quant_of(qc)
     name = cfg.get("_name_or_path") or cfg.get("name") or Path(where).parent.name or archs[0]
-    used = lambda *keys: next(k for k in keys if cfg.get(k) is not None)
-    names = {"num_experts": used("n_routed_experts", "num_local_experts", "num_experts"), "hidden_size": "hidden_size",
-             "moe_intermediate_size": used("moe_intermediate_size", "intermediate_size"),
-             "top_k": used("num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
-             "num_layers": "num_hidden_layers", "num_moe_layers": "num_hidden_layers", "expert_group_size": "quantization_config.group_size"}
-    return _check_sizes(ModelProfile(
+    return ModelProfile(
         name=str(name).rstrip("/").rsplit("/", 1)[-1],
         architectures=archs,
         num_experts=experts,
@@ -449,4 +453,4 @@ def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
         dense_gemm_shapes=[list(s) for s in _dense_shapes(cfg, hidden)] if dq == "fp8" else [],
         source=where,
         num_attention_heads=cfg.get("num_attention_heads") if isinstance(cfg.get("num_attention_heads"), int) else None,
-    ), where, names)
+    )
