@@ -45,7 +45,11 @@ def _collect_frozen_garbage():
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if WHEEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        used = set(getattr(item, "fixturenames", ()))
+        # a test parametrized with fixture names fetches them with request.getfixturevalue
+        callspec = getattr(item, "callspec", None)
+        used |= {v for v in (callspec.params.values() if callspec else ()) if isinstance(v, str)}
+        if WHEEL_FIXTURES & used:
             item.add_marker(pytest.mark.network)
 
 

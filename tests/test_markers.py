@@ -13,7 +13,7 @@ def _collected(*args) -> set[str]:
 
 
 def test_wheel_fixtures_mark_their_tests_network():
-    files = ["tests/test_cli.py", "tests/test_profiles.py", "tests/test_targets.py"]
+    files = ["tests/test_cli.py", "tests/test_profiles.py", "tests/test_targets.py", "tests/test_rules_configs.py"]
     net = _collected("-m", "network", *files)
     offline = _collected("-m", "not network", *files)
     assert not net & offline
@@ -21,4 +21,6 @@ def test_wheel_fixtures_mark_their_tests_network():
     assert "tests/test_cli.py::test_query_where_json" in net
     assert "tests/test_profiles.py::test_model_classes_exist_in_real_tree" in net
     assert "tests/test_targets.py::test_unknown_version_cannot_be_fetched" in net
+    # parametrized with a wheel fixture's name, fetched with request.getfixturevalue
+    assert "tests/test_rules_configs.py::test_h200_has_some_shapes[tree_new]" in net
     assert "tests/test_profiles.py::test_seed_model" in offline and "tests/test_targets.py::test_bad_versions" in offline
