@@ -1,8 +1,7 @@
 """The ``recon`` command line (Typer + Rich).
 
-Exit codes: 0 done; 1 a query found nothing (unknown symbol, no path); 2 bad input (missing path,
-unknown version, bad revision, malformed rule or profile); 3 a check crashed (its error is shown;
-the other rules' findings are still written).
+Exit codes: one table for every command, :data:`recon.errors.EXIT_CODES_HELP`, shown in every
+``--help``: 0 done; 1 nothing found or nothing to do; 2 bad input; 3 a check (or recon) crashed.
 """
 
 from __future__ import annotations
@@ -15,18 +14,24 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+import typer.core
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape as esc
 from rich.table import Table
 
-from . import __version__
-from .errors import ReconError
+from . import __version__, notanalyzed, progress
+from .errors import CRASHED, EXIT_CODES_HELP, NOTHING, ReconError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Read an SGLang tree like a GPU-inference engineer: what runs, what is slow, why, and what to do.")
 query_app = typer.Typer(no_args_is_help=True, help="Questions answered from the dispatch graph.")
 graph_app = typer.Typer(no_args_is_help=True, help="Export the dispatch graph.")
 rules_app = typer.Typer(no_args_is_help=True, help="The rules recon checks.")
 cache_app = typer.Typer(no_args_is_help=True, help="What recon's cache holds (RECON_CACHE_DIR), and pruning it.")
+@app.callback()
+def _options(verbose: bool = typer.Option(False, "-v", "--verbose", help="Off a terminal, one line per phase (index, graph, each check) on stderr; on a terminal the phases always show.")) -> None:
+    progress.use(err, verbose)
+
+
 app.add_typer(query_app, name="query")
 app.add_typer(graph_app, name="graph")
 app.add_typer(rules_app, name="rules")
@@ -36,14 +41,27 @@ app.add_typer(cache_app, name="cache")
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
 err = Console(stderr=True, soft_wrap=True)
 
-PathOpt = typer.Option(None, "--path", help="An SGLang repo root (with python/sglang), an unpacked wheel, or the sglang package folder.")
-RevOpt = typer.Option(None, "--rev", help="Read the tree at this git revision of --path (from git objects; the work tree is not touched).")
-VersionOpt = typer.Option(None, "--sglang", help="A released SGLang version, fetched from PyPI with pip download --no-deps.")
-RulesOpt = typer.Option(None, "--rules", help="An extra folder of rule YAML files.")
-ServerArgsOpt = typer.Option(None, "--server-args", help='SGLang server flags in its own syntax, e.g. "--moe-runner-backend marlin --tp 2" (checked against the tree\'s ServerArgs).')
-EnvOpt = typer.Option(None, "--env", help="An environment variable as SGLang would read it, NAME=VALUE (repeatable); unset ones take the default the code declares.")
-QDeviceOpt = typer.Option(None, "--device", help="Answer for what runs on this GPU (with --model, --server-args): the runtime view's path.")
-QModelOpt = typer.Option(None, "--model", help="Answer for what runs for this model (with --device, --server-args).")
+PathOpt = typer.Option(None, "--path", metavar="DIR", help="An SGLang repo root (with python/sglang), an unpacked wheel, or the sglang package folder.")
+RevOpt = typer.Option(None, "--rev", metavar="REV", help="Read the tree at this git revision of --path (from git objects; the work tree is not touched).")
+VersionOpt = typer.Option(None, "--sglang", metavar="VERSION", help="A released SGLang version, fetched from PyPI with pip download --no-deps.")
+RulesOpt = typer.Option(None, "--rules", metavar="DIR", help="An extra folder of rule YAML files (repeatable).")
+ServerArgsOpt = typer.Option(None, "--server-args", metavar="FLAGS", help='SGLang server flags in its own syntax, e.g. "--moe-runner-backend marlin --tp 2" (checked against the tree\'s ServerArgs).')
+EnvOpt = typer.Option(None, "--env", metavar="NAME=VALUE", help="An environment variable as SGLang would read it (repeatable); unset ones take the default the code declares.")
+QDeviceOpt = typer.Option(None, "--device", metavar="GPU", help="Answer for what runs on this GPU (with --model, --server-args): the runtime view's path.")
+QModelOpt = typer.Option(None, "--model", metavar="MODEL", help="Answer for what runs for this model (with --device, --server-args).")
+
+
+def _help_type(self, ctx):
+    """--help shows no type for an on/off flag (Typer's would print ``<bool>``)."""
+    return None if getattr(self, "is_flag", False) else _typer_help_type(self, ctx)
+
+
+_typer_help_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _typer_help_type is not None:  # Typer versions that print a type column
+    typer.core.TyperOption.display_type_rich = _help_type
+if hasattr(typer.core.TyperArgument, "_usage_display_name"):  # Typer versions that print {SYMBOL}, <str>
+    typer.core.TyperArgument._usage_display_name = lambda self: self.display_name_raw + ("..." if self.nargs != 1 else "")
+    typer.core.TyperArgument.display_type_rich = lambda self, ctx: None  # the metavar and help say what it is
 
 
 class Fmt(str, Enum):
@@ -65,7 +83,7 @@ class GraphFmt(str, Enum):
 
 
 def _fail(e: ReconError) -> None:
-    err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {esc(str(e))}", highlight=False, soft_wrap=True)
     raise typer.Exit(getattr(e, "exit_code", 2))
 
 
@@ -79,26 +97,11 @@ def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str],
         target.reason = reason
     if not quiet:
         ver = f" (SGLang {target.version})" if target.version else ""
-        err.print(f"[dim]target:[/dim] {target.label}{ver} [dim]— {target.reason}[/dim]", highlight=False)
-    progress = None
-    bar = None
-    if not quiet and err.is_terminal:
-        bar = Progress(TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
-        task = bar.add_task("index", total=None)
-
-        def advance(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        progress = advance
-        bar.start()
-    try:
-        tree = load(target, progress)
-    finally:
-        if bar is not None:
-            bar.stop()
-    diags = tree.index.diagnostics
-    if diags and not quiet:
-        err.print(f"[yellow]{len(diags)} file(s) not indexed[/yellow] (first: {diags[0][0]}: {diags[0][1]}); `recon index` lists them", highlight=False)
+        err.print(f"[dim]target:[/dim] {esc(target.label + ver)} [dim]— {esc(target.reason)}[/dim]", highlight=False)
+    tree = load(target)  # its phases (index, graph) report through recon.progress
+    line = notanalyzed.summary_line(notanalyzed.entries(tree))
+    if line:  # even when quiet: what a shared output does not cover is never silent
+        err.print(line, style="yellow", markup=False, highlight=False)
     return tree
 
 
@@ -112,7 +115,7 @@ def _flags(tree, server_args: Optional[str], env: Optional[list[str]]) -> tuple[
         from .runtime import undeclared_envs
 
         for name in undeclared_envs(tree, envs):
-            err.print(f"[yellow]warning:[/yellow] SGLang declares no environment variable {name} (it may be read elsewhere)", highlight=False)
+            err.print(f"[yellow]warning:[/yellow] SGLang declares no environment variable {esc(name)} (it may be read elsewhere)", highlight=False)
     return flags, envs
 
 
@@ -123,11 +126,11 @@ def _print_json(obj) -> None:
 @app.command()
 def version() -> None:
     """Print recon's version."""
-    out.print(f"recon {__version__}")
+    out.print(f"recon {__version__}", markup=False)
 
 
 @app.command()
-def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Index a target and build its graph; print counts and every file that could not be indexed."""
     try:
         tree = load_target(path, rev, sglang)
@@ -154,18 +157,27 @@ def index(path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: O
         return
     t = Table(show_header=False, box=None)
     for k in ("target", "version", "files", "extracted", "graph", "nodes", "edges", "seconds"):
-        t.add_row(k, str(info[k]))
+        t.add_row(k, esc(str(info[k])))
     t.add_row("node kinds", ", ".join(f"{k} {v}" for k, v in info["node_kinds"].items()))
     out.print(t)
     for d in info["diagnostics"]:
-        out.print(f"[yellow]not indexed[/yellow] {d['path']}: {d['message']}", highlight=False)
+        out.print(f"[yellow]not indexed[/yellow] {esc(d['path'])}: {esc(d['message'])}", highlight=False)
 
 
 # ---------------------------------------------------------------------------------------- query
+SymbolArg = typer.Argument(..., metavar="SYMBOL", help="A qualified name, Class.method, or a short name (an ambiguous one lists its candidates).")
+
+
+def _lines(lines: list[str]) -> None:
+    for line in lines:  # plain text: names and paths from code are never Rich markup
+        out.print(line, markup=False, highlight=False)
+
+
 def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
     """``runtime``: (device, model, server_args, env, fn(G, view)) when the question is asked for
     what runs on a device for a model and flags."""
     from .query import AmbiguousSymbol
+    from .querytext import ambiguous
 
     try:
         tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
@@ -183,111 +195,78 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
     except AmbiguousSymbol as e:
         if fmt == Fmt.json:
             _print_json({"error": "ambiguous", "candidates": e.candidates})
-            raise typer.Exit(1)
-        _fail(e)
+        else:
+            for line in ambiguous(e.name, e.candidates):
+                err.print(line, markup=False, highlight=False)
+        raise typer.Exit(e.exit_code)
     except ReconError as e:
         _fail(e)
     if fmt == Fmt.json:
         _print_json(result)
     else:
-        render(result)
+        _lines(render(result))
 
 
 @query_app.command("where")
-def q_where(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def q_where(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Where SYMBOL is defined, and how (def, class, or assignment wrapping another callable)."""
+    from . import querytext
     from .query import where
 
-    def render(r):
-        out.print(f"{r['symbol']}  [bold]{r['at']}[/bold]  ({r['kind']})", highlight=False)
-        if r.get("defined_by") == "assignment":
-            out.print(f"  defined by assignment, wrapping {r.get('wraps_symbol') or r['wraps']} ({r.get('wraps_at', '?')})", highlight=False)
-            if r.get("bound_arguments"):
-                out.print(f"  bound arguments: {r['bound_arguments']}", highlight=False)
-            if r.get("aliases"):
-                out.print(f"  same object as: {', '.join(r['aliases'])}", highlight=False)
-        else:
-            out.print(f"  defined by {r['defined_by']}", highlight=False)
-        if r.get("decorators"):
-            out.print(f"  decorators: {', '.join(r['decorators'])}", highlight=False)
-
-    _run_query(lambda G: where(G, symbol), fmt, path, rev, sglang, render)
-
-
-def _render_edges(rows, title):
-    t = Table(title=title, show_lines=False)
-    for c in ("symbol", "edge", "call site", "defined at"):
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(r["symbol"], r["edge"] + (f" ({r['via']})" if r.get("via") else ""), r["call_at"], r["defined_at"])
-    out.print(t)
-    if not rows:
-        out.print("none")
+    _run_query(lambda G: where(G, symbol), fmt, path, rev, sglang, querytext.where)
 
 
 @query_app.command("callers")
-def q_callers(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
+def q_callers(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
     """Who calls, launches, wraps or captures SYMBOL, and who reaches it through a name table (get_platform().is_sm120)."""
+    from . import querytext
     from .query import callers
 
-    _run_query(lambda G, tree: callers(G, symbol, dynamic, tree), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callers of {symbol}"))
+    _run_query(lambda G, tree: callers(G, symbol, dynamic, tree), fmt, path, rev, sglang, lambda r: querytext.edges(r, f"callers of {symbol}"))
 
 
 @query_app.command("callees")
-def q_callees(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch)."),
+def q_callees(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch)."),
               device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
     """What SYMBOL calls, launches or wraps; with --device/--model/--server-args, only the calls on the path that runs there."""
+    from . import querytext
     from .query import callees
     from .runtime.query import callees_on_path
 
-    _run_query(lambda G: callees(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: _render_edges(r, f"callees of {symbol}"),
+    _run_query(lambda G: callees(G, symbol, dynamic), fmt, path, rev, sglang, lambda r: querytext.edges(r, f"callees of {symbol}"),
                (device, model, server_args, env, lambda G, view: callees_on_path(G, view, callees(G, symbol, True), symbol)))
 
 
 @query_app.command("path")
-def q_path(src: str, dst: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"),
+def q_path(src: str = typer.Argument(..., metavar="SRC", help="Where the path starts (a symbol)."), dst: str = typer.Argument(..., metavar="DST", help="Where it ends (a symbol)."), path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."),
            device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
     """The call path from SRC to DST, each hop with file:line; with --device/--model/--server-args, the path that runs there (none when DST is not reached on it)."""
+    from . import querytext
     from .query import path as find_path
     from .runtime.query import path_on_path
 
-    def render(hops):
-        for i, h in enumerate(hops):
-            if i == 0:
-                out.print(f"{h['node']}  ({h['at']})", highlight=False)
-            else:
-                tag = " [yellow](inferred: dynamic dispatch)[/yellow]" if h.get("inferred") else ""
-                out.print(f"  └─{h['via_edge']} @ {h['call_at']} → {h['node']}  ({h['at']}){tag}", highlight=False)
-
-    _run_query(lambda G: [h.to_dict() for h in find_path(G, src, dst)], fmt, path, rev, sglang, render,
+    _run_query(lambda G: [h.to_dict() for h in find_path(G, src, dst)], fmt, path, rev, sglang, querytext.path,
                (device, model, server_args, env, lambda G, view: path_on_path(G, view, src, dst)))
 
 
 @query_app.command("launches")
-def q_launches(symbol: str, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format"), depth: int = typer.Option(8, help="How many call hops to follow."), dynamic: bool = typer.Option(False, help="Also follow calls inferred by method name."),
+def q_launches(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), depth: int = typer.Option(8, metavar="N", help="How many call hops to follow."), dynamic: bool = typer.Option(False, help="Also follow calls inferred by method name."),
                device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
-    """Triton kernels and native ops reachable from SYMBOL; with --device/--model/--server-args, only those on the path that runs there."""
+    """Triton kernels and native ops reachable from SYMBOL, as one tree of the routes to them; with --device/--model/--server-args, only those on the path that runs there."""
+    from . import querytext
     from .query import launches
     from .runtime.query import launches_on_path
 
-    def render(rows):
-        t = Table(title=f"launched from {symbol}")
-        for c in ("kernel / op", "kind", "launched at", "defined at", "route"):
-            t.add_column(c, overflow="fold")
-        for r in rows:
-            t.add_row(r["symbol"], r["kind"], r["launched_at"], r["defined_at"], " → ".join(r["route"]))
-        out.print(t)
-
-    _run_query(lambda G: launches(G, symbol, depth, dynamic), fmt, path, rev, sglang, render,
+    _run_query(lambda G: launches(G, symbol, depth, dynamic), fmt, path, rev, sglang, lambda r: querytext.launches(r, symbol),
                (device, model, server_args, env, lambda G, view: launches_on_path(G, view, symbol)))
 
 
 @graph_app.command("export")
 def graph_export(
-    fmt: GraphFmt = typer.Option(GraphFmt.json, "--format"),
-    root: Optional[str] = typer.Option(None, "--root", help="Export only what this symbol reaches."),
-    depth: int = typer.Option(3, "--depth"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output"),
+    fmt: GraphFmt = typer.Option(GraphFmt.json, "--format", help="graphml (yEd, Gephi), json (node-link), dot (Graphviz) or mermaid."),
+    root: Optional[str] = typer.Option(None, "--root", metavar="SYMBOL", help="Export only what this symbol reaches (default: the whole graph)."),
+    depth: int = typer.Option(3, "--depth", metavar="N", help="With --root: how many call hops from it to include."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
     path: Optional[Path] = PathOpt,
     rev: Optional[str] = RevOpt,
     sglang: Optional[str] = VersionOpt,
@@ -303,17 +282,17 @@ def graph_export(
         _fail(e)
     if output:
         atomic_write_bytes(output, text.encode("utf-8"))
-        err.print(f"wrote {output}")
+        err.print(f"wrote {output}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
 
 # ----------------------------------------------------------------------------------- rules, scan
-DeviceOpt = typer.Option(None, "--device", help="GPU: a name as torch reports it, a short alias (rtx-pro-6000, h200, b200, ...) or a profile file. Default: RTX PRO 6000 Blackwell Server Edition.")
-ModelOpt = typer.Option(None, "--model", help="Model: a name or alias (DeepSeek-V4-Flash, gpt-oss-120b, ...) or a Hugging Face config.json. Default: DeepSeek-V4-Flash.")
+DeviceOpt = typer.Option(None, "--device", metavar="NAME|FILE", help="GPU: a name as torch reports it, a short alias (rtx-pro-6000, h200, b200, ...) or a profile file. Default: RTX PRO 6000 Blackwell Server Edition.")
+ModelOpt = typer.Option(None, "--model", metavar="NAME|FILE", help="Model: a name or alias (DeepSeek-V4-Flash, gpt-oss-120b, ...) or a Hugging Face config.json. Default: DeepSeek-V4-Flash.")
 
 
 @rules_app.command("list")
-def rules_list(rules_dir: Optional[list[Path]] = RulesOpt, fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def rules_list(rules_dir: Optional[list[Path]] = RulesOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Every rule: id, severity, category, title."""
     from .rules import load_rules
 
@@ -328,7 +307,7 @@ def rules_list(rules_dir: Optional[list[Path]] = RulesOpt, fmt: Fmt = typer.Opti
     for c in ("id", "severity", "category", "title"):
         t.add_column(c)
     for r in rules:
-        t.add_row(r.id, r.severity, r.category, r.title)
+        t.add_row(*map(esc, (r.id, r.severity, r.category, r.title)))
     out.print(t)
 
 
@@ -337,7 +316,7 @@ def _mb(n: int) -> str:
 
 
 @cache_app.command("info")
-def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
+def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Files and size per cache area."""
     from .cache import cache_dir
     from .cacheadmin import DERIVED, info
@@ -347,7 +326,7 @@ def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
     if fmt == Fmt.json:
         _print_json({"root": str(root), "areas": [{"name": a.name, "files": a.files, "bytes": a.bytes} for a in areas]})
         return
-    t = Table(title=str(root))
+    t = Table(title=esc(str(root)))
     for c in ("area", "kind", "files", "size"):
         t.add_column(c, justify="right" if c in ("files", "size") else "left")
     for a in areas:
@@ -358,22 +337,48 @@ def cache_info(fmt: Fmt = typer.Option(Fmt.text, "--format")) -> None:
 
 @cache_app.command("prune")
 def cache_prune(
-    older_than: float = typer.Option(30.0, "--older-than", min=0.0, help="Remove derived entries not used for this many days."),
-    everything: bool = typer.Option(False, "--all", help="Remove every derived entry (facts, indexes, graphs, findings)."),
-    wheels: bool = typer.Option(False, "--wheels", help="Also remove downloaded and unpacked SGLang wheels."),
+    older_than: float = typer.Option(30.0, "--older-than", min=0.0, metavar="DAYS", help="Remove derived entries not used for this many days."),
+    everything: bool = typer.Option(False, "--all", help="Remove every derived entry (facts, indexes, graphs, findings); with --wheels, the wheels too."),
+    wheels: bool = typer.Option(False, "--wheels", help="Also remove the downloaded and unpacked SGLang wheels (fetched again when next needed)."),
 ) -> None:
-    """Remove stale cache entries. Safe while other runs use the cache: a missing entry is rebuilt."""
+    """Remove stale cache entries. Safe while other runs use the cache: a missing entry is rebuilt.
+
+    `recon cache prune --all --wheels` empties the cache completely, wheels included."""
     from .cache import cache_dir
     from .cacheadmin import prune
 
     root = cache_dir()
     gone = prune(root, older_than, everything=everything, wheels=wheels)
     what = "every derived entry" if everything else f"entries unused for {older_than:g} days"
-    out.print(f"removed {gone.files} files ({_mb(gone.bytes)}): {what}{' and the wheels' if wheels else ''} under {root}", highlight=False)
+    out.print(f"removed {gone.files} files ({_mb(gone.bytes)}): {what}{' and the wheels' if wheels else ''} under {root}", highlight=False, markup=False)
+
+
+@cache_app.command("verify")
+def cache_verify(version: Optional[list[str]] = typer.Option(None, "--sglang", metavar="VERSION", help="Only this cached version (repeatable). Default: every cached one.")) -> None:
+    """Hash every file of the cached SGLang wheels against each wheel's RECORD; unpack again what differs."""
+    from .cache import cache_dir
+    from .target import verify_unpacked
+
+    base = cache_dir() / "wheels"
+    have = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")) if base.is_dir() else []
+    todo = version or have
+    missing = sorted(set(todo) - set(have))
+    if missing:
+        _fail(ReconError(f"sglang=={', '.join(missing)} is not in the cache ({base}); cached: {', '.join(have) or 'none'}"))
+    if not todo:
+        err.print(f"no SGLang wheels cached under {base}: nothing to verify", highlight=False, markup=False)
+        raise typer.Exit(1)
+    for v in todo:
+        try:
+            res = verify_unpacked(v, full=True)
+        except ReconError as e:
+            _fail(e)
+        state = f"{len(res.bad)} file(s) differed and were unpacked again" if res.bad else "every file matches"
+        out.print(f"sglang=={v}: {res.files} files hashed against RECORD; {state}", highlight=False, markup=False)
 
 
 @rules_app.command("show")
-def rules_show(rule_id: str, rules_dir: Optional[list[Path]] = RulesOpt) -> None:
+def rules_show(rule_id: str = typer.Argument(..., metavar="ID", help="A rule id (recon rules list shows them)."), rules_dir: Optional[list[Path]] = RulesOpt) -> None:
     """One rule in full: what it finds, why it costs, how to fix, its check and examples."""
     from .rules import get_rule
 
@@ -381,15 +386,15 @@ def rules_show(rule_id: str, rules_dir: Optional[list[Path]] = RulesOpt) -> None
         r = get_rule(rule_id, rules_dir)
     except ReconError as e:
         _fail(e)
-    out.print(f"[bold]{r.id}[/bold] — {r.title}  ({r.severity}, {r.category})", highlight=False)
+    out.print(f"[bold]{esc(r.id)}[/bold] — {esc(r.title)}  ({esc(r.severity)}, {esc(r.category)})", highlight=False)
     for head, body in (("What it finds", r.finds), ("Why it costs", r.why), ("How to fix", r.fix)):
-        out.print(f"\n[bold]{head}[/bold]\n{body}", highlight=False)
-    out.print(f"\n[bold]Check[/bold] {r.check}  params: {json.dumps(r.params, sort_keys=True)}", highlight=False)
+        out.print(f"\n[bold]{head}[/bold]\n{esc(str(body))}", highlight=False)
+    out.print(f"\n[bold]Check[/bold] {esc(r.check)}  params: {esc(json.dumps(r.params, sort_keys=True))}", highlight=False)
     for kind in ("positive", "negative"):
         for ex in r.examples.get(kind, []):
             text = ex if isinstance(ex, str) else "\n".join(f"# {k}\n{v}" for k, v in ex.items())
-            out.print(f"\n[bold]{kind} example[/bold]\n{text}", highlight=False)
-    out.print(f"\n[dim]{r.source}[/dim]", highlight=False)
+            out.print(f"\n[bold]{kind} example[/bold]\n{esc(text)}", highlight=False)
+    out.print(f"\n[dim]{esc(str(r.source))}[/dim]", highlight=False)
 
 
 @app.command()
@@ -399,10 +404,10 @@ def scan(
     sglang: Optional[str] = VersionOpt,
     device: Optional[str] = DeviceOpt,
     model: Optional[str] = ModelOpt,
-    fmt: ScanFmt = typer.Option(ScanFmt.text, "--format"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
+    fmt: ScanFmt = typer.Option(ScanFmt.text, "--format", help="text to read, json for scripts, sarif for code-scanning UIs."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
     rules_dir: Optional[list[Path]] = RulesOpt,
-    only: Optional[list[str]] = typer.Option(None, "--rule", help="Run only these rule ids."),
+    only: Optional[list[str]] = typer.Option(None, "--rule", metavar="ID", help="Run only this rule (repeatable)."),
     server_args: Optional[str] = ServerArgsOpt,
     env: Optional[list[str]] = EnvOpt,
 ) -> None:
@@ -428,9 +433,9 @@ def scan(
         _fail(e)
     result = run_rules(tree, dev, mdl, rules, server_flags=flags, env=envs)
     for rule_id, msg in result.errors:
-        err.print(f"[red]rule {rule_id} failed:[/red] {msg}", highlight=False)
+        err.print(f"[red]rule {esc(rule_id)} failed:[/red] {esc(msg)}", highlight=False)
     if fmt == ScanFmt.sarif:
-        text = json.dumps(to_sarif(result.findings, rules, __version__, tree.target.label), indent=2, sort_keys=True) + "\n"
+        text = json.dumps(to_sarif(result.findings, rules, __version__, tree.target.label, notanalyzed.entries(tree), result.errors), indent=2, sort_keys=True) + "\n"
     elif fmt == ScanFmt.json:
         doc = {
             "target": {"label": tree.target.label, "version": tree.target.version, "revision": tree.target.revision},
@@ -439,6 +444,7 @@ def scan(
             "findings": [f.to_dict() for f in result.findings],
             "errors": [{"rule": r, "message": m} for r, m in result.errors],
             "diagnostics": [{"path": p, "message": m} for p, m in tree.index.diagnostics],
+            "not_analyzed": notanalyzed.entries(tree),
         }
         text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
     else:
@@ -446,18 +452,18 @@ def scan(
     if text is not None:
         if output:
             atomic_write_bytes(output, text.encode("utf-8"))
-            err.print(f"wrote {output} ({len(result.findings)} findings)")
+            err.print(f"wrote {output} ({len(result.findings)} findings)", markup=False, highlight=False)
         else:
             sys.stdout.write(text)
     else:
-        out.print(f"[bold]{len(result.findings)} findings[/bold] for {dev.name} + {mdl.name} on {tree.target.label}", highlight=False)
+        out.print(f"[bold]{len(result.findings)} findings[/bold] for {esc(dev.name)} + {esc(mdl.name)} on {esc(tree.target.label)}", highlight=False)
         for f in result.findings:
             colour = {"error": "red", "warning": "yellow"}.get(f.severity, "cyan")
             p = f.primary
             where_ = f"{p.path}:{p.line}" if p else ""
-            out.print(f"[{colour}]{f.severity:<7}[/{colour}] [bold]{f.rule_id}[/bold] {where_}\n        {f.message}", highlight=False)
+            out.print(f"[{colour}]{f.severity:<7}[/{colour}] [bold]{esc(f.rule_id)}[/bold] {esc(where_)}\n        {esc(f.message)}", highlight=False)
             for ev in f.evidence[1:6]:
-                out.print(f"        [dim]{ev.path}:{ev.line}[/dim] {ev.note}", highlight=False)
+                out.print(f"        [dim]{esc(ev.path)}:{ev.line}[/dim] {esc(ev.note or '')}", highlight=False)
             if len(f.evidence) > 6:
                 out.print(f"        [dim]… {len(f.evidence) - 6} more places (see --format json)[/dim]", highlight=False)
     if result.errors:
@@ -466,8 +472,8 @@ def scan(
 
 @app.command("apply")
 def apply_cmd(
-    path: Path = typer.Option(..., "--path", help="The SGLang checkout to change: a git work tree (the change goes on branch recon/grouped-mxfp4)."),
-    device: Optional[str] = typer.Option(None, "--device", help="Device profile name, alias or file (default: RTX PRO 6000 Blackwell Server Edition)."),
+    path: Path = typer.Option(..., "--path", metavar="DIR", help="The SGLang checkout to change: a git work tree (the change goes on branch recon/grouped-mxfp4)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="NAME|FILE", help="Device profile name, alias or file (default: RTX PRO 6000 Blackwell Server Edition)."),
     model: Optional[str] = ModelOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
     revert: bool = typer.Option(False, "--revert", help="Take the change out and return to the branch you were on."),
@@ -486,7 +492,9 @@ def apply_cmd(
     if result.diff:
         sys.stdout.write(result.diff)
     for line in result.lines:
-        out.print(line, highlight=False)
+        out.print(line, highlight=False, markup=False)
+    if result.status == "already-applied":
+        raise typer.Exit(NOTHING)  # nothing to do
 
 
 class SpecFmt(str, Enum):
@@ -501,8 +509,8 @@ def spec(
     sglang: Optional[str] = VersionOpt,
     device: Optional[str] = DeviceOpt,
     model: Optional[str] = ModelOpt,
-    fmt: SpecFmt = typer.Option(SpecFmt.md, "--format"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
+    fmt: SpecFmt = typer.Option(SpecFmt.md, "--format", help="md (Markdown) to read, json: the same content as data."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
     server_args: Optional[str] = ServerArgsOpt,
     env: Optional[list[str]] = EnvOpt,
 ) -> None:
@@ -517,14 +525,44 @@ def spec(
         sglang, reason = spec_target(path, rev, sglang)
         tree = load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json, reason=reason)
         flags, envs = _flags(tree, server_args, env)
-        text = render(spec_for(tree, dev, mdl, target_reason=reason, server_flags=flags, env=envs), fmt.value)
+        ctx = spec_for(tree, dev, mdl, target_reason=reason, server_flags=flags, env=envs)
+        text = render(ctx, fmt.value)
     except ReconError as e:
         _fail(e)
     if output:
         atomic_write_bytes(output, text.encode("utf-8"))
-        err.print(f"wrote {output}")
+        err.print(f"wrote {output}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
+    for e in ctx["errors"]:  # the spec lists them too; a script must not take it for complete
+        err.print(f"[red]rule {esc(e['rule'])} failed:[/red] {esc(e['error'])}", highlight=False)
+    if ctx["errors"]:
+        raise typer.Exit(CRASHED)
+
+
+for _t in (app, query_app, graph_app, rules_app, cache_app):  # the exit-code table in every --help
+    _t.info.epilog = EXIT_CODES_HELP
+    for _c in _t.registered_commands:
+        _c.epilog = _c.epilog or EXIT_CODES_HELP
+
+
+def run(args: Optional[list[str]] = None) -> int:
+    """Run the app on ``args`` (default: the command line) and return its exit code."""
+    try:
+        app(args=args)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:  # noqa: BLE001 - the last line of defence
+        import traceback
+
+        progress.stop()
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        err.print(f"error: recon crashed: {type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno}); please report it",
+                  markup=False, highlight=False, style="red")
+        return CRASHED
+    finally:
+        progress.stop()
+    return 0
 
 
 
@@ -538,7 +576,7 @@ def runtime(
     model: Optional[str] = ModelOpt,
     server_args: Optional[str] = ServerArgsOpt,
     env: Optional[list[str]] = EnvOpt,
-    fmt: Fmt = typer.Option(Fmt.text, "--format"),
+    fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."),
 ) -> None:
     """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches."""
     from .checks import CheckContext
@@ -551,23 +589,24 @@ def runtime(
         mdl = load_model(model)
         tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
         flags, envs = _flags(tree, server_args, env)
-        view = build(CheckContext(tree, dev, mdl, server_flags=flags, env=envs), flags, envs)
+        from .progress import phase
+        with phase("runtime view"):
+            view = build(CheckContext(tree, dev, mdl, server_flags=flags, env=envs), flags, envs)
     except ReconError as e:
         _fail(e)
     if fmt == Fmt.json:
         _print_json(view.to_dict())
     else:
-        sys.stdout.write(render_text(view))
+        _lines(render_text(view).rstrip("\n").split("\n"))
 
 
 def main() -> None:
     """Console entry: run the app, then leave without tearing down the large graph object by object
-    (freeing hundreds of MB of small objects costs longer than the query that built them)."""
-    code = 0
-    try:
-        app()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    (freeing hundreds of MB of small objects costs longer than the query that built them).
+
+    An exception no command handled is recon's own bug: one line naming it, exit 3 (not Python's 1,
+    which would read as "nothing found")."""
+    code = run()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -77,7 +77,24 @@ def to_json(H: nx.MultiDiGraph) -> str:
 
 
 def _q(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A DOT string; a newline becomes DOT's own ``\\n`` escape, so labels break where they should."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _labels(H: nx.MultiDiGraph) -> dict[str, str]:
+    """The shortest dotted tail of each node's qualified name that no other node shares
+    (``MoeRunner.run``, not six nodes all labelled ``run``)."""
+    parts = {n: n.split(".") for n in H.nodes}
+    k = {n: 1 for n in H.nodes}
+    while True:
+        seen: dict[str, list[str]] = {}
+        for n in H.nodes:
+            seen.setdefault(".".join(parts[n][-k[n]:]), []).append(n)
+        clash = [n for ns in seen.values() if len(ns) > 1 for n in ns if k[n] < len(parts[n])]
+        if not clash:
+            return {n: ".".join(parts[n][-k[n]:]) for n in H.nodes}
+        for n in clash:
+            k[n] += 1
 
 
 _DOT_SHAPE = {"triton_kernel": "box3d", "native_op": "component", "class": "box", "module": "folder", "capture_site": "octagon"}
@@ -85,9 +102,10 @@ _DOT_SHAPE = {"triton_kernel": "box3d", "native_op": "component", "class": "box"
 
 def to_dot(H: nx.MultiDiGraph) -> str:
     lines = ["digraph recon {", "  rankdir=LR;", '  node [fontname="monospace" fontsize=10];']
+    names = _labels(H)
     for n in sorted(H.nodes):
         d = H.nodes[n]
-        label = f"{d.get('name', n)}\\n{d.get('path', '')}:{d.get('line', '')}"
+        label = f"{names[n]}\n{d.get('path', '')}:{d.get('line', '')}"
         lines.append(f"  {_q(n)} [label={_q(label)} shape={_DOT_SHAPE.get(d.get('kind'), 'ellipse')}];")
     for u, v, _, e in _sorted_edges(H):
         style = " style=dashed" if e["kind"] == "calls_dynamic" else ""
@@ -102,15 +120,20 @@ def mermaid_id(i: int) -> str:
 
 def to_mermaid(H: nx.MultiDiGraph) -> str:
     ids = {n: mermaid_id(i) for i, n in enumerate(sorted(H.nodes))}
+    names = _labels(H)
     lines = ["flowchart LR"]
     for n, i in ids.items():
         d = H.nodes[n]
-        label = f"{d.get('name', n)}<br/>{d.get('path', '')}:{d.get('line', '')}".replace('"', "'")
+        label = f"{names[n]}<br/>{d.get('path', '')}:{d.get('line', '')}".replace('"', "'")
         shape = ('[["', '"]]') if d.get("kind") in ("triton_kernel", "native_op") else ('["', '"]')
         lines.append(f"  {i}{shape[0]}{label}{shape[1]}")
+    # one arrow per (caller, callee, kind): several call sites say how many, not one arrow each
+    counts: dict[tuple, int] = {}
     for u, v, _, e in _sorted_edges(H):
-        arrow = "-.->" if e["kind"] == "calls_dynamic" else "-->"
-        lines.append(f"  {ids[u]} {arrow}|{e['kind']}| {ids[v]}")
+        counts[(u, v, e["kind"])] = counts.get((u, v, e["kind"]), 0) + 1
+    for (u, v, kind), n in counts.items():
+        arrow = "-.->" if kind == "calls_dynamic" else "-->"
+        lines.append(f"  {ids[u]} {arrow}|{kind}{f' ×{n}' if n > 1 else ''}| {ids[v]}")
     return "\n".join(lines) + "\n"
 
 

@@ -186,6 +186,22 @@ def _cpp_facts(relpath: str, text: str, digest: str, lines: int) -> FileFacts:
     return FileFacts(relpath, "", "cpp", digest, lines, None, ops=tuple(ops))
 
 
+# PEP 263: a coding declaration on line 1 or 2 (the only way a .py file may be other than UTF-8)
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def _undeclared_non_utf8(data: bytes) -> Optional[str]:
+    """Why Python would refuse to import this source for its encoding, else None."""
+    try:
+        data.decode("utf-8")
+        return None
+    except UnicodeDecodeError as e:
+        if any(_CODING.match(line) for line in data.split(b"\n", 2)[:2]):
+            return None  # declared: ast.parse honours the declaration
+        line = data.count(b"\n", 0, e.start) + 1
+        return f"not UTF-8 (byte 0x{data[e.start]:02x} on line {line}) and no coding line: Python cannot import it"
+
+
 def index_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str] = None) -> FileFacts:
     """Facts of one file from its bytes."""
     return from_plain(index_plain(relpath, data, prefix, digest))
@@ -203,15 +219,10 @@ def index_plain(relpath: str, data: bytes, prefix: str, digest: Optional[str] = 
         return to_plain(FileFacts(relpath, module, kind, digest, lines, "skipped: binary content"))
     if kind == "py":
         module, is_pkg = _module_for(relpath, prefix)
-        facts = extract_plain(relpath, module, is_pkg, data, digest)
-        if facts[5]:  # FileFacts.error
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError:
-                # not UTF-8 and no coding cookie: read it as Latin-1 so its facts are not lost
-                again = extract_plain(relpath, module, is_pkg, data.decode("latin-1").encode("utf-8"), digest)
-                return again if again[5] is None else (*facts[:5], "not UTF-8, and does not parse as Latin-1", *facts[6:])
-        return facts
+        bad = _undeclared_non_utf8(data)
+        if bad:  # ast.parse lets some of these through (in comments); Python's import does not
+            return to_plain(FileFacts(relpath, module, kind, digest, lines, bad))
+        return extract_plain(relpath, module, is_pkg, data, digest)
     text = data.decode("utf-8", "replace")
     if kind == "json":
         try:

@@ -214,6 +214,34 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
     )
 
 
+def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None) -> "ModelProfile":
+    """Refuse a model no checkpoint can have (a spec of it would be all zeros): every size positive,
+    top-k within the experts. ``names`` maps a profile field to the key the file used for it."""
+    names = names or {}
+    key = lambda f: names.get(f, f)
+    for f in ("num_experts", "top_k", "hidden_size", "moe_intermediate_size", "num_layers", "num_moe_layers"):
+        v = getattr(m, f)
+        if v < 1:
+            after = " MoE layers after first_k_dense_replace and mlp_only_layers" if f == "num_moe_layers" and names else ""
+            raise ProfileError(f"{where}: field '{key(f)}' must be a positive integer, not {v}{after}")
+    if m.top_k > m.num_experts:
+        raise ProfileError(f"{where}: field '{key('top_k')}' is {m.top_k}, more than the {m.num_experts} experts ('{key('num_experts')}')")
+    if m.num_moe_layers > m.num_layers:
+        raise ProfileError(f"{where}: field '{key('num_moe_layers')}' is {m.num_moe_layers}, more than the {m.num_layers} layers ('{key('num_layers')}')")
+    if m.expert_group_size is not None and m.expert_group_size < 1:
+        raise ProfileError(f"{where}: field '{key('expert_group_size')}' must be a positive integer, not {m.expert_group_size}")
+    return m
+
+
+def _hf_names(cfg: dict) -> dict:
+    """The config.json key each profile field came from (errors name the key the user wrote)."""
+    used = lambda *keys: next((k for k in keys if cfg.get(k) is not None), keys[0])
+    return {"num_experts": used("n_routed_experts", "num_local_experts", "num_experts"), "hidden_size": "hidden_size",
+            "moe_intermediate_size": used("moe_intermediate_size", "intermediate_size"),
+            "top_k": used("num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
+            "num_layers": "num_hidden_layers", "num_moe_layers": "num_hidden_layers", "expert_group_size": "quantization_config.group_size"}
+
+
 def model_from_mapping(data: dict, where: str) -> ModelProfile:
     f = _Fields(data, where)
     shapes = data.get("dense_gemm_shapes") or []
@@ -279,7 +307,7 @@ def _shipped_devices() -> tuple[DeviceProfile, ...]:
 
 @lru_cache(maxsize=None)
 def _shipped_models() -> tuple[ModelProfile, ...]:
-    return tuple(model_from_mapping(_read_mapping(p), str(p)) for p in sorted(MODELS_DIR.glob("*.y*ml")))
+    return tuple(_check_sizes(model_from_mapping(_read_mapping(p), str(p)), str(p)) for p in sorted(MODELS_DIR.glob("*.y*ml")))
 
 
 def list_devices() -> list[DeviceProfile]:
@@ -335,8 +363,8 @@ def load_model(spec: Union[str, Path, ModelProfile, None] = None) -> ModelProfil
             raise ProfileError(f"model profile or config.json not found: {path}")
         data = _read_mapping(path)
         if "architectures" in data and ("hidden_size" in data and "name" not in data):
-            return model_from_hf_config(data, str(path))
-        return model_from_mapping(data, str(path))
+            return _check_sizes(model_from_hf_config(data, str(path)), str(path), _hf_names(data))
+        return _check_sizes(model_from_mapping(data, str(path)), str(path))
     return _find(str(spec), _shipped_models(), "model")
 
 

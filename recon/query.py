@@ -13,22 +13,23 @@ from typing import Optional
 
 import networkx as nx
 
-from .errors import ReconError
+from .errors import NothingToDo, ReconError
 
 CALL_KINDS = frozenset({"calls", "launches", "wraps", "captures"})
 DYNAMIC_KINDS = CALL_KINDS | {"calls_dynamic"}
 TARGET_KINDS = ("triton_kernel", "native_op")
 
 
-class AmbiguousSymbol(ReconError):
+class AmbiguousSymbol(NothingToDo):
     def __init__(self, name: str, candidates: list[str]):
-        self.candidates = candidates
+        self.name = name
+        self.candidates = candidates  # best first (see _best_first)
         shown = ", ".join(candidates[:12]) + (f" … ({len(candidates)} in all)" if len(candidates) > 12 else "")
         super().__init__(f"{name!r} is ambiguous; give one of: {shown}")
 
 
-class UnknownSymbol(ReconError):
-    exit_code = 1
+class UnknownSymbol(NothingToDo):
+    pass
 
 
 def _name_index(G: nx.MultiDiGraph) -> dict[str, list[str]]:
@@ -54,8 +55,20 @@ def find(G: nx.MultiDiGraph, symbol: str) -> str:
         defs = [c for c in cands if G.nodes[c].get("kind") in ("function", "class", "triton_kernel")]
         if len(defs) == 1:
             return defs[0]
-        raise AmbiguousSymbol(symbol, sorted(cands))
+        raise AmbiguousSymbol(symbol, _best_first(G, cands))
     return cands[0]
+
+
+_KIND_RANK = {"function": 0, "class": 0, "triton_kernel": 0, "native_op": 1}
+
+
+def _best_first(G: nx.MultiDiGraph, cands: list[str]) -> list[str]:
+    """Definitions before ops and re-exports, then the most called, then the shortest name."""
+    def key(n: str):
+        called = sum(1 for _, _, e in G.in_edges(n, data=True) if e.get("kind") in CALL_KINDS)
+        return (_KIND_RANK.get(G.nodes[n].get("kind"), 2), -called, n.count("."), n)
+
+    return sorted(cands, key=key)
 
 
 def loc(d: dict) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from . import notanalyzed
 from .findings import Finding
 from .rules import Rule
 
@@ -59,8 +60,13 @@ def _jsonable(v):
     return str(v)
 
 
-def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], tool_version: str, target_label: str) -> dict:
-    """A SARIF 2.1.0 log (a dict ready for ``json.dumps``) of ``findings`` from ``rules``."""
+def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], tool_version: str, target_label: str,
+             not_analyzed: Iterable[dict] = (), errors: Iterable[tuple[str, str]] = ()) -> dict:
+    """A SARIF 2.1.0 log (a dict ready for ``json.dumps``) of ``findings`` from ``rules``.
+
+    The run's one ``invocation`` carries a notification per file not analyzed
+    (:mod:`recon.notanalyzed`) and per check that crashed, so a code-scanning UI shows what the
+    results do not cover."""
     rules = sorted(rules, key=lambda r: r.id)
     index = {r.id: i for i, r in enumerate(rules)}
     findings = sorted(findings, key=Finding.sort_key)
@@ -87,6 +93,11 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], tool_version: s
         if f.data:
             res["properties"] = _jsonable(f.data)
         results.append(res)
+    errors = sorted(errors)
+    notifications = notanalyzed.sarif_notifications(list(not_analyzed), uri_base) + [
+        {"descriptor": {"id": rule_id}, "level": "error", "message": {"text": f"check crashed, its findings are missing: {msg}"}}
+        for rule_id, msg in errors
+    ]
     return {
         "$schema": SCHEMA,
         "version": VERSION,
@@ -101,6 +112,7 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], tool_version: s
                     }
                 },
                 "automationDetails": {"id": f"recon/{target_label}"},
+                "invocations": [{"executionSuccessful": not errors, "toolExecutionNotifications": notifications}],
                 "originalUriBaseIds": {uri_base: {"description": {"text": target_label}}},
                 "properties": {"target": target_label},
                 "results": results,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import pickle
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from .cache import cache_dir, load_pickle, save_pickle
 
 from .checks import CheckContext, registry
 from .findings import Finding
+from .progress import phase
 from .rules import Rule
 
 
@@ -52,6 +54,8 @@ def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True, se
         hit = load_pickle(store)
         if hit is not None:
             findings, errors, shared = hit
+            with phase("checks", total=len(rules)) as ph:
+                ph.advance(len(rules), note=f"{len(rules)} rules, {len(findings)} findings (cached)")
             proto.cache = shared
             return ScanResult(findings, errors, proto)
     result = _run(proto, rules)
@@ -88,21 +92,28 @@ def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
     checks = registry()
     findings: list[Finding] = []
     errors: list[tuple[str, str]] = []
-    for rule in rules:
-        try:
-            out = checks[rule.check](ctx, rule) or []
-        except Exception as e:  # one broken check must not hide the others' findings
-            tb = traceback.extract_tb(e.__traceback__)[-1]
-            errors.append((rule.id, f"{type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"))
-            continue
-        for f in out:
-            if not f.rule_id:
-                f.rule_id = rule.id
-            findings.append(f)
+    with phase("checks", total=len(rules)) as ph:
+        for i, rule in enumerate(rules):
+            ph.advance(i, note=rule.id)
+            t0 = time.perf_counter()
+            try:
+                out = checks[rule.check](ctx, rule) or []
+            except Exception as e:  # one broken check must not hide the others' findings
+                tb = traceback.extract_tb(e.__traceback__)[-1]
+                errors.append((rule.id, f"{type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"))
+                ph.item(rule.id, time.perf_counter() - t0, "crashed")
+                continue
+            ph.item(rule.id, time.perf_counter() - t0, f"{len(out)} finding{'' if len(out) == 1 else 's'}")
+            for f in out:
+                if not f.rule_id:
+                    f.rule_id = rule.id
+                findings.append(f)
+        ph.advance(len(rules), note=f"{len(rules)} rules, {len(findings)} findings" + (f", {len(errors)} crashed" if errors else ""))
     if getattr(ctx.model, "num_experts", 0):
         try:  # the spec and query read the view; keep it with the findings for warm runs
             from .runtime.cached import view_for
-            view = view_for(ctx)
+            with phase("runtime view"):
+                view = view_for(ctx)
             files = view.on_path_files()
             files |= {ctx.tree.graph.nodes[n]["path"] for n in list(files) if n in ctx.tree.graph and ctx.tree.graph.nodes[n].get("path")}
             for f in findings:  # scoped to the path: is the finding's site in code the MoE path runs?

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from . import roofline
+from . import notanalyzed, roofline
 from .errors import ReconError
 from .resources import resource_dir
 from .checks.handoffs import describe as describe_handoff
@@ -34,6 +34,7 @@ SECTIONS = [
     "Integration points and constraints",
     "The plan",
     "Appendix: every finding",
+    "Not analyzed",
 ]
 TYPICAL_BATCH = 16  # the concurrency the seed scenario decoded at
 REFERENCE_DEVICES = ("h200", "b200", "rtx-pro-6000")
@@ -611,6 +612,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     ctx: dict = {
         "sections": list(SECTIONS),
         "target": _target(tree, target_reason),
+        "not_analyzed": notanalyzed.entries(tree),  # files the findings do not cover
         "device": device.to_dict(),
         "model": model.to_dict(),
         "model_class": {"architectures": list(model.architectures), "found": model_class, "missing": sorted(set(model.architectures) - set(arch_names))},

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from . import wheelcache
 from .cache import atomic_dir, cache_dir
 from .errors import ReconError
 from .sources import DirSource, GitSource
@@ -161,37 +162,88 @@ def _from_git(path: Path, rev: str, reason: str) -> Target:
     return Target(src, "git", f"{path}@{rev} ({commit.hexsha[:12]})", reason, prefix, version, commit.hexsha, path)
 
 
+def _download(version: str, wheel_dir: Path) -> Path:
+    """``pip download --no-deps sglang==version`` into ``wheel_dir``; the wheel's path."""
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheel_dir), f"sglang=={version}"]
+    # Released wheels are tagged for one CPython; their Python sources read the same anywhere.
+    other_python = ["--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
+    for extra in ([], other_python):
+        proc = subprocess.run(base + extra, capture_output=True, text=True)
+        wheels = sorted(wheel_dir.glob(f"sglang-{version}-*.whl"))
+        if wheels:
+            return wheels[-1]
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise ReconError(f"could not fetch sglang=={version} from PyPI: {last}")
+
+
+def _note(msg: str) -> None:
+    sys.stderr.write(f"recon: {msg}\n")
+    sys.stderr.flush()
+
+
+def _wheel(version: str, fresh: bool = False) -> Path:
+    """The downloaded wheel of ``version`` (fetched when absent, or again with ``fresh``)."""
+    wheel_dir = cache_dir() / "downloads"
+    have = sorted(wheel_dir.glob(f"sglang-{version}-*.whl"))
+    if have and not fresh:
+        return have[-1]
+    for w in have:
+        w.unlink(missing_ok=True)
+    return _download(version, wheel_dir)
+
+
+def _unpack_verified(version: str, dest: Path, only: Optional[list[str]] = None) -> None:
+    """Unpack the wheel (all of it, or ``only`` those files) checked against its RECORD. A wheel
+    that is cut short or differs from its RECORD is fetched once more before giving up."""
+    wheel = _wheel(version)
+    for attempt in (1, 2):
+        try:
+            if only is None:
+                with atomic_dir(dest) as tmp:
+                    wheelcache.unpack(wheel, tmp, version)
+            else:
+                wheelcache.unpack(wheel, dest, version, only)
+            return
+        except wheelcache.WheelDamaged as e:
+            if attempt == 2:
+                raise ReconError(f"the wheel for sglang=={version} is damaged even after fetching it again: {e}") from None
+            _note(f"{e}: fetching sglang=={version} again")
+            wheel = _wheel(version, fresh=True)
+
+
 def fetch_wheel(version: str) -> Path:
-    """Download ``sglang==version`` with ``pip download --no-deps`` and unpack it once into the cache."""
+    """``sglang==version`` unpacked in the cache, fetched with ``pip download --no-deps`` the first
+    time; a cached tree is checked against the wheel's RECORD (see :mod:`recon.wheelcache`) and
+    what differs is unpacked again, saying so on stderr."""
     if not _VERSION_RE.match(version):
         raise ReconError(f"not a version number: {version!r}")
     dest = cache_dir() / "wheels" / version
     if (dest / "sglang" / "__init__.py").is_file():
+        verify_unpacked(version)
         return dest
-    wheel_dir = cache_dir() / "downloads"
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(wheel_dir.glob(f"sglang-{version}-*.whl"))
-    if not wheels:
-        base = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheel_dir), f"sglang=={version}"]
-        # Released wheels are tagged for one CPython; their Python sources read the same anywhere.
-        other_python = ["--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
-        for extra in ([], other_python):
-            proc = subprocess.run(base + extra, capture_output=True, text=True)
-            wheels = sorted(wheel_dir.glob(f"sglang-{version}-*.whl"))
-            if wheels:
-                break
-        if proc.returncode != 0 or not wheels:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ReconError(f"could not fetch sglang=={version} from PyPI: {last}")
-    with atomic_dir(dest) as tmp:
-        try:
-            with zipfile.ZipFile(wheels[-1]) as z:
-                members = [m for m in z.namelist() if m.startswith(("sglang/", f"sglang-{version}.dist-info/"))]
-                z.extractall(tmp, members)
-        except zipfile.BadZipFile:
-            wheels[-1].unlink(missing_ok=True)
-            raise ReconError(f"the downloaded wheel for sglang=={version} is corrupt; run again to fetch it anew") from None
+    if dest.exists():  # half a tree (pruned or interrupted): start over
+        shutil.rmtree(dest, ignore_errors=True)
+    _unpack_verified(version, dest)
     return dest
+
+
+def verify_unpacked(version: str, full: bool = False) -> "wheelcache.Check":
+    """Check the cached tree of ``version`` against RECORD (stats, or every hash with ``full``),
+    unpack again what differs and say so on stderr. Returns what the check found."""
+    dest = cache_dir() / "wheels" / version
+    res = wheelcache.check(dest, version, full=full)
+    if res is None:  # RECORD gone: nothing to check against, so unpack the whole tree again
+        _note(f"the cached sglang=={version} has lost its RECORD; unpacking it again")
+        shutil.rmtree(dest, ignore_errors=True)
+        _unpack_verified(version, dest)
+        return wheelcache.check(dest, version) or wheelcache.Check()
+    if res.bad:
+        shown = ", ".join(res.bad[:3]) + (f" (+{len(res.bad) - 3} more)" if len(res.bad) > 3 else "")
+        _note(f"{len(res.bad)} file(s) of the cached sglang=={version} differ from its wheel's RECORD "
+              f"and were unpacked again: {shown}")
+        _unpack_verified(version, dest, res.bad)
+    return res
 
 
 def from_version(version: str, reason: str = "--sglang") -> Target:

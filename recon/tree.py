@@ -22,6 +22,7 @@ import networkx as nx
 from .cache import cache_dir, code_fingerprint, load_pickle, save_pickle, wait_for_writers, write_behind
 from .graph import GraphBuilder, Resolver, build_graph, update_graph
 from .indexer import Index, build_index, load_facts
+from .progress import phase
 from .target import Target
 
 _PATCH_LIMIT = 20  # more changed files than this: rebuild rather than patch
@@ -95,10 +96,19 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
     jobs: list = []  # cache writes, done behind the answer by one forked child
     with paused_gc(freeze=True):
         t0 = time.perf_counter()
-        index = build_index(target, progress, on_facts=builder.add if builder else None, deferred=jobs)
+        with phase("index") as ph:
+            def advance(done: int, total: int) -> None:
+                ph.advance(done, total, "reading changed files")
+                if progress:
+                    progress(done, total)
+
+            index = build_index(target, advance, on_facts=builder.add if builder else None, deferred=jobs)
+            ph.advance(index.stats["files"], index.stats["files"], f"{index.stats['files']} files, {index.stats['extracted']} read")
         timings["index_s"] = time.perf_counter() - t0
         key = _content_key(index)
         t1 = time.perf_counter()
+        graph_phase = phase("graph")
+        gph = graph_phase.__enter__()  # ended below, once the graph is known (built, patched or cached)
         cached = load_pickle(gpath) if builder is None else None
         graph = resolver = None
         how = "built"
@@ -124,6 +134,8 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
             write_behind(jobs)
         timings["graph_s"] = time.perf_counter() - t1
         timings["graph"] = how
+        gph.note = f"{how}, {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges"
+        graph_phase.__exit__(None, None, None)
     tree = Tree(target, index, graph, timings, resolver)
     tree.key = key
     # the graph and index live as long as the process: keep the collector from rescanning them

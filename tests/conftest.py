@@ -18,6 +18,40 @@ OLD_VERSION = "0.5.5"  # before the seed: gpt-oss's MoE kernels picked at run ti
 
 os.environ.setdefault("RECON_CACHE_DIR", str(REPO / ".cache" / "recon-tests"))
 
+# Fixtures that fetch a released wheel: every test that uses one (directly or through another
+# fixture) is marked `network` here, so `pytest -m "not network"` runs offline without a list to keep.
+WHEEL_FIXTURES = frozenset({"sglang_0513", "sglang_new", "tree_old", "tree_0513", "tree_new"})
+
+
+# recon.tree.load freezes the collector's heap after loading (a CLI process loads one tree and
+# exits). The suite loads trees in-process again and again (CliRunner, run_rules, spec), and the
+# cyclic garbage of each frozen load would stay for the whole session (the suite peaked at 6.6 GB):
+# after a test that froze more than this many objects, unfreeze, collect and freeze again.
+_FROZEN_STEP = 1_000_000
+_frozen_at = [0]
+
+
+@pytest.fixture(autouse=True)
+def _collect_frozen_garbage():
+    yield
+    import gc
+
+    if gc.get_freeze_count() - _frozen_at[0] > _FROZEN_STEP:
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        _frozen_at[0] = gc.get_freeze_count()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        # a test parametrized with fixture names fetches them with request.getfixturevalue
+        callspec = getattr(item, "callspec", None)
+        used |= {v for v in (callspec.params.values() if callspec else ()) if isinstance(v, str)}
+        if WHEEL_FIXTURES & used:
+            item.add_marker(pytest.mark.network)
+
 
 @pytest.fixture(scope="session")
 def cache_root() -> Path:

@@ -138,7 +138,7 @@ def test_apply_twice_changes_nothing_and_revert_is_byte_identical(checkout):
     head = repo.head.commit
     patched = snapshot(checkout)
     again = cli("--path", checkout)
-    assert again.exit_code == 0 and "already applied" in again.output
+    assert again.exit_code == 1 and "already applied" in again.output  # nothing to do
     assert repo.head.commit == head and snapshot(checkout) == patched
     res = cli("--path", checkout, "--revert")
     assert res.exit_code == 0, res.output
@@ -235,6 +235,7 @@ def test_newer_release_refused_with_the_path_it_takes(sglang_new):
     assert "grouped tensor-core kernel already" in out
     # gpt-oss's method is not what runs for this model
     assert "_apply_sm120_cutlass" not in out
+    assert len(res.output.strip().splitlines()) == 1 and len(out) < 400  # one line a terminal shows
 
 
 def test_no_swap_point_in_synthetic_tree(tmp_path):
@@ -283,3 +284,54 @@ def test_model_option_reaches_apply(checkout):
     assert named.exit_code == 0 and default.exit_code == 0
     assert "+++ b/" + DISPATCH in named.output and named.output == default.output
     assert snapshot(checkout) == before
+
+
+def _compile(*paths: Path) -> None:
+    import compileall
+
+    for p in paths:
+        assert (compileall.compile_dir(p, quiet=1) if p.is_dir() else compileall.compile_file(p, quiet=1))
+
+
+def test_revert_removes_the_bytecode_of_what_apply_added(checkout):
+    """No .gitignore: bytecode Python writes for the inserted package is untracked, and must not
+    block --revert nor stay behind."""
+    repo = git.Repo(checkout)
+    before = snapshot(checkout)
+    assert cli("--path", checkout).exit_code == 0
+    _compile(checkout / BUNDLE, checkout / DISPATCH)
+    assert list((checkout / BUNDLE).rglob("*.pyc"))
+    res = cli("--path", checkout, "--revert")
+    assert res.exit_code == 0, res.output
+    assert not (checkout / BUNDLE).exists()
+    assert not list((checkout / DISPATCH).parent.glob("__pycache__/mxfp4_marlin_moe.*.pyc"))
+    assert snapshot(checkout) == before and not repo.is_dirty(untracked_files=True)
+
+
+def test_revert_force_keeps_the_users_bytecode_and_removes_apply_s(checkout):
+    repo = git.Repo(checkout)
+    assert cli("--path", checkout).exit_code == 0
+    _compile(checkout / BUNDLE, checkout / "sglang/srt/utils/common.py")
+    mine = list((checkout / "sglang/srt/utils/__pycache__").glob("common.*.pyc"))
+    assert mine
+    res = cli("--path", checkout, "--revert")
+    assert res.exit_code == 2 and "uncommitted changes" in res.output and "common." in res.output
+    res = cli("--path", checkout, "--revert", "--force")
+    assert res.exit_code == 0, res.output
+    assert repo.active_branch.name == "main"
+    assert not (checkout / BUNDLE).exists()  # no __pycache__ of apply's left on the user's branch
+    assert all(p.is_file() for p in mine)
+
+
+def test_dirty_tree_refused_before_any_analysis(checkout, monkeypatch):
+    import recon.apply as apply_mod
+
+    (checkout / "scratch.txt").write_text("mine\n")
+    monkeypatch.setattr(apply_mod, "_load", lambda path: pytest.fail("analysed a dirty tree before refusing it"))
+    res = cli("--path", checkout)
+    assert res.exit_code == 2 and "uncommitted changes" in res.output and "scratch.txt" in res.output
+
+
+def test_revert_with_nothing_applied_has_nothing_to_do(checkout):
+    res = cli("--path", checkout, "--revert")
+    assert res.exit_code == 1 and "nothing to revert" in res.output

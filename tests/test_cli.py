@@ -103,3 +103,72 @@ def test_scan_reports_sparse_decode_grid_with_model_heads(root):
     data = json.loads(r.stdout)
     hits = [f for f in data["findings"] if "_tiled_sparse_decode_kernel" in f["message"]]
     assert hits and "64 programs at batch 1" in hits[0]["message"]
+
+
+def test_square_brackets_from_rules_survive_text_output():
+    r = run("rules", "show", "low-occupancy-launch")
+    assert r.exit_code == 0 and "`kernel[grid](...)`" in r.stdout
+
+
+def test_every_scan_message_reads_in_text_as_in_json(root):
+    """Rich markup must not eat `[grid]`, `[chunk_mask]` or any bracket that code puts in a message."""
+    data = json.loads(run("scan", "--path", root, "--format", "json").stdout)
+    text = run("scan", "--path", root).stdout
+    bracketed = [f["message"] for f in data["findings"] if "[" in f["message"]]
+    assert bracketed, "no finding message with brackets to check"
+    for f in data["findings"]:
+        assert f["message"] in text, f["message"]
+        for ev in f["evidence"][1:6]:
+            assert (ev.get("note") or "") in text
+
+
+def test_query_launches_text_reads_at_100_columns(root):
+    r = run("query", "launches", "Mxfp4MarlinMoEMethod.apply", "--path", root)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(len(l) for l in lines) <= 100, max(lines, key=len)
+    data = json.loads(run("query", "launches", "Mxfp4MarlinMoEMethod.apply", "--path", root, "--format", "json").stdout)
+    assert len(lines) < 6 * len(data)  # a compact tree, not a table of folded cells
+    # a route's shared prefix is printed once; each kernel says its kind, and its place is on its own line
+    assert sum(1 for l in lines if l.strip() == "└─ mxfp4_moe_forward_triton") == 1
+    slot = next(i for i, l in enumerate(lines) if "└─ _mxfp4_slot_gemv_kernel  [triton_kernel]" in l)
+    assert lines[slot + 1].strip() == "at sglang/srt/layers/moe/fused_moe_triton/mxfp4_moe_sm120_triton.py:385"
+    for row in data:
+        assert any(row["symbol"].rsplit(".", 1)[1] in l for l in lines)
+
+
+def test_query_callers_text_groups_call_sites(root):
+    r = run("query", "callers", "is_sm120_supported", "--path", root)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(len(l) for l in lines) <= 100
+    data = json.loads(run("query", "callers", "is_sm120_supported", "--path", root, "--format", "json").stdout)
+    symbols = {d["symbol"] for d in data}
+    assert len(symbols) < len(data)  # some caller calls it more than once: grouped
+    assert sum(1 for l in lines if l in symbols) == len(symbols)  # each caller named once
+    for d in data:
+        path, line = d["call_at"].rsplit(":", 1)
+        assert any(l.strip().startswith(f"at {path}:") and line in l for l in lines)
+
+
+def test_ambiguous_name_lists_candidates_one_per_line_best_first(root):
+    r = run("query", "where", "apply", "--path", root)
+    assert r.exit_code == 1
+    lines = [l for l in r.stderr.splitlines() if not l.startswith("target:")]
+    assert "names" in lines[0] and "best first" in lines[0]
+    shown = [l.strip() for l in lines[1:] if l.startswith("  ") and not l.strip().startswith("…")]
+    assert len(shown) == 10 and all(" " not in s for s in shown)
+    assert lines[-1].strip().startswith("… and ") and "more" in lines[-1]
+    data = json.loads(run("query", "where", "apply", "--path", root, "--format", "json").stdout)
+    assert shown == data["candidates"][:10] and len(data["candidates"]) > 10
+
+
+def test_dot_labels_break_lines_and_mermaid_labels_are_unique(root):
+    dot = run("graph", "export", "--format", "dot", "--root", "Mxfp4MarlinMoEMethod.apply", "--depth", "3", "--path", root).stdout
+    labels = [l.split('label="', 1)[1].split('"', 1)[0] for l in dot.splitlines() if " [label=" in l and "->" not in l]
+    assert labels and all("\\n" in x and "\\\\n" not in x for x in labels)
+    mm = run("graph", "export", "--format", "mermaid", "--root", "Mxfp4MarlinMoEMethod.apply", "--depth", "3", "--path", root).stdout
+    names = [l.split('["', 1)[1].split("<br/>", 1)[0].lstrip('["') for l in mm.splitlines() if '["' in l]
+    assert len(names) == len(set(names)) and "MoeRunner.run" in names and "run" not in names
+    edges = [l for l in mm.splitlines() if "--" in l]
+    assert len(edges) == len(set(edges))

@@ -38,7 +38,8 @@ def test_bad_files_become_diagnostics(tmp_path, cache):
     )
     root = target.source.root
     (root / "sglang/srt/binary.py").write_bytes(b"\x00\x01\x02" * 100)
-    (root / "sglang/srt/latin.py").write_bytes("# caf\xe9\ndef g():\n    return 'caf\xe9'\n".encode("latin-1"))
+    (root / "sglang/srt/latin.py").write_bytes("# caf\xe9\ndef g():\n    return 1\n".encode("latin-1"))
+    (root / "sglang/srt/declared.py").write_bytes("# -*- coding: latin-1 -*-\ndef h():\n    return 'caf\xe9'\n".encode("latin-1"))
     (root / "sglang/srt/huge.py").write_bytes(b"x = 1\n" * (1024 * 1024))
     index = build_index(target)
     diags = dict(index.diagnostics)
@@ -47,11 +48,13 @@ def test_bad_files_become_diagnostics(tmp_path, cache):
     assert diags["sglang/srt/huge.py"].startswith("skipped: larger than")
     assert diags["sglang/srt/configs/bad.json"].startswith("invalid JSON")
     assert "sglang/srt/configs/good.json" not in diags
-    assert "sglang/srt/latin.py" not in diags  # read as Latin-1, facts kept
-    assert [d.qualname for d in index.facts("sglang/srt/latin.py").defs] == ["g"]
+    # Python refuses to import Latin-1 without a coding line, though ast.parse takes it
+    assert diags["sglang/srt/latin.py"] == "not UTF-8 (byte 0xe9 on line 1) and no coding line: Python cannot import it"
+    assert "sglang/srt/declared.py" not in diags  # declared: read as declared
+    assert [d.qualname for d in index.facts("sglang/srt/declared.py").defs] == ["h"]
     # and the graph still builds around them
     tree = load(target)
-    assert "sglang.srt.ok.f" in tree.graph and "sglang.srt.latin.g" in tree.graph
+    assert "sglang.srt.ok.f" in tree.graph and "sglang.srt.latin.g" not in tree.graph and "sglang.srt.declared.h" in tree.graph
 
 
 def test_warm_patch_and_rebuild(tmp_path, cache):

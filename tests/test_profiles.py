@@ -203,3 +203,41 @@ def test_model_classes_exist_in_real_tree(tree_0513):
         for arch in m.architectures:
             hits = [n for n, a in tree_0513.graph.nodes(data=True) if a.get("kind") == "class" and a.get("name") == arch]
             assert hits, f"{m.name}: no class {arch} in SGLang {tree_0513.target.version if hasattr(tree_0513, 'target') else ''}"
+
+
+_GPT_OSS = {
+    "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880, "num_local_experts": 32,
+    "experts_per_token": 4, "num_hidden_layers": 24, "quantization_config": {"quant_method": "mxfp4"},
+}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_local_experts": 0}, "num_local_experts"),
+    ({"experts_per_token": 33}, "experts_per_token"),
+    ({"experts_per_token": 0}, "experts_per_token"),
+    ({"hidden_size": -1}, "hidden_size"),
+    ({"intermediate_size": 0}, "intermediate_size"),
+    ({"num_hidden_layers": 0}, "num_hidden_layers"),
+    ({"first_k_dense_replace": 24}, "num_hidden_layers"),
+])
+def test_impossible_hf_config_exits_2_naming_the_field(tmp_path, change, field):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**_GPT_OSS, **change}))
+    with pytest.raises(ReconError, match=f"field '{field}'"):
+        load_model(str(p))
+    import subprocess, sys
+    r = subprocess.run([sys.executable, "-m", "recon", "spec", "--model", str(p)], capture_output=True, text=True)
+    assert r.returncode == 2 and f"field '{field}'" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("key, value", [("num_experts", 0), ("top_k", 300), ("moe_intermediate_size", 0), ("num_moe_layers", 0)])
+def test_impossible_model_profile_names_the_field(tmp_path, key, value):
+    import yaml
+
+    from recon.profiles import MODELS_DIR
+    data = yaml.safe_load((MODELS_DIR / "deepseek-v4-flash.yaml").read_text())
+    data[key] = value
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(ReconError, match=f"field '{key}'"):
+        load_model(str(p))

@@ -97,10 +97,10 @@ def test_platform_property_gates_on_new(tree_new, scan_new):
     assert sites and all(f.data["value"] is True for f in sites if f.data["test"] == "get_platform().is_sm120")
 
 
-@pytest.mark.parametrize("which", ["0513", "new"])
+@pytest.mark.parametrize("which", ["tree_0513", "tree_new"])
 def test_cited_lines_hold_the_gate(which, request):
-    tree = request.getfixturevalue("tree_0513" if which == "0513" else "tree_new")
-    res = request.getfixturevalue("scan_0513" if which == "0513" else "scan_new")
+    tree = request.getfixturevalue(which)
+    res = request.getfixturevalue(which.replace("tree_", "scan_"))
     fs = _by(res, "arch-gate")
     assert len(fs) > 10
     for f in fs:
@@ -161,10 +161,10 @@ def test_new_release_says_nothing_stale(tree_new, scan_new):
     assert any(f.data["attribute"] == "_fi_kernel" and f.data["value"] == "cutlass_sm120" for f in fs)
 
 
-@pytest.mark.parametrize("which", ["0513", "new"])
+@pytest.mark.parametrize("which", ["tree_0513", "tree_new"])
 def test_backend_cited_lines(which, request):
-    tree = request.getfixturevalue("tree_0513" if which == "0513" else "tree_new")
-    res = request.getfixturevalue("scan_0513" if which == "0513" else "scan_new")
+    tree = request.getfixturevalue(which)
+    res = request.getfixturevalue(which.replace("tree_", "scan_"))
     for f in _by(res, "backend-selection"):
         attr, value = f.data["attribute"], f.data["value"]
         set_text = tree.lines(f.data["set_in"][1])[f.data["set_in"][2] - 1]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..errors import ReconError
+from ..errors import NothingToDo, ReconError
 from . import bundle, codemod, vcs
 from .swap import WRAPPER, NoSwapPoint, SwapPoint, applied_sites, find_swap_point, grouped_params
 
@@ -129,7 +129,7 @@ def _unapply_files(tree) -> list[str]:
     done = []
     sites = applied_sites(tree)
     if not sites:
-        raise ReconError(f"recon apply's change is not in {root}: nothing to revert")
+        raise NothingToDo(f"recon apply's change is not in {root}: nothing to revert")
     for caller, path, _ in sites:
         wrapper = next(v for _, v, d in G.out_edges(caller, data=True) if v.endswith("." + WRAPPER))
         module = wrapper.rsplit(".", 1)[0]
@@ -174,10 +174,13 @@ def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool
         if no_git:
             tree = _load(path)
             return Outcome("reverted", ["removed recon apply's change: " + ", ".join(_unapply_files(tree))])
+        vcs.drop_bytecode(repo)  # apply's own bytecode is not the user's uncommitted work
         with vcs.stashed(repo, force, []) as saved:
             what = vcs.revert(repo)
         return Outcome("reverted", [what] + ([f"your uncommitted changes were stashed and restored ({len(saved)} paths)"] if saved else []))
 
+    if repo is not None and not dry_run and not force:
+        vcs.refuse_dirty(repo)  # at once, not after seconds of analysis
     if repo is not None and vcs.has_branch(repo):
         c = vcs.apply_commit(repo)
         here = "you are on it" if vcs.current_branch(repo) == vcs.BRANCH else f"`git checkout {vcs.BRANCH}` to use it"

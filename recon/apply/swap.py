@@ -19,7 +19,7 @@ from typing import Optional
 from ..checks import CheckContext
 from ..checks.backends import resolve_selections
 from ..checks.kernels import kernel_summary
-from ..errors import ReconError
+from ..errors import NothingToDo, ReconError
 
 # apply() of a quant method for MXFP4 MoE experts (Mxfp4MarlinMoEMethod, Mxfp4MoEMethod, ...)
 METHOD_PATTERN = re.compile(r"(?i)mxfp4\w*moe\w*\.apply$")
@@ -27,10 +27,8 @@ BUNDLE_PACKAGE = "grouped_mxfp4_moe"  # the package recon apply writes beside th
 WRAPPER = "mxfp4_moe_forward_grouped"  # its entry point, called where the slot host function was
 
 
-class NoSwapPoint(ReconError):
+class NoSwapPoint(NothingToDo):
     """The tree has no slot-GEMV MXFP4 MoE path on this device (or it does not fit the kernel)."""
-
-    exit_code = 1
 
 
 @dataclass
@@ -209,11 +207,13 @@ def _what_runs_instead(tree, device, ranges: dict) -> str:
         taken = [s for s in spans if s[3]] or spans
         lo, hi, text, _ = taken[0]
         callees = list(dict.fromkeys(_short(v) for _, v in _calls_in(G, meth, lo, hi) if G.nodes[v].get("kind") == "function"))
-        runs = ", ".join(callees[:4]) + (", ..." if len(callees) > 4 else "") if callees else "nothing in the tree"
-        line = f"{_short(meth)} ({md.get('path')}:{md.get('line')})" + (f" takes {text} and" if text else "") + f" runs {runs}"
+        runs = callees[0] + (f" (+{len(callees) - 1} more)" if len(callees) > 1 else "") if callees else "nothing in the tree"
+        line = f"{_short(meth)} → {runs}" + (f" (where {text})" if text else "")
         parts.append((text is None, meth, line))
     parts = [p[2] for p in sorted(parts)]  # methods whose backend string is resolved for the device first
     if not parts:
         return f"no MXFP4 MoE quant method (…Mxfp4…MoE…Method.apply) in {ver}: nothing for recon apply to swap"
-    return (f"no slot-GEMV MXFP4 MoE path to swap on {device.short} in {ver} (no apply reaches a Triton kernel that reduces "
-            f"with tl.sum and no tl.dot); the device runs instead: " + "; ".join(parts))
+    # one line a terminal can show: the two methods that matter most; `recon spec` has the rest
+    more = f"; +{len(parts) - 2} more MXFP4 MoE methods" if len(parts) > 2 else ""
+    return (f"no slot-GEMV MXFP4 MoE path to swap on {device.short} in {ver}, nothing for recon apply to do; "
+            f"it runs {'; '.join(parts[:2])}{more} (`recon spec --device {device.short}` shows the chain)")

@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 
 import git
 
-from ..errors import ReconError
+from ..errors import NothingToDo, ReconError
 
 BRANCH = "recon/grouped-mxfp4"
 TRAILER = "Recon-Apply: grouped-mxfp4"
@@ -120,11 +120,43 @@ def trailer(commit: git.Commit, key: str) -> Optional[str]:
     return m.group(1).strip() if m else None
 
 
+def refuse_dirty(repo: git.Repo) -> None:
+    """The dirty-tree refusal of :func:`stashed`, made before any analysis (which takes seconds)."""
+    dirty = dirty_paths(repo)
+    if dirty:
+        shown = ", ".join(dirty[:5]) + (f" (+{len(dirty) - 5} more)" if len(dirty) > 5 else "")
+        raise GitRefused(f"the work tree has uncommitted changes ({shown}): commit or stash them, or pass --force to have recon stash them and restore them afterwards")
+
+
+def drop_bytecode(repo: git.Repo) -> list[str]:
+    """Remove the bytecode Python wrote for the files recon's commit added or changed
+    (``__pycache__/<stem>.*.pyc`` beside each), and ``__pycache__`` folders left empty: it is
+    part of what apply brought, untracked (or ignored), and would otherwise block the revert or
+    stay behind on the user's branch. The user's own bytecode is not touched. Returns what went."""
+    c = apply_commit(repo)
+    if c is None or not c.parents:
+        return []
+    root = Path(repo.working_tree_dir)
+    gone = []
+    for d in c.parents[0].diff(c):
+        rel = d.b_path or d.a_path
+        if not rel.endswith(".py"):
+            continue
+        src = root / rel
+        cache = src.parent / "__pycache__"
+        for pyc in sorted(cache.glob(f"{src.stem}.*.pyc")) if cache.is_dir() else ():
+            pyc.unlink()
+            gone.append(pyc.relative_to(root).as_posix())
+        if cache.is_dir() and not any(cache.iterdir()):
+            cache.rmdir()
+    return gone
+
+
 def revert(repo: git.Repo) -> str:
     """Take the change out; return to the branch the user was on. Returns what was done."""
     c = apply_commit(repo)
     if c is None:
-        raise ReconError(f"no branch {BRANCH} made by recon apply in {repo.working_tree_dir}: nothing to revert")
+        raise NothingToDo(f"no branch {BRANCH} made by recon apply in {repo.working_tree_dir}: nothing to revert")
     base_branch = trailer(c, "Recon-Base-Branch")
     base_commit = trailer(c, "Recon-Base-Commit") or c.parents[0].hexsha
     back_to = base_branch if base_branch and base_branch in [h.name for h in repo.heads] else base_commit
@@ -133,6 +165,7 @@ def revert(repo: git.Repo) -> str:
     if tip == c:  # unchanged since apply: the branch goes, and with it the change
         if on_branch:
             repo.git.checkout(back_to)
+            _drop_empty_dirs(repo, c)
         repo.git.branch("-D", BRANCH)
         return f"deleted branch {BRANCH} (was {c.hexsha[:10]}); on {back_to}"
     # commits of the user's on top: keep them, undo only recon's commit
@@ -140,6 +173,18 @@ def revert(repo: git.Repo) -> str:
         start = current_branch(repo) or repo.head.commit.hexsha
         repo.git.checkout(BRANCH)
     repo.git.revert("--no-edit", c.hexsha)
+    _drop_empty_dirs(repo, c)
     rc = repo.head.commit.hexsha[:10]
     repo.git.checkout(back_to if on_branch else start)
     return f"{BRANCH} has commits after recon's: added revert commit {rc} on it and kept it; on {back_to if on_branch else start}"
+
+
+def _drop_empty_dirs(repo: git.Repo, c: git.Commit) -> None:
+    """Folders recon's commit created that are empty once its files are gone (git leaves a folder
+    that still held ignored bytecode; that bytecode is gone by now)."""
+    root = Path(repo.working_tree_dir)
+    dirs = {(root / (d.b_path or d.a_path)).parent for d in c.parents[0].diff(c) if d.new_file}
+    for folder in sorted(dirs, key=lambda p: -len(p.parts)):
+        while folder != root and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent

@@ -382,7 +382,11 @@ def missing_device_config(ctx, rule) -> list[Finding]:
             if name is None:
                 continue
             if name in by_name:
-                present.append({**s, "file": by_name[name][0]})
+                err = files[by_name[name][0]].error
+                if err:  # SGLang json.load()s it, fails, and runs the default: missing for this device
+                    missing.append({**s, "file": name, "invalid": f"present but invalid JSON ({err})"})
+                else:
+                    present.append({**s, "file": by_name[name][0]})
             else:
                 missing.append({**s, "file": name})
         if not missing:
@@ -402,8 +406,10 @@ def missing_device_config(ctx, rule) -> list[Finding]:
         label = "FP8 block GEMM" if kind == "gemm" and "block_n" in common else ("fused MoE" if kind == "moe" else f"{common.get('dtype')} GEMM")
         shape_txt = ", ".join(("E={E},N={N}" if kind == "moe" else "N={N},K={K}").format(**m) for m in missing)
         own = devices.get(device.config_name, 0)
+        invalid = [m["file"] for m in missing if m.get("invalid")]
         msg = (f"No tuned {label} config for {device.name} at {len(missing)} of {len(shapes)} {model.name} shape(s) ({shape_txt}); "
-               f"{len(mine)} files in {folder} cover {len(devices)} devices")
+               + (f"{len(invalid)} of them present but invalid JSON ({', '.join(invalid)}); " if invalid else "")
+               + f"{len(mine)} files in {folder} cover {len(devices)} devices")
         msg += f", {own} of them for this device" if own else ", none for this device"
         if default:
             dv = default["values"]
