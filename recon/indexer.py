@@ -286,6 +286,11 @@ def build_index(
             metas[relpath] = hit
         else:
             todo.append((relpath, stamp))
+    # links the source would not follow (they leave the target root, or are broken): diagnostics
+    # whose facts are the reason alone, so nothing downstream ever asks the source for their bytes
+    refused = {p: to_plain(FileFacts(p, "", "link", "", 0, why)) for p, why in getattr(source, "refused", {}).items()}
+    for p, f in refused.items():
+        metas[p] = FileMeta(("link",), "", "link", "", f[5], 0)
     fresh: dict[str, tuple] = {}  # relpath -> plain facts (made records only when asked for)
     if todo:
         new_blobs = []
@@ -311,6 +316,7 @@ def build_index(
     if changed:
         save_pickle(store, ordered)
     index = Index(ordered, prefix, {"files": len(ordered), "extracted": len(todo), "reused": len(ordered) - len(todo)})
+    index._plain.update(refused)
     index._plain.update(fresh)
     index.stats["_source"] = source
     index.stats["changed"] = sorted(fresh) + sorted(set(cached) - set(metas))
