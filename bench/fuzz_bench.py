@@ -57,6 +57,7 @@ class Run:
             if b["repro"] is None or len(data) < b.get("size", 1 << 60):
                 b["size"] = len(data)
                 if "source" in repro:
+                    self.out_dir.mkdir(parents=True, exist_ok=True)
                     f = self.out_dir / f"{self.name}-{len(self.bugs)}.py.txt"
                     f.write_bytes(data)
                     b["repro"] = {"file": f.name}
@@ -99,8 +100,7 @@ def main() -> int:
 
     roots = [fetch_wheel(v) for v in VERSIONS]  # before the private cache: the wheels stay shared
     fuzzkit.quiet_env()
-    out_dir = args.json.parent / "fuzz_repro"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = args.json.parent / "fuzz_repro"  # made only when a generated source fails
     cfg = fuzzkit.fuzz_settings(max_examples=args.examples, derandomize=False)
     runs = []
     t0 = time.perf_counter()
