@@ -98,6 +98,20 @@ def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str],
     return tree
 
 
+def _flags(tree, server_args: Optional[str], env: Optional[list[str]]) -> tuple[dict, dict]:
+    """--server-args checked against the tree's own ServerArgs, --env as NAME=VALUE pairs."""
+    from .runtime import parse_env, parse_server_args
+
+    envs = parse_env(env)
+    flags = parse_server_args(tree, server_args)
+    if envs:
+        from .runtime import undeclared_envs
+
+        for name in undeclared_envs(tree, envs):
+            err.print(f"[yellow]warning:[/yellow] SGLang declares no environment variable {name} (it may be read elsewhere)", highlight=False)
+    return flags, envs
+
+
 def _print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
@@ -270,6 +284,8 @@ def graph_export(
 
 # ----------------------------------------------------------------------------------- rules, scan
 DeviceOpt = typer.Option(None, "--device", help="GPU: a name as torch reports it, a short alias (rtx-pro-6000, h200, b200, ...) or a profile file. Default: RTX PRO 6000 Blackwell Server Edition.")
+ServerArgsOpt = typer.Option(None, "--server-args", help='SGLang server flags in its own syntax, e.g. "--moe-runner-backend marlin --tp 2" (checked against the tree\'s ServerArgs).')
+EnvOpt = typer.Option(None, "--env", help="An environment variable as SGLang would read it, NAME=VALUE (repeatable); unset ones take the default the code declares.")
 ModelOpt = typer.Option(None, "--model", help="Model: a name or alias (DeepSeek-V4-Flash, gpt-oss-120b, ...) or a Hugging Face config.json. Default: DeepSeek-V4-Flash.")
 
 
@@ -364,6 +380,8 @@ def scan(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
     rules_dir: Optional[list[Path]] = RulesOpt,
     only: Optional[list[str]] = typer.Option(None, "--rule", help="Run only these rule ids."),
+    server_args: Optional[str] = ServerArgsOpt,
+    env: Optional[list[str]] = EnvOpt,
 ) -> None:
     """Findings for a device and a model, each with file:line evidence (text, JSON or SARIF 2.1.0)."""
     from .cache import atomic_write_bytes
@@ -382,9 +400,10 @@ def scan(
                 raise ReconError(f"no rule {', '.join(unknown)}; known: {', '.join(r.id for r in rules)}")
             rules = [r for r in rules if r.id in only]
         tree = load_target(path, rev, sglang, quiet=fmt != ScanFmt.text and output is None)
+        flags, envs = _flags(tree, server_args, env)
     except ReconError as e:
         _fail(e)
-    result = run_rules(tree, dev, mdl, rules)
+    result = run_rules(tree, dev, mdl, rules, server_flags=flags, env=envs)
     for rule_id, msg in result.errors:
         err.print(f"[red]rule {rule_id} failed:[/red] {msg}", highlight=False)
     if fmt == ScanFmt.sarif:
@@ -459,6 +478,8 @@ def spec(
     model: Optional[str] = ModelOpt,
     fmt: SpecFmt = typer.Option(SpecFmt.md, "--format"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (atomically) instead of stdout."),
+    server_args: Optional[str] = ServerArgsOpt,
+    env: Optional[list[str]] = EnvOpt,
 ) -> None:
     """The optimization spec (Markdown or JSON): MoE dispatch chain, root causes with file:line, missing configs, plan with roofline numbers."""
     from .cache import atomic_write_bytes
@@ -470,7 +491,8 @@ def spec(
         mdl = load_model(model)
         sglang, reason = spec_target(path, rev, sglang)
         tree = load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json, reason=reason)
-        text = render(spec_for(tree, dev, mdl, target_reason=reason), fmt.value)
+        flags, envs = _flags(tree, server_args, env)
+        text = render(spec_for(tree, dev, mdl, target_reason=reason, server_flags=flags, env=envs), fmt.value)
     except ReconError as e:
         _fail(e)
     if output:
@@ -478,6 +500,39 @@ def spec(
         err.print(f"wrote {output}")
     else:
         sys.stdout.write(text)
+
+
+
+
+@app.command()
+def runtime(
+    path: Optional[Path] = PathOpt,
+    rev: Optional[str] = RevOpt,
+    sglang: Optional[str] = VersionOpt,
+    device: Optional[str] = DeviceOpt,
+    model: Optional[str] = ModelOpt,
+    server_args: Optional[str] = ServerArgsOpt,
+    env: Optional[list[str]] = EnvOpt,
+    fmt: Fmt = typer.Option(Fmt.text, "--format"),
+) -> None:
+    """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches."""
+    from .checks import CheckContext
+    from .profiles import load_device, load_model
+    from .runtime import build
+    from .runtime_text import render_text
+
+    try:
+        dev = load_device(device)
+        mdl = load_model(model)
+        tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
+        flags, envs = _flags(tree, server_args, env)
+        view = build(CheckContext(tree, dev, mdl, server_flags=flags, env=envs), flags, envs)
+    except ReconError as e:
+        _fail(e)
+    if fmt == Fmt.json:
+        _print_json(view.to_dict())
+    else:
+        sys.stdout.write(render_text(view))
 
 
 def main() -> None:

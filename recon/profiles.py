@@ -100,6 +100,9 @@ class ModelProfile:
     notes: str = ""
     source: str = ""
     num_attention_heads: Optional[int] = None  # query heads at TP=1 (attention kernels' grids use it)
+    # What SGLang's loader reads from the checkpoint's config.json (architectures, model_type,
+    # quantization_config, ...): the runtime view evaluates SGLang's own code against it.
+    hf_config: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -248,7 +251,18 @@ def model_from_mapping(data: dict, where: str) -> ModelProfile:
         notes=(f.get("notes", str, required=False, default="") or "").strip(),
         source=where,
         num_attention_heads=f.get("num_attention_heads", int, required=False),
+        hf_config=_hf_of_profile(data, archs, where),
     )
+
+
+def _hf_of_profile(data: dict, archs: list, where: str) -> dict:
+    """A profile's ``hf_config`` block (what the checkpoint's config.json says), with its
+    architectures filled in; a profile without one has no quantization_config (an unquantized
+    checkpoint) as far as SGLang's loader can tell."""
+    hf = data.get("hf_config") or {}
+    if not isinstance(hf, dict):
+        raise ProfileError(f"{where}: hf_config must be a mapping, not {type(hf).__name__}")
+    return {"architectures": list(archs), **hf}
 
 
 def _as_list(pair):
@@ -425,4 +439,18 @@ def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
         dense_gemm_shapes=[list(s) for s in _dense_shapes(cfg, hidden)] if dq == "fp8" else [],
         source=where,
         num_attention_heads=cfg.get("num_attention_heads") if isinstance(cfg.get("num_attention_heads"), int) else None,
+        hf_config=_hf_view(cfg),
     )
+
+
+def _hf_view(cfg: dict) -> dict:
+    """The config.json keys SGLang's dispatch reads: scalars, short lists and the quantization block."""
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            out[k] = v
+        elif isinstance(v, list) and len(v) <= 64 and all(isinstance(x, (str, int, float, bool)) for x in v):
+            out[k] = list(v)
+        elif k == "quantization_config" and isinstance(v, dict):
+            out[k] = v
+    return out

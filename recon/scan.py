@@ -23,7 +23,7 @@ class ScanResult:
     context: CheckContext | None = None
 
 
-def _cache_key(tree, device, model, rules: list[Rule]) -> str | None:
+def _cache_key(tree, device, model, rules: list[Rule], flags_key: str = "") -> str | None:
     """Findings depend on the tree's content, recon's code, the rules, the device and the model."""
     if not getattr(tree, "key", ""):
         return None
@@ -35,22 +35,26 @@ def _cache_key(tree, device, model, rules: list[Rule]) -> str | None:
         h.update(Path(r.source).read_bytes() if r.source and Path(r.source).is_file() else r.id.encode())
     h.update(repr(device).encode())
     h.update(repr(model).encode())
+    h.update(flags_key.encode())
     return h.hexdigest()
 
 
-def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True) -> ScanResult:
+def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True, server_flags: dict | None = None,
+              env: dict | None = None) -> ScanResult:
     """Every rule's findings; a check that crashes is reported and the others still run.
 
     Results are cached by everything they depend on, so a warm scan or spec costs a lookup.
     """
-    key = _cache_key(tree, device, model, rules) if use_cache else None
+    proto = CheckContext(tree, device, model, server_flags=dict(server_flags or {}), env=dict(env or {}))
+    key = _cache_key(tree, device, model, rules, proto.flags_key) if use_cache else None
     store = cache_dir() / "findings" / f"{key}.pkl" if key else None
     if store is not None:
         hit = load_pickle(store)
         if hit is not None:
             findings, errors, shared = hit
-            return ScanResult(findings, errors, CheckContext(tree, device, model, shared))
-    result = _run(tree, device, model, rules)
+            proto.cache = shared
+            return ScanResult(findings, errors, proto)
+    result = _run(proto, rules)
     if store is not None and not result.errors:
         try:
             save_pickle(store, (result.findings, result.errors, _picklable(result.context.cache)))
@@ -80,8 +84,7 @@ def _picklable(cache: dict) -> dict:
     return out
 
 
-def _run(tree, device, model, rules: list[Rule]) -> ScanResult:
-    ctx = CheckContext(tree, device, model)
+def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
     checks = registry()
     findings: list[Finding] = []
     errors: list[tuple[str, str]] = []
@@ -96,5 +99,12 @@ def _run(tree, device, model, rules: list[Rule]) -> ScanResult:
             if not f.rule_id:
                 f.rule_id = rule.id
             findings.append(f)
+    if getattr(ctx.model, "num_experts", 0):
+        try:  # the spec and query read the view; keep it with the findings for warm runs
+            from .runtime import runtime_view
+            runtime_view(ctx)
+        except Exception as e:  # the view must not take the findings down with it
+            tb = traceback.extract_tb(e.__traceback__)[-1]
+            errors.append(("runtime-view", f"{type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"))
     findings.sort(key=Finding.sort_key)
     return ScanResult(findings, errors, ctx)

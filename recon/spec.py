@@ -53,13 +53,13 @@ ROOT_CAUSE_ORDER = [
 # --- findings, cached ---------------------------------------------------------------------------
 
 
-def scan(tree, device, model, rules=None):
+def scan(tree, device, model, rules=None, server_flags=None, env=None):
     """The findings the spec is built from: ``recon.scan.run_rules``, whose results are cached on
     disk by the tree's content, recon's code, the rules, the device and the model."""
     from .rules import load_rules
     from .scan import run_rules
 
-    return run_rules(tree, device, model, load_rules() if rules is None else rules)
+    return run_rules(tree, device, model, load_rules() if rules is None else rules, server_flags=server_flags, env=env)
 
 
 # --- small helpers ------------------------------------------------------------------------------
@@ -222,11 +222,15 @@ def _moe_backends(findings) -> list:
     return out
 
 
-def _pick_moe(findings) -> tuple[Optional[Any], Optional[Any]]:
-    """(cuda-graph MoE-path finding, backend-selection finding) for the MoE quant method that runs."""
+def _pick_moe(findings, view=None) -> tuple[Optional[Any], Optional[Any]]:
+    """(cuda-graph MoE-path finding, backend-selection finding) for the MoE quant method that runs.
+    With a runtime view, a backend choice counts only inside the method it resolved (or its bases)."""
     cg = [f for f in findings if f.rule_id == "cuda-graph-host-sync" and f.data.get("quant_method")]
     cg.sort(key=lambda f: (not f.data.get("selected_for_device"), not f.data.get("kernels"), f.data["quant_method"]))
     backends = _moe_backends(findings)
+    if view is not None and view.moe.get("apply"):
+        owners = set(view.moe.get("mro") or [view.moe_method])
+        backends = [b for b in backends if (b.data.get("taken_in") or [""])[0].rsplit(".", 1)[0] in owners]
     primary_cg = cg[0] if cg else None
     apply_q = primary_cg.data["quant_method"] if primary_cg else None
 
@@ -480,19 +484,49 @@ def _plan(ctx: dict, model, device) -> list[dict]:
         "ships": False,
     }
     plan = [best, medium, cheap]
+    gop = ctx["moe_path"].get("grouped_op")
+    if gop and not slot_found:
+        return _plan_for_grouped(ctx, gop, model, device, rl, medium)
     if not slot_found:
         for p in plan:
             p["note"] = "no slot kernel on this device's MoE path in this tree: compare with the path that runs before acting"
     return plan
 
 
-def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None) -> dict:
+def _plan_for_grouped(ctx: dict, gop: dict, model, device, rl: dict, medium: dict) -> list[dict]:
+    """The chain already ends in a grouped tensor-core kernel: no rewrite is recommended on faith.
+    What is left to gain is the distance to the memory floor, which only a side-by-side
+    measurement of the two kernels can show."""
+    rows = {r["M"]: r for r in rl["rows"]}
+    r1, rt = rows.get(1, rl["rows"][0]), rows.get(TYPICAL_BATCH, rl["rows"][-1])
+    peer = ctx["reference_kernel"].get("peer") or {}
+    keep = {
+        "tier": "best",
+        "title": f"Keep {gop['name'].rsplit('.', 1)[-1]}: the MoE already runs a grouped tensor-core kernel ({gop['what'] or gop['kind']})",
+        "what": [f"the chain ends at `{gop['name']}` (`{gop['at']}`): each touched expert is read once per step, on tensor cores",
+                 "measure it against the memory floor before changing anything: the floor is what is left to gain"],
+        "where": gop["at"],
+        "expected": (f"the floor on {device.short}: {r1['step_floor_ms']} ms/step at M=1, {rt['step_floor_ms']} ms/step at M={rt['M']}"),
+        "ships": False,
+    }
+    compare = dict(medium)
+    compare["ships"] = False
+    compare["title"] = "Compare recon's grouped kernel with it, side by side, before swapping"
+    compare["what"] = ["run both on the same weights under CUDA-graph replay; swap only where recon's is faster"]
+    if peer.get("rows"):
+        compare["expected"] = "; ".join(f"M={r['M']}: recon {r['ref_us']} us vs {r['peer_us']} us ({r['ratio']}x)" for r in peer["rows"][:4]) + f" (measured on {peer.get('device', 'an H200')})"
+    else:
+        compare["expected"] = "not measured against this op: no recommendation to replace it"
+    return [keep, compare]
+
+
+def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None, view=None) -> dict:
     """The one object the spec is made of (JSON as is; Markdown through the templates)."""
     G = tree.graph
     titles = {r.id: r.title for r in (rules or [])}
     rl = roofline.moe_roofline(model, device)
     gap = roofline.slot_gap(model, device, SLOT_ANCHOR)
-    cg, backend = _pick_moe(findings)
+    cg, backend = _pick_moe(findings, view)
     hops = _chain(G, cg, backend)
     kernels = _kernels_of(cg, backend)
     apply_q = (cg.data["quant_method"] if cg else None) or ((backend.data.get("taken_in") or [None])[0] if backend else None)
@@ -583,6 +617,20 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
         "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in findings],
         "finding_counts": _counts(findings),
     }
+    ctx["runtime"] = _runtime(view)
+    gop = view.grouped_op() if view is not None else None
+    ctx["moe_path"]["grouped_op"] = ({"name": gop["name"], "what": gop["what"], "at": _at(gop["path"], gop["line"]), "kind": gop["kind"]}
+                                     if gop else None)
+    if view is not None and ctx["moe_path"]["found"] and not kernels:
+        # a chain that ends in a library op (FlashInfer, DeepGEMM, ...): its hops as the view walked them
+        lib = next((lf for lf in view.primary_leaves() if lf["kind"] in ("library", "native_op")), None)
+        if lib:
+            seen_at = {h["at"] for h in hops}
+            for h in lib["via"]:
+                if _at(h["path"], h["line"]) not in seen_at:
+                    hops.append({"symbol": h["what"], "qualname": None, "at": _at(h["path"], h["line"]), "how": "calls", "inferred": False, "defined_at": "", "kind": ""})
+            hops.append({"symbol": lib["name"], "qualname": None, "at": _at(lib["path"], lib["line"]), "how": f"{lib['kind'].replace('_', ' ')} (outside the tree)", "inferred": False, "defined_at": "", "kind": lib["kind"]})
+            ctx["moe_path"]["mermaid"] = _mermaid(hops)
     tests = " ".join(g["test"] or "" for g in ctx["moe_path"]["gated_sites"])
     ctx["moe_path"]["gates"] = [g for g in ctx["gates"] if g["gate"] in tests] or [g for g in ctx["gates"] if g["gate"].startswith("is_sm")]
     ctx["reference_kernel"] = _reference_kernel(model, device, rl)
@@ -591,6 +639,46 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
     # the object the templates render are the same data
     return json.loads(json.dumps(ctx, sort_keys=True))
+
+
+def _runtime(view) -> Optional[dict]:
+    """What decided the MoE path: resolved server arguments, the quant method and its outcomes, the
+    library ops the chain ends in, and what was assumed."""
+    if view is None:
+        return None
+    moe = view.moe or {}
+    ops = []
+    for lf in view.primary_leaves():
+        if lf["kind"] != "triton_kernel":
+            ops.append({"kind": lf["kind"], "name": lf["name"], "at": _at(lf["path"], lf["line"]), "when": lf["when"]})
+    rs = moe.get("registry_site") or {}
+    return {
+        "flags": view.flags,
+        "env": view.env,
+        "server_args": [{"field": k, "value": d["value"], "source": d["source"], "test": d.get("test") or ""}
+                        for k, d in sorted(view.server_args.items())],
+        "forks": [" and ".join(f"`{a['test'][:120]}`" for a in f["assumptions"]) + ": " + ", ".join(f"`{k} = {v}`" for k, v in f["changes"].items())
+                  for f in view.forks[:4]],
+        "quant_method": moe.get("quant_method"),
+        "quant_source": moe.get("source"),
+        "config_class": moe.get("config_class"),
+        "registry_at": _at(rs.get("path"), rs.get("line")) if rs else "",
+        "method": moe.get("method"),
+        "outcomes": [_outcome(o, i == 0) for i, o in enumerate(moe.get("outcomes", []))],
+        "switches": "; ".join(f"`self.{x['attr']} = {x['value']}` (`{_at(x['path'], x['line'])}`)" for x in moe.get("switches", [])),
+        "library_ops": ops,
+        "note": moe.get("note", ""),
+        "assumed": list(view.notes),
+        "diagnostics": list(view.diagnostics),
+    }
+
+
+def _outcome(o: dict, first: bool) -> str:
+    what = f"`{o['method'].rsplit('.', 1)[-1]}`" if o["method"] else ("an error" if o["raises"] else "nothing")
+    if first:
+        what = f"**{what}**"
+    when = ", ".join(f"`{('' if a['holds'] else 'not ') + a['test'][:110]}`" for a in o["assumptions"])
+    return f"{what} (`{_at(o['path'], o['line'])}`)" + (f" when {when}" if when else "")
 
 
 def _by_name(G, name: str) -> list[str]:
@@ -703,10 +791,18 @@ def spec_target(path=None, rev=None, sglang=None) -> tuple[Optional[str], Option
     return DEFAULT_VERSION, f"no target options and no SGLang in the current folder: the seed scenario's released sglang=={DEFAULT_VERSION}"
 
 
-def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = None) -> dict:
+def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = None, server_flags=None, env=None) -> dict:
     """Scan (cached) and build the context: the whole spec as data."""
     from .rules import load_rules
 
     rules = load_rules() if rules is None else rules
-    res = scan(tree, device, model, rules)
-    return build_context(tree, device, model, res.findings, res.errors, target_reason, rules)
+    res = scan(tree, device, model, rules, server_flags, env)
+    view = _view_of(res)
+    return build_context(tree, device, model, res.findings, res.errors, target_reason, rules, view)
+
+
+def _view_of(res):
+    ctx = res.context
+    if ctx is None:
+        return None
+    return ctx.cache.get(("runtime_view", ctx.flags_key))

@@ -40,6 +40,12 @@ class CheckContext:
     device: Any  # recon.profiles.DeviceProfile
     model: Any  # recon.profiles.ModelProfile
     cache: dict = field(default_factory=dict)  # shared by checks within one run (e.g. evaluated gates)
+    server_flags: dict = field(default_factory=dict)  # --server-args, parsed against the tree's ServerArgs
+    env: dict = field(default_factory=dict)  # --env NAME=VALUE
+
+    @property
+    def flags_key(self) -> str:
+        return repr((sorted(self.server_flags.items()), sorted(self.env.items())))
 
     def snippet(self, path: str, line: int, end_line: Optional[int] = None) -> str:
         lines = self.cache.setdefault(("lines", path), None)

@@ -26,6 +26,7 @@ import re
 from collections import deque
 from typing import Optional
 
+from ..runtime import runtime_view
 from .handoffs import IGNORE, describe, handoffs
 from ..findings import Evidence, Finding
 from ..graph import MODEL_FORWARD
@@ -518,7 +519,14 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     # the plain capture (graph_ctx / torch.cuda.graph) before breakable or piecewise variants
     chains.sort(key=lambda c: (not re.search(r"(^|[ .])(graph_ctx|graph)\(\)", G.nodes[c["site"]]["name"]), c["site_path"], c["site_line"]))
     chain = chains[0]
-    qm, device_matched = _quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
+    view = runtime_view(ctx) if getattr(ctx.model, "num_experts", 0) else None
+    if view is not None and view.moe_method:
+        # the method SGLang's own get_quant_method returns for this device, model and flags
+        qm, device_matched = [view.moe.get("apply") or view.moe_method], True
+    elif view is not None and view.moe.get("config_class"):
+        qm, device_matched = [], False  # resolved to no MoE method (an unquantized checkpoint, say)
+    else:
+        qm, device_matched = _quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
     primary_qm = qm[:1] if device_matched else qm
     fwd = forwards[0]
     parent = _reach(ctx, [fwd], params, primary_qm)
@@ -562,7 +570,16 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
         sub = _reach(ctx, [q], {**params, "max_depth": int(params.get("kernel_depth", 3))}, [])
         kernels = sorted(v for v in sub if G.nodes[v].get("kind") == "triton_kernel")
         natives = sorted(v for v in sub if G.nodes[v].get("kind") == "native_op")
-        if not kernels and not natives:
+        libraries: list = []
+        if view is not None and q == view.moe.get("apply"):
+            # what the runtime view reached from apply on the path taken (branches decided)
+            leaves = view.primary_leaves()
+            kernels = sorted({lf["name"] for lf in leaves if lf["kind"] == "triton_kernel" and lf["name"] in G})
+            natives = sorted({lf["name"] for lf in leaves if lf["kind"] == "native_op"})
+            libraries = [{"op": lf["name"], "path": lf["path"], "line": lf["line"]} for lf in leaves if lf["kind"] == "library"]
+            sub = _reach(ctx, [q], {**params, "max_depth": int(params.get("kernel_depth", 3))}, []) if not kernels else \
+                {k: v for k, v in sub.items() if k == q or k in kernels or not (G.nodes[k].get("kind") == "triton_kernel")}
+        if not kernels and not natives and not libraries:
             unresolved.append(q)
             continue
         hz = [h for v in sorted(sub) for h in _hazards(ctx, v, params)]
@@ -570,21 +587,32 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
         qd = G.nodes[q]
         path_hops = _chain(parent, q) if in_capture else []
         kchain = _chain(sub, kernels[0]) if kernels else []
+        if libraries or (kernels and not kchain and view is not None and q == view.moe.get("apply")):
+            # hops as the runtime view walked them: (node, parent, path, line, how, inferred)
+            first = next((lf for lf in view.primary_leaves() if lf["name"] in kernels), None) or \
+                next((lf for lf in view.primary_leaves() if lf["kind"] == "library"), None)
+            kchain = [((h["node"] if h["node"] in G else None) or (first["name"] if i == len(first["via"]) - 1 else h["node"]), None, h["path"], h["line"], h["what"], False)
+                      for i, h in enumerate(first["via"])] if first else []
+            kchain = [h for h in kchain if h[0]]
         ev = []
         if in_capture:
             ev += [_ev(ctx, h["path"], h["line"], h["what"] + (" (inferred)" if h["inferred"] else "")) for h in capture_hops]
             ev += [_ev(ctx, h[2], h[3], f"calls {G.nodes[h[0]].get('name', h[0])}" + (f" ({h[4]})" if h[5] else "")) for h in path_hops]
         ev.append(_ev(ctx, qd["path"], qd["line"], f"{qd['qualname']}"))
-        ev += [_ev(ctx, h[2], h[3], f"{'launches' if G.nodes[h[0]].get('kind') == 'triton_kernel' else 'calls'} {G.nodes[h[0]].get('name')}") for h in kchain]
+        ev += [_ev(ctx, h[2], h[3], f"{'launches' if G.nodes.get(h[0], {}).get('kind') == 'triton_kernel' else 'calls'} {G.nodes.get(h[0], {}).get('name', h[0].rsplit('.', 1)[-1])}") for h in kchain]
         ev += [_ev(ctx, h["path"], h["line"], f"{h['kind']}: {h['call']}") for h in live]
         safe = not live
-        names = " -> ".join([qd["qualname"]] + [G.nodes[h[0]].get("name", h[0]) for h in kchain])
+        names = " -> ".join([qd["qualname"]] + [G.nodes.get(h[0], {}).get("name", h[0].rsplit(".", 1)[-1]) for h in kchain])
+        if libraries and not kernels:
+            names += " (library op" + ("s" if len(libraries) > 1 else "") + ": " + ", ".join(sorted({lb["op"] for lb in libraries})) + ")"
         where = ("runs inside the CUDA-graph capture" if in_capture else
                  ("not the quant method taken on this device" if device_matched and q != qm[0] else "not reached from the captured forward"))
         msg = f"MoE kernel path {names}: " + where + \
               (" and is capture-safe (no host syncs or data-dependent shapes on its path)" if safe else f"; {len(live)} host sync(s)/data-dependent shape(s) on its path")
-        if q == (qm[0] if device_matched else None):
-            msg += f" (the {ctx.model.expert_quant} quant method whose path names this device's arch)"
+        if view is not None and q == view.moe.get("apply"):
+            msg += " (the method SGLang's get_quant_method returns for this device, model and server flags)"
+        elif q == (qm[0] if device_matched else None):
+            msg += f" (the {ctx.model.expert_quant} quant method whose path names this device's arch: a guess by name, the runtime view could not resolve it)"
         findings.append(Finding(rule.id, msg, "note" if safe else "warning", ev, {
             "quant_method": q,
             "selected_for_device": bool(device_matched and q == qm[0]),
@@ -593,7 +621,9 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "kernels": kernels,
             "scanned": sorted(v for v in sub if G.nodes[v].get("kind") == "function"),
             "native_ops": natives[:20],
-            "launches": [{"kernel": h[0], "path": h[2], "line": h[3]} for h in kchain if G.nodes[h[0]].get("kind") == "triton_kernel"],
+            "library_ops": libraries[:20],
+            "resolved_by": "runtime view" if view is not None and q == view.moe.get("apply") else "class name",
+            "launches": [{"kernel": h[0], "path": h[2], "line": h[3]} for h in kchain if G.nodes.get(h[0], {}).get("kind") == "triton_kernel"],
             "hazards": [{k: h[k] for k in ("path", "line", "call", "kind")} for h in live],
             "guarded": [{k: h[k] for k in ("path", "line", "call", "guarded_by")} for h in hz if h["guarded_by"]],
             "capture_chain": [{k: h[k] for k in ("what", "path", "line", "inferred")} for h in capture_hops],

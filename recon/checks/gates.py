@@ -32,7 +32,35 @@ from .. import bounded
 from ..findings import Evidence, Finding
 from . import check
 
-UNKNOWN = None  # three-valued logic: True, False, or None (cannot tell without running it)
+class _Unknown:
+    """What cannot be told without running the code. Distinct from Python's None, which is a value
+    code compares against (``routed_experts_quant_method is None``); falsy so that a test nobody
+    decided never counts as taken. Public results (:func:`evaluate_gates`, :func:`eval_test`) map
+    it to None."""
+
+    _it = None
+
+    def __new__(cls):
+        if cls._it is None:
+            cls._it = super().__new__(cls)
+        return cls._it
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "unknown"
+
+    def __reduce__(self):
+        return (_Unknown, ())
+
+
+UNKNOWN = _Unknown()  # three-valued logic: True, False, or UNKNOWN
+
+
+def public(v):
+    """A value for code outside the interpreter: unknown is None there."""
+    return None if v is UNKNOWN else v
 _PROBE_TAILS = ("get_device_capability", "get_device_sm", "has_device_capability", "is_device_capability", "device_capability", "device_sm")
 _DEFAULT_GATE_NAME = r"^_?(is|has|supports?|use|can|should|check|enable)_\w+$"
 
@@ -737,7 +765,7 @@ def evaluate_gates(ctx, params: Optional[dict] = None) -> dict:
         return ctx.cache["gates"]
     model = _model(ctx, params)
     it = interpreter(ctx)
-    out = {q: it.gate_value(q) for q in sorted(model.gates)}
+    out = {q: public(it.gate_value(q)) for q in sorted(model.gates)}
     ctx.cache["gates"] = out
     return out
 
@@ -749,7 +777,7 @@ def eval_test(ctx, path: str, module: str, scope: str, test_src: str, device=Non
     except SyntaxError:
         return UNKNOWN
     it = interpreter(ctx, device)
-    return it.eval(node, {}, module, scope)
+    return public(it.eval(node, {}, module, scope))
 
 
 def branch_gates(ctx, module: str, scope: str, names) -> list[str]:
@@ -825,8 +853,8 @@ def arch_gate(ctx, rule) -> list[Finding]:
         q = qs[0]
         g = model.gates[q]
         v = values.get(q)
-        known = [d for d in devices if interpreter(ctx, d).gate_value(q) is not UNKNOWN]
-        if v is UNKNOWN and not known and not params.get("report_unknown_gates", False):
+        known = [d for d in devices if public(interpreter(ctx, d).gate_value(q)) is not None]
+        if v is None and not known and not params.get("report_unknown_gates", False):
             continue  # depends on things other than the device (server args, imports): not an arch gate here
         true_on = sorted(d.short for d in devices if interpreter(ctx, d).gate_value(q))
         vs = {True: "true", False: "false", None: "unknown"}[v]
@@ -851,10 +879,10 @@ def arch_gate(ctx, rule) -> list[Finding]:
     n = 0
     for s in sites:
         b, v = s["branch"], s["value"]
-        if v is UNKNOWN:
+        if v is None:
             continue
         ref_vals = {d.short: eval_test(ctx, s["path"], s["module"], s["scope"], b.test, d) for d in refs}
-        differs = [k for k, rv in ref_vals.items() if rv is not UNKNOWN and rv != v]
+        differs = [k for k, rv in ref_vals.items() if rv is not None and rv != v]
         if not differs:
             continue
         n += 1

@@ -1,0 +1,200 @@
+"""The runtime view: the graph evaluated for one (device, model, server flags).
+
+It answers "what runs there" by following SGLang's own mechanisms rather than names:
+
+- the server arguments (``serverargs``): SGLang's defaults, the user's ``--server-args``, and the
+  code that rewrites them for the device and the model;
+- the MoE layer's quant method (``moe``): SGLang's quant-method registry, the config class's
+  ``get_quant_method`` evaluated for the MoE layer, then the chain from its ``apply`` to the
+  kernels and library ops, through held objects and decorator registries;
+- one evaluator (``evaluator``) with one notion of unknown: what cannot be decided statically is
+  kept as an assumption with both outcomes.
+
+Checks, ``spec``, ``query`` and ``apply`` read :func:`runtime_view`; it is cached on the check
+context (and pickled with the findings, so a warm run does not rebuild it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..checks.gates import Dev, _model
+from .evaluator import Evaluator
+from .moe import apply_path, quant_methods
+from .serverargs import ServerArgsError, load_schema, parse_flags, resolve
+from .values import plain
+from .world import World
+
+__all__ = ["RuntimeView", "runtime_view", "ServerArgsError", "parse_server_args", "parse_env", "undeclared_envs"]
+
+
+@dataclass
+class RuntimeView:
+    device: str
+    model: str
+    flags: dict
+    env: dict
+    server_args: dict = field(default_factory=dict)  # tracked field -> {value, source, path, line, test}
+    forks: list = field(default_factory=list)  # other resolutions: [{assumptions, changes}]
+    moe: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)  # assumptions the view made (env defaults, ...)
+    diagnostics: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "model": self.model, "flags": self.flags, "env": self.env,
+                "server_args": self.server_args, "forks": self.forks, "moe": self.moe, "notes": self.notes,
+                "diagnostics": self.diagnostics}
+
+    def primary_leaves(self) -> list:
+        return [lf for lf in self.moe.get("leaves", []) if lf.get("primary")]
+
+    def grouped_op(self) -> Optional[dict]:
+        """The grouped tensor-core op the MoE chain ends in on the primary path, if it does."""
+        return next((lf for lf in self.primary_leaves() if lf.get("grouped_tensor_core")), None)
+
+    @property
+    def moe_method(self) -> Optional[str]:
+        return self.moe.get("method")
+
+    def on_path_files(self) -> set:
+        out = set()
+        for lf in self.moe.get("leaves", []):
+            out.add(lf["path"])
+            out.update(h["path"] for h in lf["via"])
+        if self.moe.get("apply_path"):
+            out.add(self.moe["apply_path"])
+        return out
+
+    def on_path(self, path: str, line: Optional[int] = None) -> bool:
+        return path in self.on_path_files()
+
+
+def parse_server_args(tree, text: Optional[str]) -> dict:
+    """Validate ``--server-args`` against the tree's own ServerArgs (ServerArgsError on bad input)."""
+    if not text:
+        return {}
+    world = World(tree, _Blank())
+    world.schema = load_schema(world)
+    return parse_flags(text, world.schema)
+
+
+def undeclared_envs(tree, envs: dict) -> list:
+    """The names in ``envs`` that SGLang's environment declarations do not know."""
+    world = World(tree, _Blank())
+    declared = world.declared_envs()
+    return sorted(n for n in envs if n not in declared)
+
+
+def parse_env(pairs) -> dict:
+    out = {}
+    for p in pairs or ():
+        name, sep, value = p.partition("=")
+        if not sep or not name.strip():
+            raise ServerArgsError(f"--env expects NAME=VALUE, got {p!r}")
+        out[name.strip()] = value
+    return out
+
+
+class _Blank:
+    architectures: list = []
+    hf_config: dict = {}
+
+
+_OPS = None
+
+
+def _external_ops() -> list:
+    global _OPS
+    if _OPS is None:
+        import re
+        from pathlib import Path
+
+        import yaml
+        data = yaml.safe_load((Path(__file__).resolve().parent.parent / "data" / "external_ops.yaml").read_text()) or []
+        _OPS = [(re.compile(d["match"]), d) for d in data]
+    return _OPS
+
+
+def classify(tree, lf: dict) -> dict:
+    """What a leaf is: a grouped tensor-core GEMM over experts or not (None: cannot tell)."""
+    if lf["kind"] in ("library", "native_op", "jit_kernel"):
+        for rx, d in _external_ops():
+            if rx.search(lf["name"]):
+                return {"what": d["what"], "grouped_tensor_core": bool(d.get("grouped_tensor_core"))}
+        return {"what": "", "grouped_tensor_core": None}
+    node = tree.graph.nodes.get(lf["name"], {})
+    if node.get("path"):
+        body = "\n".join(tree.lines(node["path"])[node["line"] - 1: node.get("end_line", node["line"])])
+        return {"what": "Triton kernel", "grouped_tensor_core": ("tl.dot" in body)}
+    return {"what": "", "grouped_tensor_core": None}
+
+
+def _leaf_dict(lf) -> dict:
+    return {"kind": lf.kind, "name": lf.name, "path": lf.path, "line": lf.line, "primary": lf.primary,
+            "when": [_cond(t, h) for t, h in lf.when],
+            "via": [{"what": h.what, "path": h.path, "line": h.line, "node": h.node} for h in lf.via]}
+
+
+def _cond(test: str, holds: bool) -> str:
+    return test if holds else f"not ({test})" if " " in test else f"not {test}"
+
+
+def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> RuntimeView:
+    flags, env = dict(flags or {}), dict(env or {})
+    world = World(ctx.tree, ctx.model, env)
+    gm = _model(ctx)
+    world.shared_asts = gm._module_ast
+    world.schema = load_schema(world)
+    ev = Evaluator(world, Dev.of(ctx.device), gm)
+    view = RuntimeView(ctx.device.name, ctx.model.name, flags, env)
+    if world.schema is None:
+        view.diagnostics.append("no ServerArgs class in this tree: server arguments are not evaluated")
+        from .serverargs import Schema, State
+        world.state = State(Schema({}, "", "", ""), dict(flags))
+    else:
+        states = resolve(world, world.schema, flags, ev)
+        world.state = states[0]
+        for k, d in sorted(world.state.decisions.items()):
+            view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
+        for k in ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend"):
+            if k not in view.server_args and k in world.schema.fields:
+                f = world.schema.fields[k]
+                view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}
+        for st in states[1:]:
+            changes = {k: plain(st.get(k)) for k in view.server_args if plain(st.get(k)) != view.server_args[k]["value"]}
+            if changes:
+                # what this fork assumes beyond the primary outcome: the tests it takes as true
+                view.forks.append({"assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in st.assumptions if a[1]],
+                                   "changes": changes})
+    if getattr(ctx.model, "num_experts", 0):
+        qm = quant_methods(world, ev)
+        moe = {k: v for k, v in qm.items() if k != "outcomes"}
+        moe["outcomes"] = [{k: v for k, v in o.items() if k != "instance"} for o in qm["outcomes"]]
+        primary = next((o for o in qm["outcomes"] if o["method"] and not o["raises"]), None)
+        if primary:
+            moe["method"] = primary["method"]
+            moe["assumed"] = primary["assumptions"]
+            got = apply_path(world, ev, primary["instance"])
+            moe["apply"] = got["apply"]
+            moe["mro"] = world.mro(primary["method"])
+            moe["apply_path"] = world.path_of(got["apply"]) if got["apply"] else None
+            moe["leaves"] = [_leaf_dict(lf) for lf in got["leaves"]]
+            for lf in moe["leaves"]:
+                lf.update(classify(ctx.tree, lf))
+            moe["switches"] = [{**s, "value": plain(s["value"])} for s in got["switches"]]
+        else:
+            moe["method"] = None
+            moe["leaves"] = []
+        view.moe = moe
+    view.notes = sorted(world.notes.values())
+    return view
+
+
+def runtime_view(ctx) -> RuntimeView:
+    """The view for the context's device, model and server flags (``ctx.server_args``, ``ctx.env``)."""
+    key = ("runtime_view", getattr(ctx, "flags_key", ""))
+    v = ctx.cache.get(key)
+    if v is None:
+        v = ctx.cache[key] = build(ctx, getattr(ctx, "server_flags", None), getattr(ctx, "env", None))
+    return v

@@ -1,0 +1,399 @@
+"""One evaluator for SGLang's dispatch code, with one notion of "unknown".
+
+It extends the arch-gate interpreter (device probes, gates, platform tables, module flags) with
+the values a dispatch decision reads besides the device: server arguments in their resolution
+state, the checkpoint's config.json, attributes of in-tree objects (from the writes their classes
+make), in-tree enums and their predicate methods, declared environment-variable defaults, and the
+layer a quant method is asked for. ``explore`` runs a function body and keeps *every* outcome a
+test it cannot decide allows, each with the assumptions that lead to it, so a caller can say
+"both, depending on X" instead of picking one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..checks.gates import UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
+from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ServerArgsObj
+
+_ARGS_RECEIVER = re.compile(r"(args|cfg|view|server|record)", re.I)
+MAX_OUTCOMES = 16
+
+
+@dataclass
+class Outcome:
+    """One way a function body can end: what it returned (or ``raises``), and what was assumed."""
+
+    value: Any
+    assumptions: tuple = ()  # ((test source, assumed truth, path, line), ...)
+    line: int = 0
+    raises: bool = False
+    env: dict = field(default_factory=dict)
+
+
+class Evaluator(Interpreter):
+    def __init__(self, world, dev, gate_model):
+        super().__init__(world.tree, dev, gate_model)
+        self.world = world
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _class_of_ref(self, v) -> Optional[str]:
+        if isinstance(v, ClassRef):
+            return v.qual
+        if isinstance(v, _Ref) and v.qual and self.model.G.nodes.get(v.qual, {}).get("kind") == "class":
+            return v.qual
+        return None
+
+    def call_method(self, qual: str, selfval, args: list, kwargs: dict, depth: int):
+        """Run an in-tree method with ``self`` bound to ``selfval`` (the base interpreter drops it)."""
+        if depth > self.depth_limit:
+            return UNKNOWN
+        fn = self.model.function_ast(qual)
+        if fn is None:
+            return UNKNOWN
+        names = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        env: dict[str, Any] = {}
+        for p, d in zip(names[len(names) - len(fn.args.defaults):], fn.args.defaults):
+            env[p] = self.world.literal(d)
+        if names:
+            env[names[0]] = selfval
+        for p, v in zip(names[1:], args):
+            env[p] = v
+        env.update(kwargs)
+        mod, scope = self.model.module_scope(qual)
+        try:
+            self.exec_block(fn.body, env, mod, scope, depth + 1)
+        except _Return as r:
+            return r.value
+        return None
+
+    def exec_block(self, stmts, env, mod, scope, depth):
+        """The base interpreter's, except that an undecided test whose one way raises is taken the
+        other way: a precondition (``if not is_flashinfer_available(): raise``) is assumed met, as
+        the code that runs at all must have met it; the assumption is noted."""
+        for i, st in enumerate(stmts):
+            if isinstance(st, ast.If):
+                raises = [bool(b) and isinstance(b[-1], ast.Raise) for b in (st.body, st.orelse)]
+                if raises[0] != raises[1] and self.eval(st.test, env, mod, scope, depth) is UNKNOWN:
+                    self.world.notes.setdefault(f"pre:{_src(st.test)}", f"assumed the precondition holds: {'not ' if raises[0] else ''}({_src(st.test)[:100]})")
+                    super().exec_block(st.orelse if raises[0] else st.body, env, mod, scope, depth)
+                    continue
+            if isinstance(st, ast.For) and isinstance(st.target, ast.Name) and not st.orelse:
+                seq = self.eval(st.iter, env, mod, scope, depth)
+                if isinstance(seq, (list, tuple, dict, str, set)) and len(seq) <= 64:
+                    # a loop over a known sequence: run its body per element (break ends it)
+                    for item in (sorted(seq, key=repr) if isinstance(seq, set) else seq):
+                        env[st.target.id] = item
+                        if any(isinstance(x, ast.Break) for x in st.body) or any(
+                                isinstance(n, (ast.Break, ast.Continue)) for x in st.body for n in ast.walk(x)):
+                            raise _Return(UNKNOWN)  # control flow inside: out of this evaluator's depth
+                        super().exec_block(st.body, env, mod, scope, depth)
+                    continue
+            super().exec_block([st], env, mod, scope, depth)
+
+    # --- expressions ---------------------------------------------------------------------------
+    def _eval(self, node, env, mod, scope, depth):
+        if isinstance(node, ast.Attribute):
+            got = self._attribute(node, env, mod, scope, depth)
+            if got is not NotImplemented:
+                return got
+        elif isinstance(node, ast.Call):
+            got = self._call_known(node, env, mod, scope, depth)
+            if got is not NotImplemented:
+                return got
+        elif isinstance(node, ast.Name) and node.id not in env:
+            slot = self.world.slot(mod, node.id, self, depth)
+            if slot is not NotImplemented:
+                return slot
+        elif isinstance(node, ast.Tuple) and isinstance(node.ctx, ast.Load):
+            # keep callables as values: `return cutlass_fused_moe, ActivationType`
+            return tuple(self._eval_raw(e, env, mod, scope, depth) for e in node.elts)
+        elif isinstance(node, ast.BoolOp):
+            # Python's value semantics (`cfg or {}` is the dict), unknown where it matters
+            last, unknown = None, False
+            for v in node.values:
+                x = _value(self._eval(v, env, mod, scope, depth))
+                if x is UNKNOWN:
+                    unknown = True
+                    continue
+                last = x
+                if isinstance(node.op, ast.And) and not x:
+                    return x
+                if isinstance(node.op, ast.Or) and x:
+                    return x
+            return UNKNOWN if unknown else last
+        elif isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+            keys = [_value(self._eval(k, env, mod, scope, depth)) for k in node.keys]
+            if any(k is UNKNOWN or isinstance(k, (dict, list)) for k in keys):
+                return UNKNOWN
+            return {k: _value(self._eval(v, env, mod, scope, depth)) for k, v in zip(keys, node.values)}
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            a = _value(self._eval(node.left, env, mod, scope, depth))
+            b = _value(self._eval(node.comparators[0], env, mod, scope, depth))
+            if a is UNKNOWN and not (isinstance(node.left, ast.Constant)) or b is UNKNOWN and not isinstance(node.comparators[0], ast.Constant):
+                return UNKNOWN
+            same = (a is b) or (a is MISSING and b is None) or (isinstance(a, EnumVal) and a == b)
+            return same if isinstance(node.ops[0], ast.Is) else not same
+        return super()._eval(node, env, mod, scope, depth)
+
+    def _receiver(self, node, env, mod, scope, depth):
+        """The value of an attribute's receiver when it is one of ours, else NotImplemented."""
+        base = node
+        while isinstance(base, (ast.Attribute, ast.Subscript)):
+            base = base.value
+        if isinstance(base, ast.Name) and base.id in env or isinstance(base, ast.Call):
+            return self._eval(node, env, mod, scope, depth)
+        return NotImplemented
+
+    def _attribute(self, node: ast.Attribute, env, mod, scope, depth, missing_ok: bool = False):
+        got = self._attribute_raw(node, env, mod, scope, depth)
+        # an attribute the object does not have raises at run time; only getattr/hasattr see it
+        return UNKNOWN if got is MISSING and not missing_ok else got
+
+    def _attribute_raw(self, node: ast.Attribute, env, mod, scope, depth):
+        w = self.world
+        dotted = _dotted(node)
+        prop = self.model.platform_property(dotted) if dotted else None
+        if prop:  # get_platform().is_sm120: a platform property looked up through a probe table
+            return self.gate_value(prop, depth + 1)
+        if dotted and re.search(r"platform", dotted.rsplit(".", 1)[0], re.I):
+            probe = self._probe(node.attr, dotted, [])  # get_platform().is_hip / .is_cuda
+            if probe is not KeyError:
+                return probe
+        recv = self._receiver(node.value, env, mod, scope, depth)
+        if recv is NotImplemented:
+            # a class attribute: an enum member, or a constant in the class body
+            ref = self._name(_dotted(node.value), mod, scope, depth) if _dotted(node.value) else None
+            cls = self._class_of_ref(ref)
+            if cls:
+                member = w.class_constant(cls, node.attr)
+                if member is not NotImplemented:
+                    return member
+            slot = w.slot(mod, _dotted(node), self, depth)
+            if slot is not NotImplemented:
+                return slot
+            if not isinstance(node.value, ast.Attribute):
+                return NotImplemented
+            recv = self._eval(node.value, env, mod, scope, depth)  # Enum.MEMBER.value
+            if not isinstance(recv, (EnumVal, Instance, HFConfig, ServerArgsObj)):
+                return NotImplemented
+        a = node.attr
+        if isinstance(recv, ServerArgsObj):
+            return recv.state.get(a)
+        if isinstance(recv, HFConfig):
+            return recv.attr(a)
+        if isinstance(recv, Instance):
+            v = w.instance_attr(recv, a, self, depth)
+            if (v is MISSING or v is UNKNOWN) and w.is_field(a) and any(
+                    isinstance(x, ServerArgsObj) for x in recv.attrs.get("__args__", {}).values()):
+                # a view built over the server arguments answers their fields
+                return next(x for x in recv.attrs["__args__"].values() if isinstance(x, ServerArgsObj)).state.get(a)
+            return v
+        if isinstance(recv, EnumVal):
+            return recv.value if a == "value" else recv.name if a == "name" else UNKNOWN
+        if isinstance(recv, LayerObj):
+            return UNKNOWN
+        cls = self._class_of_ref(recv)
+        if cls:
+            member = w.class_constant(cls, a)
+            if member is not NotImplemented:
+                return member
+        if w.is_field(a) and (recv is UNKNOWN or isinstance(recv, _Ref)) and _ARGS_RECEIVER.search(ast.unparse(node.value)):
+            return w.state.get(a)
+        slot = w.slot(mod, _dotted(node), self, depth) if _dotted(node) else NotImplemented
+        if slot is not NotImplemented:
+            return slot
+        return UNKNOWN if recv is UNKNOWN or isinstance(recv, _Ref) else NotImplemented
+
+    def _call_known(self, node: ast.Call, env, mod, scope, depth):
+        w = self.world
+        f = node.func
+        ev = lambda n: _value(self._eval(n, env, mod, scope, depth))  # noqa: E731
+        if isinstance(f, ast.Name) and f.id not in env:
+            if f.id in ("getattr", "hasattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                obj = self._eval(node.args[0], env, mod, scope, depth)
+                if f.id == "hasattr" and isinstance(obj, _Ref) and obj.dotted == "torch" and not obj.qual:
+                    return True  # torch's device modules (torch.cuda, torch.xpu) exist in every build
+                got = self._attribute(ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Load()), env, mod, scope, depth, True) \
+                    if isinstance(obj, (HFConfig, Instance, ServerArgsObj, EnumVal)) else UNKNOWN
+                if f.id == "hasattr":
+                    return UNKNOWN if got is UNKNOWN else got is not MISSING
+                if got is MISSING:
+                    return ev(node.args[2]) if len(node.args) > 2 else UNKNOWN
+                return got
+            if f.id == "isinstance" and len(node.args) == 2:
+                return self._isinstance(node.args[0], node.args[1], env, mod, scope, depth)
+        got = self._registry_lookup(node, f, ev)
+        if got is not None:
+            return got
+        if isinstance(f, ast.Attribute):
+            # envs.NAME.get() / .is_set() / .value: a declared environment variable
+            if f.attr in ("get", "is_set", "value", "get_value") and isinstance(f.value, ast.Attribute):
+                got = w.env_field(f.value.attr, f.attr)
+                if got is not NotImplemented:
+                    return got
+            # os.environ.get("X", d) / os.getenv("X", d)
+            dotted = _dotted(f)
+            if dotted in ("os.environ.get", "os.getenv", "environ.get") and node.args and isinstance(node.args[0], ast.Constant):
+                dflt = ev(node.args[1]) if len(node.args) > 1 else None
+                return w.env_raw(node.args[0].value, dflt, f"{dotted}({node.args[0].value!r})")
+            recv = self._receiver(f.value, env, mod, scope, depth)
+            if recv is NotImplemented and _dotted(f.value):
+                recv = self._name(_dotted(f.value), mod, scope, depth)
+                if self._class_of_ref(recv) is None and not isinstance(recv, (EnumVal, Instance)):
+                    slot = w.slot(mod, _dotted(f.value), self, depth)
+                    recv = slot if slot is not NotImplemented else NotImplemented
+            if isinstance(recv, dict) and f.attr == "get":
+                args = [ev(a) for a in node.args]
+                return recv.get(*args) if args and args[0] is not UNKNOWN else UNKNOWN
+            if isinstance(recv, HFConfig) and f.attr == "get":
+                args = [ev(a) for a in node.args]
+                got = recv.attr(args[0]) if args and isinstance(args[0], str) else UNKNOWN
+                return (args[1] if len(args) > 1 else None) if got is MISSING else got
+            if isinstance(recv, (EnumVal, Instance)):
+                cls = recv.cls
+                meth = w.method(cls, f.attr)
+                if meth:
+                    args = [ev(a) for a in node.args if not isinstance(a, ast.Starred)]
+                    kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
+                    return self.call_method(meth, recv, args, kwargs, depth + 1)
+                return UNKNOWN
+            if isinstance(recv, ClassRef):
+                meth = w.method(recv.qual, f.attr)
+                if meth:
+                    args = [ev(a) for a in node.args if not isinstance(a, ast.Starred)]
+                    kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
+                    return self.call_function(meth, args, kwargs, depth + 1)
+            if isinstance(recv, ServerArgsObj):
+                got = w.server_args_method(f.attr)
+                if got is not NotImplemented:
+                    return got
+        # a class called: an enum member by value, or an instance
+        target = self._eval(f, env, mod, scope, depth) if isinstance(f, (ast.Name, ast.Attribute)) else None
+        cls = self._class_of_ref(target)
+        if cls:
+            if w.is_enum(cls) and node.args:
+                v = ev(node.args[0])
+                return w.enum_member(cls, v) if v is not UNKNOWN else UNKNOWN
+            inst = Instance(cls)
+            w.bind_init(inst, node, self, env, mod, scope, depth)
+            return inst
+        return NotImplemented
+
+    def _registry_lookup(self, node: ast.Call, f, ev) -> Optional[FuncRef]:
+        """``Pool.get_fused_func("none", "marlin")``: a lookup by constant keys that decorators
+        registered (``@register_fused_func("none", "marlin")``) gives the registered function."""
+        name = _dotted(f).rsplit(".", 1)[-1].lower()
+        if not node.args or not any(w in name for w in ("get", "lookup", "find", "fetch")):
+            return None
+        from .moe import registrations
+        regs = registrations(self.world)
+        if not regs:
+            return None
+        args = [ev(a) for a in node.args]
+        if not all(isinstance(a, str) for a in args):
+            return None
+        for keys, deco, q, path, line, _ in regs:
+            if tuple(keys) == tuple(args):
+                return FuncRef(q, tuple(keys), (path, line))
+        return None
+
+    def _isinstance(self, obj_node, cls_node, env, mod, scope, depth):
+        obj = self._eval(obj_node, env, mod, scope, depth)
+        wanted = cls_node.elts if isinstance(cls_node, ast.Tuple) else [cls_node]
+        builtin = {"dict": dict, "list": list, "str": str, "int": int, "tuple": tuple, "bool": bool, "float": float, "set": set}
+        if all(isinstance(c, ast.Name) and c.id in builtin and c.id not in env for c in wanted):
+            if obj is UNKNOWN or isinstance(obj, _Ref):
+                return UNKNOWN
+            return isinstance(obj, tuple(builtin[c.id] for c in wanted))
+        quals = []
+        for c in wanted:
+            ref = self._eval(c, env, mod, scope, depth)
+            q = self._class_of_ref(ref)
+            if q is None:
+                return UNKNOWN
+            quals.append(q)
+        if isinstance(obj, LayerObj):
+            mro = {obj.cls} | set(obj.bases)
+        elif isinstance(obj, (Instance, EnumVal)):
+            mro = set(self.world.mro(obj.cls))
+        elif isinstance(obj, (str, int, float, bool, dict, list, tuple)) or obj is None:
+            return False  # a plain value is no instance of an in-tree class (enum members are EnumVal)
+        else:
+            return UNKNOWN
+        return any(q in mro for q in quals)
+
+    # --- exploring a body ----------------------------------------------------------------------
+    def explore(self, stmts, env: dict, mod: str, scope: str, path: str = "", depth: int = 0,
+                assumed: tuple = ()) -> list[Outcome]:
+        """Every way ``stmts`` can end, following only the branches the tests allow."""
+        outs: list[Outcome] = []
+        self._explore(list(stmts), dict(env), mod, scope, path, depth, tuple(assumed), outs)
+        return outs
+
+    def _explore(self, stmts, env, mod, scope, path, depth, assumed, outs) -> bool:
+        """False when the block falls through (the caller goes on), True when it ended."""
+        for i, st in enumerate(stmts):
+            if len(outs) >= MAX_OUTCOMES:
+                return True
+            if isinstance(st, ast.Return):
+                v = self.eval(st.value, env, mod, scope, depth) if st.value is not None else None
+                if v is UNKNOWN and st.value is not None:
+                    v = self._eval_raw(st.value, env, mod, scope, depth)
+                outs.append(Outcome(v, assumed, st.lineno, env=env))
+                return True
+            if isinstance(st, ast.Raise):
+                outs.append(Outcome(None, assumed, st.lineno, raises=True, env=env))
+                return True
+            if isinstance(st, ast.If):
+                t = self.eval(st.test, env, mod, scope, depth)
+                if t is UNKNOWN:
+                    src = _src(st.test)
+                    rest = stmts[i + 1:]
+                    for truth, body in ((True, st.body), (False, st.orelse)):
+                        a = assumed + ((src, truth, path, st.lineno),)
+                        e = dict(env)
+                        if not self._explore(list(body), e, mod, scope, path, depth, a, outs):
+                            self._explore(rest, e, mod, scope, path, depth, a, outs) or outs.append(Outcome(None, a, 0, env=e))
+                    return True
+                if self._explore(list(st.body if t else st.orelse), env, mod, scope, path, depth, assumed, outs):
+                    return True
+                continue
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                env[st.targets[0].id] = self._eval_raw(st.value, env, mod, scope, depth)
+            elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+                env[st.target.id] = self._eval_raw(st.value, env, mod, scope, depth)
+            elif isinstance(st, ast.Assert):
+                if self.eval(st.test, env, mod, scope, depth) is False:
+                    outs.append(Outcome(None, assumed, st.lineno, raises=True, env=env))
+                    return True
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                if self._explore(list(st.body), env, mod, scope, path, depth, assumed, outs):
+                    return True
+            elif isinstance(st, ast.Try):
+                if self._explore(list(st.body), env, mod, scope, path, depth, assumed, outs):
+                    return True
+        return False
+
+    def _eval_raw(self, node, env, mod, scope, depth=0):
+        """Like ``eval`` but keeps class references (a returned class is an answer, not unknown)."""
+        try:
+            v = self._eval(node, env, mod, scope, depth)
+        except _Return:
+            raise
+        except Exception:
+            return UNKNOWN
+        cls = self._class_of_ref(v)
+        if cls:
+            return ClassRef(cls)
+        if isinstance(v, _Ref) and not (v.qual and v.qual in self.model.G):
+            full = self.world.imported_as(mod, scope, v.dotted) or (v.qual if v.qual and "." in v.qual else None)
+            return ExtRef(full or v.dotted)
+        return _value(v)
+
+
+def _src(node) -> str:
+    return re.sub(r"\s+", " ", ast.unparse(node)).strip()

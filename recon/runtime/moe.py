@@ -1,0 +1,416 @@
+"""What runs for a MoE layer: SGLang's quant-method registry, the config class's
+``get_quant_method`` evaluated for the MoE layer, and the chain from that method's ``apply`` to the
+kernels or library ops that do the work.
+
+1. The checkpoint's quant method (``--quantization`` if resolved, else ``quantization_config``'s
+   ``quant_method``) is looked up in the tree's own registry: the module-level dicts (and their
+   ``.update({...})`` calls) under ``layers/quantization`` that map strings to config classes.
+2. An instance of that class is built the way the loader builds it: its attributes are read from
+   the writes its class makes, and from the loader's writes to it (``quant_config.is_fp4_experts =
+   model_config.is_fp4_experts`` under ``isinstance(quant_config, Fp8Config)``).
+3. ``get_quant_method(layer, prefix)`` is explored with ``layer`` an instance of the MoE layer
+   class: every return it can reach, each with the undecided tests that lead there.
+4. From the chosen method's ``apply``: calls whose guards hold on the device (or may), followed
+   into in-tree functions a few hops deep, through held objects (``self.runner.run``) and through
+   decorator registries keyed by the constant the held object was built with
+   (``@register_fused_func("none", "flashinfer_mxfp4")``), to Triton kernels, native ops and
+   library calls (FlashInfer, DeepGEMM, ``sgl_kernel``, ``triton_kernels``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..checks.gates import UNKNOWN, _dotted
+from ..checks.handoffs import _guarded_calls
+from .evaluator import _src
+from .values import ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
+
+# packages whose calls are not the work itself (the standard library is never a kernel either)
+_NOT_KERNELS = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "triton", "einops", "tvm_ffi", "sailify", "packaging", "psutil"}
+_JIT = re.compile(r"(^|/)(jit_kernel|jit)/")
+MAX_DEPTH = 10
+
+
+@dataclass
+class Hop:
+    what: str
+    path: str
+    line: int
+    node: Optional[str] = None
+    when: tuple = ()  # undecided tests this hop needs
+
+
+@dataclass
+class Leaf:
+    kind: str  # "triton_kernel" | "native_op" | "library"
+    name: str  # qualname or dotted library name
+    path: str  # call site
+    line: int
+    via: list = field(default_factory=list)  # hops from apply to the call site
+    when: tuple = ()
+
+    @property
+    def primary(self) -> bool:
+        """On the path taken when every undecided test is false (the evaluator's primary rule)."""
+        return all(not holds for _, holds in self.when)
+
+
+def registry(world) -> dict:
+    """quant method name -> (config class, path, line) from the tree's own registry dicts."""
+    if "_qreg" in world.__dict__:
+        return world._qreg
+    out: dict = {}
+    G, R = world.G, world.R
+    mods = sorted((n, d["path"]) for n, d in G.nodes(data=True) if d.get("kind") == "module"
+                  and ".layers.quantization" in n and n.count(".") <= 4 and "srt" in n)
+    for mod, path in mods:
+        tree = world.module_ast(path)
+        if tree is None:
+            continue
+        dicts = []
+        for st in tree.body:
+            for n in ast.walk(st):
+                if isinstance(n, ast.Dict):
+                    dicts.append(n)
+        for d in dicts:
+            for k, v in zip(d.keys, d.values):
+                if not (isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, (ast.Name, ast.Attribute))):
+                    continue
+                q = R.resolve(mod, "", ast.unparse(v))
+                if q and G.nodes.get(q, {}).get("kind") == "class" and world.method(q, "get_quant_method"):
+                    out.setdefault(k.value, (q, path, k.lineno))
+    world._qreg = out
+    return out
+
+
+def moe_layer(world) -> Optional[LayerObj]:
+    G = world.G
+    cands = sorted(n for n, d in G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == "FusedMoE"
+                   and "/layers/moe/" in d.get("path", ""))
+    if not cands:
+        return None
+    cls = sorted(cands, key=lambda c: ("fused_moe_triton" not in c, c))[0]
+    return LayerObj(cls, frozenset(world.mro(cls)))
+
+
+def quant_method_name(world, state) -> tuple[Optional[str], str]:
+    q = state.get("quantization") if state is not None else None
+    if isinstance(q, str) and q and not q.startswith("<"):
+        return q, "--quantization" if "quantization" in state.values else "server_args.quantization"
+    qc = world.hf.attr("quantization_config")
+    if isinstance(qc, dict) and qc.get("quant_method"):
+        return str(qc["quant_method"]), "config.json quantization_config.quant_method"
+    return None, "config.json has no quantization_config"
+
+
+def quant_methods(world, ev) -> dict:
+    """Config class and every MoE method ``get_quant_method`` can return, primary first."""
+    name, source = quant_method_name(world, world.state)
+    out = {"quant_method": name, "source": source, "config_class": None, "registry_site": None, "outcomes": [], "note": ""}
+    layer = moe_layer(world)
+    if name is None:
+        out["note"] = "the checkpoint is not quantized: the MoE layer's unquantized method is SGLang's default"
+        return out
+    reg = registry(world).get(name)
+    if reg is None:
+        out["note"] = f"quant method {name!r} is not in this tree's quantization registry"
+        return out
+    cls, path, line = reg
+    out.update(config_class=cls, registry_site={"path": path, "line": line})
+    gqm = world.method(cls, "get_quant_method")
+    fn = ev.model.function_ast(gqm) if gqm else None
+    if fn is None or layer is None:
+        out["note"] = "get_quant_method could not be read"
+        return out
+    inst = _from_config(world, ev, cls) or Instance(cls)
+    params = [a.arg for a in fn.args.args]
+    env = {params[0]: inst}
+    if len(params) > 1:
+        env[params[1]] = layer
+    mod, scope = ev.model.module_scope(gqm)
+    gpath = world.path_of(gqm)
+    outcomes = ev.explore(fn.body, env, mod, scope, gpath)
+    for o in sorted(outcomes, key=lambda o: sum(1 for a in o.assumptions if a[1])):
+        v = o.value
+        method = v.cls if isinstance(v, Instance) else v.qual if isinstance(v, ClassRef) else None
+        out["outcomes"].append({
+            "method": method, "value": None if method else repr(v), "raises": o.raises,
+            "path": gpath, "line": o.line,
+            "assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in o.assumptions],
+            "instance": v if isinstance(v, Instance) else None,
+        })
+    return out
+
+
+def _from_config(world, ev, cls: str) -> Optional[Instance]:
+    """The config instance as the loader makes it: ``Cls.from_config(quantization_config)``."""
+    meth = world.method(cls, "from_config")
+    fn = ev.model.function_ast(meth) if meth else None
+    qc = world.hf.attr("quantization_config")
+    if fn is None or not isinstance(qc, dict):
+        return None
+    names = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    env = {}
+    if names and names[0] == "cls":
+        env["cls"] = ClassRef(cls)
+        names = names[1:]
+    if names:
+        env[names[0]] = dict(qc)
+    mod, scope = ev.model.module_scope(meth)
+    for o in sorted(ev.explore(fn.body, env, mod, scope, world.path_of(meth)), key=lambda o: sum(1 for a in o.assumptions if a[1])):
+        if isinstance(o.value, Instance) and o.value.cls in world.mro(cls) + [cls] or isinstance(o.value, Instance):
+            return o.value
+    return None
+
+
+# --- from apply to the kernels ------------------------------------------------------------------
+
+
+def _bound_names(world, path: str, scope: str) -> dict:
+    facts = world.tree.index.facts(path)
+    bound: dict[str, str] = {}
+    if facts is None:
+        return bound
+    for imp in sorted(facts.imports, key=lambda i: len(i.scope)):
+        if imp.scope == "" or scope == imp.scope or scope.startswith(imp.scope + "."):
+            bound[imp.local] = f"{imp.module}.{imp.name}" if imp.name else imp.module
+    return bound
+
+
+def registrations(world) -> list[tuple[tuple, str, str, int]]:
+    """(keys, decorator, function, line) for functions registered by a decorator called with
+    constant strings (``@register_fused_func("none", "marlin")``)."""
+    if "_regs" in world.__dict__:
+        return world._regs
+    if world._importers is None:
+        world._scan_facts()
+    out = [(None, None, f"{mod}.{q}", path, line) for path, mod, q, line in world.decorated]
+    # keys come from the source (facts keep decorators as dotted names only)
+    regs = []
+    for _, deco, q, path, line in out:
+        tree = world.module_ast(path)
+        fn = None
+        for n in ast.walk(tree) if tree is not None else ():
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == q.rsplit(".", 1)[-1]:
+                first = min([n.lineno] + [x.lineno for x in n.decorator_list])
+                if first <= line <= n.lineno:
+                    fn = n
+                    break
+        for dn in fn.decorator_list if fn is not None else ():
+            if isinstance(dn, ast.Call):
+                keys = tuple(a.value for a in dn.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+                if keys:
+                    mod = q.rsplit(".", 1)[0]
+                    target = world.R.resolve(mod, "", ast.unparse(dn.func)) or ""
+                    regs.append((keys, ast.unparse(dn.func), q, path, dn.lineno, target.rsplit(".", 1)[0]))
+    world._regs = regs
+    return regs
+
+
+class PathWalker:
+    def __init__(self, world, ev, instance: Instance):
+        self.world, self.ev, self.inst = world, ev, instance
+        self.G = world.G
+        self.leaves: list[Leaf] = []
+        self.seen: set = set()
+        self.switches: list[dict] = []  # instance flags the apply path reads, with their values
+        self.tops = {p.split("/", 1)[0].removesuffix(".py") for p in world.tree.index.files}
+        self._local_cache: dict = {}
+        self.primary_seen: set = set()  # functions walked on the primary path (undecided tests false)
+
+    def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set) -> None:
+        """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
+        from .writes import _locals
+        key = id(fn)
+        if key not in self._local_cache:
+            self._local_cache[key] = _locals(fn)
+        assigns = self._local_cache[key]
+        seen = set()
+        todo = [n for n in wanted if n not in env]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            last = None
+            for lname, expr, ln in assigns:
+                if lname == name and ln < line:
+                    last = expr
+            if last is None:
+                continue
+            inner = [n.id for n in ast.walk(last) if isinstance(n, ast.Name) and n.id not in env and n.id not in seen]
+            if inner:
+                self._locals_at(fn, line, env, mod, scope, set(inner))
+            env[name] = self.ev._eval_raw(last, env, mod, scope)
+
+    def _bind(self, callee: str, call: ast.Call, env: dict, mod: str, scope: str, method: bool) -> dict:
+        fn = self.ev.model.function_ast(callee)
+        if fn is None:
+            return {}
+        names = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        if method and names:
+            names = names[1:]
+        out = {}
+        for p, a in zip(names, call.args):
+            if not isinstance(a, ast.Starred):
+                v = self.ev._eval_raw(a, env, mod, scope)
+                if v is not UNKNOWN:
+                    out[p] = v
+        for k in call.keywords:
+            if k.arg:
+                v = self.ev._eval_raw(k.value, env, mod, scope)
+                if v is not UNKNOWN:
+                    out[k.arg] = v
+        return out
+
+    def walk(self, qual: str, selfval, via: list, when: tuple, depth: int, args: Optional[dict] = None) -> None:
+        primary = all(not holds for _, holds in when)
+        key = (qual, depth > 0 and id(selfval))
+        if depth > MAX_DEPTH or key in self.seen and not (primary and qual not in self.primary_seen):
+            return
+        self.seen.add(key)
+        if primary:
+            self.primary_seen.add(qual)
+        fn = self.ev.model.function_ast(qual)
+        node = self.G.nodes.get(qual, {})
+        if fn is None or not node.get("path"):
+            return
+        path = node["path"]
+        mod, scope = self.ev.model.module_scope(qual)
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        env = {params[0]: selfval} if params and params[0] in ("self", "cls") and selfval is not None else {}
+        if isinstance(selfval, Instance) and len(params) > 1 and params[1] == "layer":
+            # the layer the method set attributes on in process_weights_after_loading & co.
+            env["layer"] = self.world.layer_of(selfval)
+        env.update(args or {})
+        bound = _bound_names(self.world, path, scope)
+        edges: dict = {}
+        for _, v, d in self.G.out_edges(qual, data=True):
+            if d.get("kind") in ("calls", "launches", "calls_dynamic"):
+                edges.setdefault(d.get("line", 0), []).append((v, d))
+        for call, guards in _guarded_calls(fn):
+            left, runs = [], True
+            names = {n.id for t, _ in guards for n in ast.walk(t) if isinstance(n, ast.Name)}
+            names |= {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+            self._locals_at(fn, call.lineno, env, mod, scope, names)
+            for test, holds in guards:
+                v = self.ev.eval(test, env, mod, scope)
+                if v is UNKNOWN or not isinstance(v, (bool, int)) or isinstance(v, EnumVal):
+                    left.append((_src(test), holds))
+                elif bool(v) != holds:
+                    runs = False
+                    break
+                else:
+                    self._switch(test, v, path, mod, scope, env)
+            if not runs:
+                continue
+            cwhen = when + tuple(left)
+            name = _dotted(call.func)
+            hop = Hop(f"{node.get('qualname', qual)} calls {name or ast.unparse(call.func)[:60]}", path, call.lineno, qual, tuple(left))
+            head = name.split(".", 1)[0] if name else ""
+            # a local bound to a callable value: fn = helper()[0], then fn(...)
+            if isinstance(call.func, ast.Name) and call.func.id in env:
+                bound_v = env[call.func.id]
+                if isinstance(bound_v, ExtRef):
+                    pkg = bound_v.name.split(".", 1)[0]
+                    if pkg not in self.tops and pkg not in _NOT_KERNELS:
+                        self._leaf("library", bound_v.name, path, call.lineno, via + [hop], cwhen)
+                    continue
+                if isinstance(bound_v, FuncRef):
+                    self.walk(bound_v.qual, None, via + [hop], cwhen, depth + 1, self._bind(bound_v.qual, call, env, mod, scope, False))
+                    continue
+            # a library call
+            if head in bound:
+                full = bound[head] + name[len(head):]
+                pkg = full.split(".", 1)[0]
+                if pkg not in self.tops and pkg not in _NOT_KERNELS:
+                    self._leaf("library", full, path, call.lineno, via + [hop], cwhen)
+                    continue
+            # a registered function held in an attribute: self.fused_func(...)
+            if name.startswith("self.") and name.count(".") == 1 and isinstance(selfval, Instance):
+                held = self.world.instance_attr(selfval, name.split(".")[1], self.ev, 0)
+                if isinstance(held, FuncRef):
+                    reg = Hop(f"{name} is {held.qual.rsplit('.', 1)[-1]}, registered for {held.keys!r}", held.site[0], held.site[1], held.qual)
+                    self.walk(held.qual, None, via + [hop, reg], cwhen, depth + 1, self._bind(held.qual, call, env, mod, scope, False))
+                    continue
+            # a held object's method: self.runner.run(...)
+            if name.startswith("self.") and name.count(".") >= 2 and isinstance(selfval, Instance):
+                held_attr, meth = name.split(".")[1], name.rsplit(".", 1)[1]
+                held = self.world.instance_attr(selfval, held_attr, self.ev, 0)
+                if isinstance(held, Instance):
+                    target = self.world.method(held.cls, meth)
+                    if target:
+                        self.walk(target, held, via + [hop], cwhen, depth + 1, self._bind(target, call, env, mod, scope, True))
+                        self._registry(held, via + [hop], cwhen, depth)
+                        continue
+            for v, d in edges.get(call.lineno, []):
+                k = self.G.nodes.get(v, {}).get("kind")
+                if k == "triton_kernel":
+                    self._leaf("triton_kernel", v, path, call.lineno, via + [hop], cwhen)
+                elif k == "native_op":
+                    self._leaf("native_op", v, path, call.lineno, via + [hop], cwhen)
+                elif k == "function" and d.get("kind") == "calls" and _JIT.search(self.G.nodes[v].get("path", "")) \
+                        and "/utils" not in self.G.nodes[v].get("path", ""):
+                    self._leaf("jit_kernel", v, path, call.lineno, via + [hop], cwhen)  # compiled at run time
+                elif k == "function" and d.get("kind") == "calls":
+                    target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None
+                    self.walk(v, target_self, via + [hop], cwhen, depth + 1, self._bind(v, call, env, mod, scope, target_self is not None))
+
+    def _registry(self, held: Instance, via, when, depth) -> None:
+        """The functions a registry keyed by the held object's constructor constants dispatches to."""
+        keys = {a.value if isinstance(a, EnumVal) else a for a in held.attrs.get("__args__", {}).values()
+                if isinstance(a, (EnumVal, str))}
+        if not keys:
+            return
+        state = self.world.state
+        state_values = {repr(v) for v in (state.values.values() if state else ())}
+        hits = []
+        # only registries the held object's module knows of (it imports the decorator's module)
+        hmod = self.world._module_of(held.cls)
+        hfacts = self.world.tree.index.facts(self.world.path_of(held.cls) or "")
+        known = {hmod} | {i.module for i in (hfacts.imports if hfacts is not None else ())}
+        for rkeys, deco, fq, path, line, dmod in registrations(self.world):
+            if keys & set(rkeys) and dmod in known:
+                others = [k for k in rkeys if k not in keys]
+                # the other keys must agree with a resolved server argument (an a2a backend "none")
+                score = sum(1 for k in others if repr(k) in state_values or (state and any(state.get(f) == k for f in ("moe_a2a_backend",))))
+                hits.append((score == len(others), score, fq, path, line, deco, rkeys))
+        best = [h for h in hits if h[0]] or hits
+        for ok, _, fq, path, line, deco, rkeys in sorted(best, key=lambda h: (not h[0], -h[1], h[2]))[:3]:
+            hop = Hop(f"registry {deco}{rkeys!r} -> {fq.rsplit('.', 1)[-1]}", path, line, fq, ())
+            self.walk(fq, None, via + [hop], when, depth + 1)
+
+    def _leaf(self, kind, name, path, line, via, when) -> None:
+        key = (kind, name, path, line)
+        new = Leaf(kind, name, path, line, via, when)
+        if key in self.seen:
+            # keep one record a site; the one on the primary path wins
+            for i, old in enumerate(self.leaves):
+                if (old.kind, old.name, old.path, old.line) == key and new.primary and not old.primary:
+                    self.leaves[i] = new
+            return
+        self.seen.add(key)
+        self.leaves.append(new)
+
+    def _switch(self, test, value, path, mod, scope, env) -> None:
+        """Record an instance flag a decided test read (``self._use_mxfp8_act_scaling``)."""
+        for n in ast.walk(test):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+                v = self.ev.eval(n, env, mod, scope)
+                if v is not UNKNOWN and not any(s["attr"] == n.attr for s in self.switches):
+                    self.switches.append({"attr": n.attr, "value": v, "path": path, "line": test.lineno})
+
+
+def apply_path(world, ev, inst: Instance) -> dict:
+    apply = world.method(inst.cls, "apply")
+    if apply is None:
+        return {"apply": None, "leaves": [], "switches": []}
+    w = PathWalker(world, ev, inst)
+    w.walk(apply, inst, [], (), 0)
+    # the instance's own flags decided at construction (read by the path or not)
+    return {"apply": apply, "leaves": w.leaves, "switches": w.switches}

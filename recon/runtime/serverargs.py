@@ -1,0 +1,387 @@
+"""Server arguments: SGLang's own fields, defaults and choices, the user's flags, and the code that
+rewrites them for a device and a model.
+
+- **Schema**: the fields of the ``ServerArgs`` dataclass (and, in releases that assemble it from
+  namespaces, the classes of the ``fields`` package beside it), each with its default and its
+  choices (``choices=NAME`` of an ``add_argument`` call or of an ``Arg(...)`` annotation, or a
+  ``Literal[...]`` type), and the option strings ``add_argument`` gives it.
+- **Flags**: ``--server-args "--moe-runner-backend marlin --tp 2"`` parsed in SGLang's syntax and
+  checked against the schema: an unknown flag or a value outside the choices is bad input.
+- **Resolution**: every write of a tracked field in the ServerArgs module and the argument-hook
+  package (``self.moe_runner_backend = ...``, ``overrides["moe_runner_backend"] = ...``), with the
+  branch tests around it and, for functions registered for some architectures only
+  (``@_register_for("DeepseekV4ForCausalLM")``), that condition; evaluated in order for the
+  device, the model and the flags. A test that cannot be decided (an optional package, a checkpoint
+  probe) forks the resolution: the primary outcome assumes it false, the others are kept with the
+  assumption that leads to them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..errors import ReconError
+from ..checks.gates import UNKNOWN
+from .values import MISSING, HFConfig, ServerArgsObj
+from .writes import writes_in_module
+
+# The fields a dispatch decision reads; forks are kept for these only.
+TRACKED = ("device", "moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend", "decode_attention_backend",
+           "prefill_attention_backend", "fp8_gemm_runner_backend", "dtype", "ep_size", "speculative_algorithm",
+           "disable_cuda_graph", "enable_dp_attention", "flashinfer_mxfp4_moe_precision", "kv_cache_dtype")
+MAX_FORKS = 8
+_ARCH = re.compile(r"^[A-Z][A-Za-z0-9]*For[A-Z][A-Za-z]+$")
+
+
+class ServerArgsError(ReconError):
+    pass
+
+
+@dataclass
+class FieldInfo:
+    name: str
+    default: Any
+    choices: Optional[list]
+    path: str
+    line: int
+    options: list = field(default_factory=list)  # "--moe-runner-backend", aliases
+
+
+@dataclass
+class Schema:
+    fields: dict  # name -> FieldInfo
+    module: str  # the module defining ServerArgs
+    path: str
+    class_qual: str
+
+    def flag_map(self) -> dict:
+        out = {}
+        for f in self.fields.values():
+            out["--" + f.name.replace("_", "-")] = f.name
+            for o in f.options:
+                out[o] = f.name
+        return out
+
+
+def _const_list(tree_lookup, node) -> Optional[list]:
+    v = tree_lookup(node)
+    return list(v) if isinstance(v, (list, tuple)) else None
+
+
+def load_schema(world) -> Optional[Schema]:
+    """ServerArgs' fields, defaults and choices, read from the tree (None if the tree has none)."""
+    G = world.tree.graph
+    cls = sorted(n for n, d in G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == "ServerArgs"
+                 and d.get("path", "").endswith("srt/server_args.py"))
+    if not cls:
+        return None
+    cq = cls[0]
+    cd = G.nodes[cq]
+    mod = cq.rsplit(".", 1)[0]
+    sources = [(cd["path"], mod, "ServerArgs")]
+    pkg = mod.rsplit(".", 1)[0] + ".arg_groups.fields"
+    for n, d in sorted(G.nodes(data=True)):
+        if d.get("kind") == "module" and (n == pkg or n.startswith(pkg + ".")):
+            sources.append((d["path"], n, None))
+    fields: dict[str, FieldInfo] = {}
+    for path, module, only in sources:
+        tree = world.module_ast(path)
+        if tree is None:
+            continue
+        for c in tree.body:
+            if not isinstance(c, ast.ClassDef) or (only and c.name != only):
+                continue
+            for st in c.body:
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and not st.target.id.startswith("_"):
+                    name = st.target.id
+                    default = world.const(st.value, module) if st.value is not None else MISSING
+                    choices = _choices_of(world, st.annotation, module)
+                    fields.setdefault(name, FieldInfo(name, default, choices, path, st.lineno))
+    # add_argument("--x", "--alias", choices=..., dest=...) in the ServerArgs module
+    tree = world.module_ast(cd["path"])
+    for n in ast.walk(tree) if tree is not None else ():
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument"):
+            continue
+        opts = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")]
+        if not opts:
+            continue
+        kw = {k.arg: k.value for k in n.keywords if k.arg}
+        dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else opts[0][2:].replace("-", "_")
+        fi = fields.get(dest)
+        if fi is None:
+            continue
+        fi.options = sorted(set(fi.options) | set(opts))
+        if fi.choices is None and "choices" in kw:
+            fi.choices = _const_list(lambda x: world.const(x, mod), kw["choices"])
+    return Schema(fields, mod, cd["path"], cq)
+
+
+def _choices_of(world, ann, module) -> Optional[list]:
+    """``A[str, Arg(choices=NAME)]`` or ``Literal["a", "b"]`` in a field's annotation."""
+    for n in ast.walk(ann):
+        if isinstance(n, ast.Call):
+            for k in n.keywords:
+                if k.arg == "choices":
+                    v = world.const(k.value, module)
+                    if isinstance(v, (list, tuple)):
+                        return list(v)
+        if isinstance(n, ast.Subscript) and isinstance(n.value, (ast.Name, ast.Attribute)) and ast.unparse(n.value).endswith("Literal"):
+            elts = n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice]
+            vals = [e.value for e in elts if isinstance(e, ast.Constant)]
+            if vals:
+                return vals
+    return None
+
+
+def _coerce(raw: str, info: FieldInfo):
+    d = info.default
+    if isinstance(d, bool):
+        return raw.lower() not in ("0", "false", "no")
+    if isinstance(d, int) and not isinstance(d, bool):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ServerArgsError(f"--server-args: {info.options[0] if info.options else info.name} takes an integer, not {raw!r}")
+    if isinstance(d, float):
+        try:
+            return float(raw)
+        except ValueError:
+            raise ServerArgsError(f"--server-args: {info.name} takes a number, not {raw!r}")
+    return raw
+
+
+def parse_flags(text: Optional[str], schema: Optional[Schema]) -> dict:
+    """``"--moe-runner-backend marlin --tp 2"`` -> ``{"moe_runner_backend": "marlin", "tp_size": 2}``."""
+    if not text or not text.strip():
+        return {}
+    if schema is None:
+        raise ServerArgsError("--server-args: this tree has no ServerArgs class to check the flags against")
+    try:
+        toks = shlex.split(text)
+    except ValueError as e:
+        raise ServerArgsError(f"--server-args: {e}")
+    fmap = schema.flag_map()
+    out: dict = {}
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if not tok.startswith("--"):
+            raise ServerArgsError(f"--server-args: expected a flag, got {tok!r}")
+        name, _, inline = tok.partition("=")
+        if name not in fmap:
+            close = sorted(f for f in fmap if f.startswith(name[:6]))[:3]
+            raise ServerArgsError(f"--server-args: SGLang has no flag {name}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        info = schema.fields[fmap[name]]
+        if inline:
+            raw, i = inline, i + 1
+        elif isinstance(info.default, bool) and (i + 1 >= len(toks) or toks[i + 1].startswith("--")):
+            raw, i = "true", i + 1
+        elif i + 1 < len(toks):
+            raw, i = toks[i + 1], i + 2
+        else:
+            raise ServerArgsError(f"--server-args: {name} needs a value")
+        val = _coerce(raw, info)
+        if info.choices and val not in info.choices:
+            raise ServerArgsError(f"--server-args: {name} {raw!r} is not one of SGLang's choices ({', '.join(map(str, info.choices))})")
+        out[info.name] = val
+    return out
+
+
+# --- resolution --------------------------------------------------------------------------------
+
+
+@dataclass
+class Decision:
+    field: str
+    value: Any
+    source: str  # "default" | "--flag" | "path:line"
+    path: Optional[str] = None
+    line: Optional[int] = None
+    test: str = ""  # the branch test(s) that let the write happen
+
+
+@dataclass
+class State:
+    schema: Schema
+    values: dict = field(default_factory=dict)  # field -> value (user flags and writes)
+    decisions: dict = field(default_factory=dict)  # field -> Decision of the last write
+    assumptions: tuple = ()
+
+    def get(self, name: str):
+        if name in self.values:
+            return self.values[name]
+        f = self.schema.fields.get(name)
+        return UNKNOWN if f is None or f.default is MISSING else f.default
+
+    def copy(self) -> "State":
+        return State(self.schema, dict(self.values), dict(self.decisions), self.assumptions)
+
+    def key(self) -> tuple:
+        return tuple((k, repr(self.get(k))) for k in TRACKED)
+
+
+def _arch_guard(decorators, archs) -> Optional[bool]:
+    """True/False when a decorator registers the function for some architectures only."""
+    for d in decorators:
+        if isinstance(d, ast.Call):
+            names = [a.value for a in d.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if names and any(_ARCH.match(n) for n in names):
+                return any(a in names for a in archs)
+    return None
+
+
+def hook_modules(world, schema: Schema) -> list[tuple[str, str]]:
+    """(path, module) of the ServerArgs module and the argument-hook package beside it."""
+    G = world.tree.graph
+    out = [(schema.path, schema.module)]
+    pkg = schema.module.rsplit(".", 1)[0] + ".arg_groups"
+    for n, d in sorted(G.nodes(data=True)):
+        if d.get("kind") == "module" and n.startswith(pkg + ".") and not n.startswith(pkg + ".fields"):
+            out.append((d["path"], n))
+    return out
+
+
+def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
+    """The resolved server arguments: the primary outcome first, then the forks (at most MAX_FORKS).
+
+    Hooks run in an order this reading does not model, and a hook may read a field that another
+    fills in later (``device`` is None until a hook asks the platform). So the writes whose tests
+    or values read such a placeholder are evaluated once more, after the first pass, with its
+    resolved value."""
+    writes = _writes(world, schema)
+    base = State(schema, dict(flags))
+    for k, v in flags.items():
+        base.decisions[k] = Decision(k, v, "--" + k.replace("_", "-"))
+    states = _apply(world, writes, [base], evaluator)
+    seeds = {k for k, v in states[0].values.items() if k not in flags and k in states[0].decisions
+             and (f := schema.fields.get(k)) is not None and f.default is None and v is not None}
+    if not seeds:
+        return states
+    again = [w for w in writes if _reads(w, seeds)]
+    return _apply(world, again, states, evaluator) if again else states
+
+
+def _called(world, w, state, evaluator) -> bool:
+    """False when every in-tree call of the write's function sits under a test that fails here
+    (a model-specific hook called only under ``elif model_arch in [...]``); True otherwise, also
+    when nothing in the tree calls it (a hook run from a registry)."""
+    if not w.scope:
+        return True
+    qual = f"{w.module}.{w.scope}"
+    cache = world.__dict__.setdefault("_called", {})
+    if qual in cache:
+        return cache[qual]
+    cache[qual] = True  # recursion guard
+    from ..checks.handoffs import _guarded_calls
+    from .writes import Write
+    G = world.G
+    sites = [(u, d.get("line")) for u, _, d in G.in_edges(qual, data=True) if d.get("kind") == "calls"]
+    if not sites:
+        return True
+    runs = False
+    for caller, line in sites:
+        fn = evaluator.model.function_ast(caller)
+        if fn is None:
+            runs = True
+            break
+        mod, scope = evaluator.model.module_scope(caller)
+        path = world.path_of(caller)
+        from .writes import _locals
+        for call, guards in _guarded_calls(fn):
+            if not (call.lineno <= (line or 0) <= getattr(call, "end_lineno", call.lineno)):
+                continue
+            probe = Write(path, mod, scope, call.lineno, "", "", ast.Constant(value=None), tuple(guards), fn, (), _locals(fn))
+            env = world.write_env(probe, ServerArgsObj(state), evaluator)
+            if all((evaluator.eval(t, env, mod, scope) is not UNKNOWN and bool(evaluator.eval(t, env, mod, scope)) == want)
+                   or evaluator.eval(t, env, mod, scope) is UNKNOWN for t, want in guards):
+                runs = True
+                break
+        else:
+            continue
+        break
+    cache[qual] = runs
+    return runs
+
+
+def _reads(w, fields: set) -> bool:
+    nodes = [t for t, _ in w.guards] + [w.value]
+    return any(isinstance(n, ast.Attribute) and n.attr in fields for x in nodes for n in ast.walk(x))
+
+
+def _writes(world, schema: Schema) -> list:
+    writes = []
+    for path, module in hook_modules(world, schema):
+        tree = world.module_ast(path)
+        if tree is None:
+            continue
+        for w in writes_in_module(tree, path, module, set(TRACKED), dict_literals=True):
+            if w.receiver == "<dict>" or w.receiver.startswith("self") or re.search(r"(args|cfg|overrides|server|record)", w.receiver, re.I):
+                writes.append(w)
+    return writes
+
+
+def _apply(world, writes: list, states: list, evaluator) -> list[State]:
+    archs = list(world.model.architectures)
+    explored: set = set()
+    for w in writes:
+        if w.receiver == "<dict>" and w.fn is not None and isinstance(w.value, ast.Name):
+            # a function returning its overrides as a dict built from locals: explore the whole
+            # body once (branch by branch) and take what its primary return says
+            if id(w.fn) in explored:
+                continue
+            explored.add(id(w.fn))
+            if _arch_guard(w.decorators, archs) is False:
+                continue
+            nxt = []
+            for st in states:
+                env = world.write_env(w, ServerArgsObj(st), evaluator)
+                outs = evaluator.explore(w.fn.body, env, w.module, w.scope, w.path)
+                outs = sorted((o for o in outs if isinstance(o.value, dict)), key=lambda o: sum(1 for a in o.assumptions if a[1]))
+                nst = st.copy()
+                if outs:
+                    for k, v in outs[0].value.items():
+                        if k in TRACKED and v is not UNKNOWN:
+                            nst.values[k] = v
+                            nst.decisions[k] = Decision(k, v, f"{w.path}:{outs[0].line}", w.path, outs[0].line, "returned by " + w.scope)
+                nxt.append(nst)
+            states = nxt
+            continue
+        g = _arch_guard(w.decorators, archs)
+        if g is False or not _called(world, w, states[0], evaluator):
+            continue
+        nxt = []
+        for st in states:
+            env = world.write_env(w, ServerArgsObj(st), evaluator)
+            # a test that cannot be decided is taken as false in the primary outcome and as true
+            # in a fork that carries the assumption
+            tests = [(evaluator.eval(t, env, w.module, w.scope), t, want) for t, want in w.guards]
+            unknown = [ast.unparse(t) for v, t, _ in tests if v is UNKNOWN]
+            primary = all((bool(v) if v is not UNKNOWN else False) == want for v, _, want in tests)
+            alt = all((bool(v) if v is not UNKNOWN else True) == want for v, _, want in tests)
+            outcomes = [(primary, False)] if not unknown or primary == alt else [(primary, False), (alt, True)]
+            for fires, assumed_true in outcomes:
+                nst = st.copy()
+                if unknown and len(outcomes) > 1:
+                    nst.assumptions = st.assumptions + ((" and ".join(unknown)[:160], assumed_true, w.path, w.line),)
+                if fires:
+                    value = evaluator.eval(w.value, env, w.module, w.scope)
+                    if value is not UNKNOWN:  # a value read from outside the resolution (CLI parsing) is not modelled
+                        cond = " and ".join(("" if want else "not ") + f"({ast.unparse(t)})" for _, t, want in tests)
+                        nst.values[w.key] = value
+                        nst.decisions[w.key] = Decision(w.key, value, f"{w.path}:{w.line}", w.path, w.line, cond)
+                nxt.append(nst)
+        # one state per distinct tracked outcome, the primary (fewest "true" assumptions) first
+        seen, states = set(), []
+        for st in sorted(nxt, key=lambda s: sum(1 for a in s.assumptions if a[1])):
+            if st.key() not in seen:
+                seen.add(st.key())
+                states.append(st)
+        states = states[:MAX_FORKS]
+    return states
+
+
+__all__ = ["Schema", "State", "Decision", "load_schema", "parse_flags", "resolve", "ServerArgsError", "HFConfig"]

@@ -1,0 +1,477 @@
+"""What the evaluator knows besides the device: the tree's classes, enums and environment
+declarations, the model's config.json, the server arguments in their resolution state, and the
+user's ``--env`` settings. Every answer it cannot give is ``UNKNOWN``; every default it uses for
+something a person could set (an environment variable) is recorded in ``notes``."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any, Optional
+
+from ..checks.gates import UNKNOWN
+from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
+from .writes import writes_in_module
+
+_ENV_CTOR = re.compile(r"^Env[A-Z]?\w*$")
+_TRUE = ("1", "true", "yes", "on")
+
+
+class World:
+    def __init__(self, tree, model, env: Optional[dict] = None):
+        self.tree = tree
+        self.G = tree.graph
+        self.R = tree.resolver
+        self.model = model
+        self.hf = HFConfig(dict(getattr(model, "hf_config", None) or {"architectures": list(model.architectures)}))
+        self.env = dict(env or {})
+        self.state = None  # recon.runtime.serverargs.State, set once resolved
+        self.schema = None
+        self.notes: dict[str, str] = {}  # what was assumed: env defaults, checkpoint facts
+        self._asts: dict[str, Any] = {}
+        self._envs: Optional[dict] = None
+        self._class_writes: dict = {}
+        self._mro: dict = {}
+        self._slots: dict = {}
+        self.shared_asts = None  # the gate model's parse cache, when there is one
+        self._writes_by_path: dict = {}
+        self._importers: Optional[dict] = None
+        self._slot_index: dict = {}
+
+    # --- files ---------------------------------------------------------------------------------
+    def module_ast(self, path: str):
+        if self.shared_asts is not None:
+            return self.shared_asts(path)
+        if path not in self._asts:
+            try:
+                self._asts[path] = ast.parse(self.tree.read_text(path))
+            except (SyntaxError, ValueError, OSError, UnicodeDecodeError):
+                self._asts[path] = None
+        return self._asts[path]
+
+    def path_of(self, qual: str) -> Optional[str]:
+        return self.G.nodes.get(qual, {}).get("path")
+
+    def imported_as(self, mod: str, scope: str, dotted: str) -> Optional[str]:
+        """The full dotted name an import in ``scope`` (or around it) binds ``dotted``'s head to."""
+        path = self.G.nodes.get(mod, {}).get("path")
+        facts = self.tree.index.facts(path) if path else None
+        if facts is None or not dotted:
+            return None
+        head, _, rest = dotted.partition(".")
+        best = None
+        for imp in facts.imports:
+            if imp.local == head and (imp.scope == "" or scope == imp.scope or scope.startswith(imp.scope + ".")):
+                if best is None or len(imp.scope) > len(best.scope):
+                    best = imp
+        if best is None:
+            return None
+        base = f"{best.module}.{best.name}" if best.name else best.module
+        return f"{base}.{rest}" if rest else base
+
+    def literal(self, node):
+        try:
+            return ast.literal_eval(node)
+        except Exception:
+            return UNKNOWN
+
+    def const(self, node, module: str):
+        """A constant expression, following module-level names (``choices=MOE_RUNNER_BACKEND_CHOICES``)."""
+        v = self.literal(node)
+        if v is not UNKNOWN or node is None:
+            return v
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            q = (self.R.resolve(module, "", ast.unparse(node)) if module else None) or f"{module}.{ast.unparse(node)}"
+            mod, _, name = q.rpartition(".")
+            path = self.G.nodes.get(mod, {}).get("path")
+            tree = self.module_ast(path) if path else None
+            for st in tree.body if tree is not None else ():
+                if isinstance(st, (ast.Assign, ast.AnnAssign)):
+                    targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+                    if any(isinstance(t, ast.Name) and t.id == name for t in targets) and st.value is not None:
+                        return self.literal(st.value)
+        return UNKNOWN
+
+    # --- server arguments ----------------------------------------------------------------------
+    def is_field(self, name: str) -> bool:
+        return self.schema is not None and name in self.schema.fields
+
+    def server_args_method(self, name: str):
+        if name in ("get_model_config",):
+            return self.model_config()
+        if name in ("get_hf_config",):
+            return self.hf
+        return NotImplemented
+
+    def model_config(self) -> Optional[Instance]:
+        """The ModelConfig the server builds for this checkpoint (its attributes from its own code)."""
+        if "_mc" not in self.__dict__:
+            cls = sorted(n for n, d in self.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == "ModelConfig"
+                         and d.get("path", "").endswith("configs/model_config.py"))
+            self._mc = Instance(cls[0], {"hf_config": self.hf, "hf_text_config": self.hf}) if cls else None
+        if self._mc is not None and "quantization" not in self._mc.attrs:
+            # ModelConfig.quantization is the quant method the server settled on: --quantization,
+            # else the checkpoint's (SGLang's _verify_quantization compares the two)
+            q = self.state.get("quantization") if self.state is not None else None
+            qc = self.hf.attr("quantization_config")
+            self._mc.attrs["quantization"] = q if isinstance(q, str) else (qc.get("quant_method") if isinstance(qc, dict) else None)
+        return self._mc
+
+    # --- environment variables -----------------------------------------------------------------
+    def declared_envs(self) -> dict:
+        """NAME -> (default, path, line) for ``NAME = EnvBool(True)`` style declarations."""
+        if self._envs is None:
+            self._envs = {}
+            for path in sorted(p for p in self.tree.index.files if p.endswith("environ.py") and "/srt/" in p):
+                tree = self.module_ast(path)
+                for c in tree.body if tree is not None else ():
+                    if not isinstance(c, ast.ClassDef):
+                        continue
+                    for st in c.body:
+                        if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                                and isinstance(st.value, ast.Call) and _ENV_CTOR.match(ast.unparse(st.value.func).rsplit(".", 1)[-1])):
+                            d = self.literal(st.value.args[0]) if st.value.args else None
+                            for k in st.value.keywords:
+                                if k.arg == "default":
+                                    d = self.literal(k.value)
+                            kind = ast.unparse(st.value.func).rsplit(".", 1)[-1]
+                            self._envs[st.targets[0].id] = (d, path, st.lineno, kind)
+        return self._envs
+
+    def env_field(self, name: str, accessor: str):
+        decl = self.declared_envs().get(name)
+        if decl is None:
+            return NotImplemented
+        default, path, line, kind = decl
+        if accessor == "is_set":
+            return name in self.env
+        if name in self.env:
+            raw = self.env[name]
+            self.notes[name] = f"{name}={raw} (--env)"
+            if "Bool" in kind:
+                return raw.lower() in _TRUE
+            if "Int" in kind:
+                try:
+                    return int(raw)
+                except ValueError:
+                    return UNKNOWN
+            return raw
+        self.notes[name] = f"{name} unset: its declared default {default!r} ({path}:{line})"
+        return default
+
+    def env_raw(self, name: str, default, where: str):
+        if name in self.env:
+            self.notes[name] = f"{name}={self.env[name]} (--env)"
+            return self.env[name]
+        self.notes[name] = f"{name} unset: the default {default!r} of {where}"
+        return default
+
+    # --- classes -------------------------------------------------------------------------------
+    def mro(self, cls: str) -> list[str]:
+        if cls not in self._mro:
+            try:
+                self._mro[cls] = list(self.R.mro(cls))
+            except Exception:
+                self._mro[cls] = [cls]
+        return self._mro[cls]
+
+    def _module_of(self, qual: str) -> str:
+        d = self.G.nodes.get(qual, {})
+        q = d.get("qualname")
+        return qual[: -len(q) - 1] if q and qual.endswith("." + q) else qual.rsplit(".", 1)[0]
+
+    def method(self, cls: str, name: str) -> Optional[str]:
+        for c in self.mro(cls):
+            q = f"{c}.{name}"
+            if self.G.nodes.get(q, {}).get("kind") == "function":
+                return q
+        return None
+
+    def _class_ast(self, cls: str):
+        d = self.G.nodes.get(cls, {})
+        tree = self.module_ast(d["path"]) if d.get("path") else None
+        for n in ast.walk(tree) if tree is not None else ():
+            if isinstance(n, ast.ClassDef) and n.name == d.get("name") and abs(n.lineno - d.get("line", 0)) <= len(n.decorator_list) + 1:
+                return n
+        return None
+
+    def is_enum(self, cls: str) -> bool:
+        for c in self.mro(cls):
+            node = self._class_ast(c)
+            if node is not None and any(ast.unparse(b).rsplit(".", 1)[-1] in ("Enum", "IntEnum", "StrEnum") for b in node.bases):
+                return True
+        return False
+
+    def _members(self, cls: str) -> dict:
+        node = self._class_ast(cls)
+        out = {}
+        for st in node.body if node is not None else ():
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                v = self.literal(st.value)
+                if v is not UNKNOWN:
+                    out[st.targets[0].id] = v
+            elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+                v = self.literal(st.value)  # a dataclass field's default: `use_mxfp8: bool = False`
+                if v is not UNKNOWN:
+                    out[st.target.id] = v
+        return out
+
+    def class_constant(self, cls: str, name: str):
+        for c in self.mro(cls):
+            members = self._members(c)
+            if name in members:
+                return EnumVal(cls, name, members[name]) if self.is_enum(cls) else members[name]
+        return NotImplemented
+
+    def enum_member(self, cls: str, value):
+        if isinstance(value, EnumVal):
+            return EnumVal(cls, value.name, value.value)
+        for name, v in self._members(cls).items():
+            if v == value:
+                return EnumVal(cls, name, v)
+        return UNKNOWN
+
+    # --- instance attributes -------------------------------------------------------------------
+    def bind_init(self, inst: Instance, call: ast.Call, ev, env, mod, scope, depth) -> None:
+        """Record the constructor's arguments by ``__init__``'s parameter names."""
+        init = self.method(inst.cls, "__init__")
+        fn = ev.model.function_ast(init) if init else None
+        if fn is None:
+            return
+        names = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+        args = {}
+        for p, a in zip(names, call.args):
+            args[p] = ev._eval_raw(a, env, mod, scope, depth)
+        for k in call.keywords:
+            if k.arg:
+                args[k.arg] = ev._eval_raw(k.value, env, mod, scope, depth)
+        inst.attrs["__args__"] = args
+
+    def writes_of(self, path: str, module: str, attr: str) -> list:
+        """Every guarded attribute write of ``attr`` in a file (the file is walked once)."""
+        by = self._writes_by_path.get(path)
+        if by is None:
+            by = {}
+            tree = self.module_ast(path)
+            for w in writes_in_module(tree, path, module, None) if tree is not None else ():
+                by.setdefault(w.key, []).append(w)
+            self._writes_by_path[path] = by
+        return by.get(attr, [])
+
+    def _scan_facts(self) -> None:
+        """One pass over every file's facts: who imports which name, which attributes each file
+        assigns, and the functions registered by a decorator (facts are costly to hydrate)."""
+        idx: dict = {}
+        assigned: dict = {}
+        decorated: list = []
+        for f in self.tree.index.py_facts():
+            if not f.module or "/test" in f.path:
+                continue
+            for i in f.imports:
+                if i.name:
+                    idx.setdefault(i.name, set()).add((f.path, f.module))
+            assigned[f.path] = {a.target.rsplit(".", 1)[-1] for a in f.assigns if "." in a.target}
+            for d in f.defs:
+                if d.kind == "function" and any("register" in x.lower() for x in d.decorators):
+                    decorated.append((f.path, f.module, d.qualname, d.line))
+        self._importers = {k: sorted(v) for k, v in idx.items()}
+        self._assigned = assigned
+        self.decorated = decorated
+
+    def importers(self, short: str, attr: Optional[str] = None) -> list:
+        """(path, module) of the files that import a name ``short`` (and assign ``.attr``)."""
+        if self._importers is None:
+            self._scan_facts()
+        out = self._importers.get(short, [])
+        return [x for x in out if attr is None or attr in self._assigned.get(x[0], ())]
+
+    def class_writes(self, cls: str, attr: str) -> list:
+        """Writes of ``self.attr`` in the class and its bases (``__init__`` first), then writes of
+        ``<x>.attr`` in the modules that import the class (the loader setting a config's flag)."""
+        key = (cls, attr)
+        if key in self._class_writes:
+            return self._class_writes[key]
+        out = []
+        for c in self.mro(cls):
+            d = self.G.nodes.get(c, {})
+            if not d.get("path"):
+                continue
+            cq = d.get("qualname", "")
+            ws = [w for w in self.writes_of(d["path"], self._module_of(c), attr) if w.receiver == "self" and w.scope.startswith(cq + ".")]
+            ws.sort(key=lambda w: (not w.scope.endswith(".__init__"), w.line))
+            out += ws
+        short = self.G.nodes.get(cls, {}).get("name")
+        init_ws = [w for w in out if w.scope.endswith(".__init__")]
+        later = [w for w in out if not w.scope.endswith(".__init__")]
+        external = []
+        for path, module in self.importers(short, attr) if short else ():
+            external += [w for w in self.writes_of(path, module, attr)
+                         if re.fullmatch(r"[A-Za-z_]\w*", w.receiver) and w.receiver != "self"]
+        self._class_writes[key] = init_ws + external + later
+        return self._class_writes[key]
+
+    def instance_attr(self, inst: Instance, attr: str, ev, depth: int):
+        """An attribute of an in-tree object: the last write to it that holds, in the order the
+        object lives (``__init__``, then writes from outside, then its other methods)."""
+        if "__layer_of__" in inst.attrs:
+            return self.layer_attr(inst, attr, ev, depth)
+        if attr in inst.attrs:
+            return inst.attrs[attr]
+        if depth > ev.depth_limit:
+            return UNKNOWN
+        inst.attrs[attr] = UNKNOWN  # recursion guard
+        value = MISSING
+        for w in self.class_writes(inst.cls, attr):
+            extra = {}
+            if w.scope.endswith(".__init__"):
+                # parameters named like a server argument take its value when the caller did
+                # not say (ModelConfig.from_server_args passes quantization=server_args.quantization)
+                if w.fn is not None and self.state is not None:
+                    for a in w.fn.args.args + w.fn.args.kwonlyargs:
+                        if self.is_field(a.arg) and a.arg not in inst.attrs.get("__args__", {}):
+                            extra[a.arg] = self.state.get(a.arg)
+                extra.update(inst.attrs.get("__args__", {}))
+            if w.receiver != "self":
+                extra[w.receiver] = inst
+            env = self.write_env(w, inst, ev, extra)
+            # the primary rule: a test that cannot be decided is taken as false
+            tests = [ev.eval(t, env, w.module, w.scope, depth + 1) for t, _ in w.guards]
+            if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, w.guards)):
+                continue
+            value = ev._eval_raw(w.value, env, w.module, w.scope, depth + 1)
+        if value is MISSING:
+            value = self.class_constant(inst.cls, attr)
+            value = MISSING if value is NotImplemented else value
+        inst.attrs[attr] = value
+        return value
+
+    def layer_of(self, method: Instance) -> Instance:
+        """The layer a quant method works on, as an object whose attributes are the writes the
+        method's class makes to ``layer.<attr>`` (``layer._dsv4_mxfp4_backend = "marlin"``)."""
+        key = ("_layer", id(method))
+        if key not in self._slots:
+            self._slots[key] = Instance(method.cls, {"__layer_of__": method})
+        return self._slots[key]
+
+    def layer_attr(self, layer: Instance, attr: str, ev, depth: int):
+        method = layer.attrs["__layer_of__"]
+        if attr in layer.attrs:
+            return layer.attrs[attr]
+        layer.attrs[attr] = UNKNOWN
+        value, seen_write = UNKNOWN, False
+        for c in self.mro(method.cls):
+            d = self.G.nodes.get(c, {})
+            if not d.get("path"):
+                continue
+            cq = d.get("qualname", "")
+            for w in self.writes_of(d["path"], self._module_of(c), attr):
+                if w.receiver != "layer" or not w.scope.startswith(cq + "."):
+                    continue
+                seen_write = True
+                env = self.write_env(w, method, ev)
+                env["layer"] = layer
+                # the primary rule: a test that cannot be decided is taken as false
+                tests = [ev.eval(t, env, w.module, w.scope, depth + 1) for t, _ in w.guards]
+                if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, w.guards)):
+                    continue
+                v = ev._eval_raw(w.value, env, w.module, w.scope, depth + 1)
+                if v is not UNKNOWN:
+                    value = v
+            if value is not UNKNOWN:
+                break
+        if not seen_write:
+            value = MISSING
+        layer.attrs[attr] = value
+        return value
+
+    def write_env(self, w, selfval, ev, extra: Optional[dict] = None) -> dict:
+        """Locals a write's tests and value read: parameters bound to what they stand for, and the
+        function's simple assignments before the write, evaluated on demand."""
+        env: dict = {}
+        fn = w.fn
+        if fn is not None:
+            names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+            for i, p in enumerate(names):
+                if i == 0 and p in ("self", "cls"):
+                    env[p] = selfval
+                elif "hf_config" in p or p == "config" and isinstance(selfval, ServerArgsObj):
+                    env[p] = self.hf
+                elif isinstance(selfval, ServerArgsObj) and re.search(r"(args|cfg|view|record)", p):
+                    env[p] = selfval
+                elif p == "model_config":
+                    env[p] = self.model_config()
+            fn_defaults = fn.args.defaults
+            pos = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+            for p, d in zip(pos[len(pos) - len(fn_defaults):], fn_defaults):
+                if p not in env:
+                    v = self.literal(d)
+                    if v is not UNKNOWN:
+                        env[p] = v
+        env.update(extra or {})
+        wanted = {n.id for g, _ in w.guards for n in ast.walk(g) if isinstance(n, ast.Name)}
+        wanted |= {n.id for n in ast.walk(w.value) if isinstance(n, ast.Name)}
+        self._fill_locals(w, env, wanted, ev, set())
+        return env
+
+    def _fill_locals(self, w, env, wanted, ev, seen) -> None:
+        for name in sorted(wanted - set(env) - seen):
+            seen.add(name)
+            last = None
+            for lname, expr, line in w.locals:
+                if lname == name and line < w.line:
+                    last = expr
+            if last is None:
+                continue
+            inner = {n.id for n in ast.walk(last) if isinstance(n, ast.Name)}
+            self._fill_locals(w, env, inner, ev, seen)
+            v = ev._eval_raw(last, env, w.module, w.scope)
+            if v is UNKNOWN and isinstance(last, ast.Call) and "model_config" in ast.unparse(last.func):
+                v = self.model_config()
+            env[name] = v
+
+    # --- slots written from a server argument --------------------------------------------------
+    def _index_slots(self, mod: str) -> list:
+        """(target text, (field, value)) for each assignment in the module whose value reads a
+        server-argument field."""
+        path = self.G.nodes.get(mod, {}).get("path")
+        tree = self.module_ast(path) if path else None
+        out = []
+        for n in ast.walk(tree) if tree is not None else ():
+            if isinstance(n, ast.Assign) and len(n.targets) == 1:
+                fields = [a.attr for a in ast.walk(n.value) if isinstance(a, ast.Attribute) and self.is_field(a.attr)]
+                if fields:
+                    out.append((ast.unparse(n.targets[0]), (fields[0], n.value)))
+        return out
+
+    def slot(self, mod: str, dotted: str, ev, depth: int):
+        """A module global or attribute chain the code fills from a server argument
+        (``MOE_RUNNER_BACKEND = MoeRunnerBackend(server_args.moe_runner_backend)``,
+        ``moe.runner_backend = resolve_moe_runner_backend(x.moe_runner_backend)``): its value in
+        the resolved state, made as the write makes it. NotImplemented when it is no such slot."""
+        if not dotted or self.state is None:
+            return NotImplemented
+        tail = ".".join(dotted.split(".")[-2:])
+        index = self._slot_index.get(mod)
+        if index is None:
+            index = self._slot_index[mod] = self._index_slots(mod)
+        key = (mod, tail)
+        if key not in self._slots:
+            self._slots[key] = None
+            for t, got in index:
+                if t == tail or t.endswith("." + tail) or t == dotted:
+                    self._slots[key] = got
+                    break
+        got = self._slots[key]
+        if got is None:
+            return NotImplemented
+        fname, expr = got
+        v = self.state.get(fname)
+        if isinstance(expr, ast.Call) and depth <= ev.depth_limit:
+            target = ev._eval_raw(expr.func, {}, mod, "", depth + 1)
+            if isinstance(target, ClassRef):
+                return self.enum_member(target.qual, v) if self.is_enum(target.qual) else Instance(target.qual)
+            ref = ev._eval(expr.func, {}, mod, "", depth + 1)
+            if getattr(ref, "qual", None):
+                out = ev.call_function(ref.qual, [v], {}, depth + 1)
+                return out
+        return v

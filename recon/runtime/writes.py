@@ -1,0 +1,138 @@
+"""Guarded writes: every place code stores a value under a name, with the branch tests that guard it.
+
+One mechanism serves the server arguments (``self.moe_runner_backend = "marlin"`` in
+``ServerArgs``, ``server_args.x = ...`` in a hook, ``overrides["moe_runner_backend"] = ...`` in a
+per-model override function) and the attributes of in-tree objects (``self.is_fp4_experts = ...``
+in ``ModelConfig.__init__``, ``quant_config.is_fp4_experts = ...`` in the loader). A write carries
+the tests of the ``if``/``elif``/``else`` around it (with the polarity each must have), the
+function it is in, and the simple local assignments before it, so the evaluator can decide it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+
+@dataclass
+class Write:
+    path: str
+    module: str
+    scope: str  # qualname of the enclosing function, relative to the module ("" at top level)
+    line: int
+    key: str  # the attribute or dict key written
+    receiver: str  # source of what it is written on: "self", "server_args", "overrides", ...
+    value: ast.expr
+    guards: tuple  # ((test, must_be_true), ...) outermost first
+    fn: Optional[ast.AST] = None  # the enclosing function
+    decorators: tuple = ()  # the enclosing function's decorator expressions
+    locals: list = field(default_factory=list)  # [(name, expr, line)] simple assignments in the function
+
+
+def _receiver(node: ast.expr) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # pragma: no cover - unparse handles every expression ast.parse makes
+        return ""
+
+
+def _stores(st: ast.stmt, keys) -> Iterator[tuple[str, str, ast.expr]]:
+    """(key, receiver, value) for each store of a wanted key in one statement."""
+    if isinstance(st, ast.Assign):
+        targets, value = st.targets, st.value
+    elif isinstance(st, ast.AnnAssign) and st.value is not None:
+        targets, value = [st.target], st.value
+    else:
+        return
+    for t in targets:
+        for x in (t.elts if isinstance(t, ast.Tuple) else [t]):
+            if isinstance(x, ast.Attribute) and (keys is None or x.attr in keys):
+                yield x.attr, _receiver(x.value), value
+            elif (isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant)
+                  and isinstance(x.slice.value, str) and (keys is None or x.slice.value in keys)):
+                yield x.slice.value, _receiver(x.value), value
+
+
+def _dict_keys(value: ast.expr, keys) -> Iterator[tuple[str, ast.expr]]:
+    if isinstance(value, ast.Dict):
+        for k, v in zip(value.keys, value.values):
+            if isinstance(k, ast.Constant) and isinstance(k.value, str) and (keys is None or k.value in keys):
+                yield k.value, v
+
+
+def _locals(fn: ast.AST) -> list:
+    out = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            out.append((n.targets[0].id, n.value, n.lineno))
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple):
+            # a, b = f(): each name is an element of what f returns
+            for i, e in enumerate(n.targets[0].elts):
+                if isinstance(e, ast.Name):
+                    sub = ast.Subscript(value=n.value, slice=ast.Constant(value=i), ctx=ast.Load())
+                    out.append((e.id, ast.copy_location(sub, n), n.lineno))
+        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None:
+            out.append((n.target.id, n.value, n.lineno))
+    out.sort(key=lambda x: x[2])
+    return out
+
+
+def _exits(body: list) -> bool:
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    if isinstance(last, ast.If):
+        return _exits(last.body) and _exits(last.orelse)
+    return False
+
+
+def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_literals: bool = False) -> list[Write]:
+    """Every guarded write of a key in ``keys`` (None: any attribute) in a parsed module.
+
+    ``dict_literals`` also counts ``{"key": value}`` literals (a function returning its overrides
+    as a dict), guarded like a statement at that place."""
+    out: list[Write] = []
+
+    def walk(stmts, guards, scope, fn, decos, local_list):
+        for st in stmts:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                q = f"{scope}.{st.name}" if scope else st.name
+                walk(st.body, (), q, st, tuple(st.decorator_list), _locals(st))
+                continue
+            if isinstance(st, ast.ClassDef):
+                q = f"{scope}.{st.name}" if scope else st.name
+                walk(st.body, (), q, None, (), [])
+                continue
+            for key, recv, value in _stores(st, keys):
+                out.append(Write(path, module, scope, st.lineno, key, recv, value, guards, fn, decos, local_list))
+            if dict_literals and isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and st.value.args:
+                # declare(server_args, "why", field=value): a resolution declared by keyword
+                for k in st.value.keywords:
+                    if k.arg and (keys is None or k.arg in keys):
+                        out.append(Write(path, module, scope, k.value.lineno, k.arg, _receiver(st.value.args[0]), k.value, guards, fn, decos, local_list))
+            if dict_literals and isinstance(st, (ast.Assign, ast.Return, ast.AnnAssign)) and getattr(st, "value", None) is not None:
+                for key, value in _dict_keys(st.value, keys):
+                    out.append(Write(path, module, scope, value.lineno, key, "<dict>", value, guards, fn, decos, local_list))
+            if isinstance(st, ast.If):
+                walk(st.body, guards + ((st.test, True),), scope, fn, decos, local_list)
+                walk(st.orelse, guards + ((st.test, False),), scope, fn, decos, local_list)
+                # an early return: what follows runs only when the test took the other way
+                if _exits(st.body) and not _exits(st.orelse):
+                    guards = guards + ((st.test, False),)
+                elif _exits(st.orelse) and not _exits(st.body):
+                    guards = guards + ((st.test, True),)
+            elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
+                # a loop body may run zero times: its writes are guarded by "the loop runs"
+                walk(st.body, guards + ((ast.Constant(value=None), True),), scope, fn, decos, local_list)
+                walk(st.orelse, guards, scope, fn, decos, local_list)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                walk(st.body, guards, scope, fn, decos, local_list)
+            elif isinstance(st, ast.Try):
+                walk(st.body, guards, scope, fn, decos, local_list)
+                walk(st.orelse, guards, scope, fn, decos, local_list)
+                walk(st.finalbody, guards, scope, fn, decos, local_list)
+    walk(tree.body, (), "", None, (), [])
+    return out

@@ -1,0 +1,57 @@
+"""The runtime view as text a person reads at 100 columns: decisions first, then the chain."""
+
+from __future__ import annotations
+
+
+def _at(path, line) -> str:
+    return f"{path}:{line}" if path else "-"
+
+
+def render_text(view) -> str:
+    out = [f"{view.model} on {view.device}" + (f"  flags: {view.flags}" if view.flags else "")]
+    out.append("")
+    out.append("server arguments (decided):")
+    for k, d in sorted(view.server_args.items()):
+        out.append(f"  {k} = {d['value']}   [{d['source']}]")
+        if d.get("test"):
+            out.append(f"      when {d['test'][:180]}")
+    for f in view.forks:
+        cond = "; ".join(("" if a["holds"] else "not ") + a["test"][:80] for a in f["assumptions"])
+        out.append(f"  otherwise, if {cond}: " + ", ".join(f"{k} = {v}" for k, v in f["changes"].items()))
+    moe = view.moe
+    if moe:
+        out.append("")
+        out.append(f"MoE quant method: {moe.get('quant_method')!r} ({moe.get('source')})")
+        if moe.get("config_class"):
+            rs = moe.get("registry_site") or {}
+            out.append(f"  config class {moe['config_class']}")
+            out.append(f"      registered at {_at(rs.get('path'), rs.get('line'))}")
+        for i, o in enumerate(moe.get("outcomes", [])):
+            tag = "runs" if i == 0 else "or"
+            cond = "; ".join(("" if a["holds"] else "not ") + a["test"][:80] for a in o["assumptions"])
+            what = o["method"] or ("raises" if o["raises"] else o["value"])
+            out.append(f"  {tag}: {what}" + (f"   (assuming {cond})" if cond else ""))
+            out.append(f"      returned at {_at(o['path'], o['line'])}")
+        if moe.get("note"):
+            out.append(f"  note: {moe['note']}")
+        for s in moe.get("switches", []):
+            out.append(f"  switch self.{s['attr']} = {s['value']}   [{_at(s['path'], s['line'])}]")
+        prim = view.primary_leaves()
+        if prim:
+            out.append("")
+            out.append(f"kernels and ops reached from {moe.get('apply')} (every undecided test false):")
+            for lf in prim:
+                out.append(f"  {lf['kind']}: {lf['name']}")
+                out.append(f"      {_at(lf['path'], lf['line'])}")
+                for h in lf["via"]:
+                    out.append(f"        <- {h['what'][:90]}  ({_at(h['path'], h['line'])})")
+        rest = len(moe.get("leaves", [])) - len(prim)
+        if rest > 0:
+            out.append(f"  ({rest} more reached only when an undecided test holds; --format json lists them)")
+    if view.notes:
+        out.append("")
+        out.append("assumed:")
+        out += [f"  {n}" for n in view.notes]
+    for d in view.diagnostics:
+        out.append(f"diagnostic: {d}")
+    return "\n".join(out) + "\n"
