@@ -301,8 +301,9 @@ def build_index(
 
     ``on_facts`` sees each freshly extracted file as it arrives, as plain tuples in the layout of
     :class:`FileFacts` (see :func:`recon.facts.to_plain`) (the graph builder uses it to work
-    while the extraction workers are still busy). With ``deferred``, new facts to store are appended
-    there for the caller to write with its own (one write-behind child for the whole run)."""
+    while the extraction workers are still busy). With ``deferred``, new facts to store (and the
+    manifest, last) are appended there for the caller to write with its own (one write-behind
+    child for the whole run)."""
     source = target.source
     prefix = target.package_prefix
     store = _manifest_path(target.key)
@@ -321,8 +322,8 @@ def build_index(
     for p, f in refused.items():
         metas[p] = FileMeta(("link",), "", "link", "", f[5], 0)
     fresh: dict[str, tuple] = {}  # relpath -> plain facts (made records only when asked for)
+    new_blobs: list = []
     if todo:
-        new_blobs = []
         facts_dir = str(cache_dir() / "facts")
         for relpath, blob, digest, new in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
             f = marshal.loads(blob)
@@ -333,20 +334,20 @@ def build_index(
                 new_blobs.append(_store_job(digest, blob, facts_dir))
             if on_facts is not None:
                 on_facts(f)
-        if deferred is not None:
-            deferred.extend(new_blobs)
-        elif new_blobs:
-            write_behind(new_blobs)
         for relpath, stamp in todo:
             f = fresh[relpath]  # FileFacts layout: path, module, kind, digest, lines, error, ...
             metas[relpath] = FileMeta(stamp, f[3], f[2], f[1], f[5], f[4])
     changed = bool(todo) or len(cached) != len(metas)
     ordered = {p: metas[p] for p in sorted(metas)}
-    if changed:
-        try:
-            save_pickle(store, ordered)
-        except OSError:
-            pass  # a full or read-only cache costs speed, not results
+    # The manifest goes to the same writer as the facts, after them: a run killed before its
+    # writer is done leaves the old manifest, so the next run extracts those files again in
+    # parallel, instead of trusting a manifest whose facts are missing (then re-extracted one by
+    # one in the main process: slower than a cold run).
+    jobs = new_blobs + ([(store, ordered)] if changed else [])
+    if deferred is not None:
+        deferred.extend(jobs)
+    elif jobs:
+        write_behind(jobs)
     index = Index(ordered, prefix, {"files": len(ordered), "extracted": len(todo), "reused": len(ordered) - len(todo)})
     index._plain.update(refused)
     index._plain.update(fresh)
