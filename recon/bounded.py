@@ -57,9 +57,12 @@ def lshift(a, b):
     return a << b
 
 
+_WIDE_FORMAT = re.compile(r"%[-+ #0]*(\*|\d{4,})|%[-+ #0]*\d*\.(\*|\d{4,})")
+
+
 def mod(a, b):
-    if isinstance(a, (str, bytes)):  # "%0999999999d" % 1: formatting, not arithmetic
-        raise TooLarge("string formatting")
+    if isinstance(a, (str, bytes)) and _WIDE_FORMAT.search(a if isinstance(a, str) else a.decode("latin-1")):
+        raise TooLarge("string format too wide")  # "%0999999999d" % 1 builds a gigabyte
     return a % b
 
 
