@@ -47,8 +47,14 @@ def cache_dir() -> Path:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    for attempt in range(3):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            break
+        except FileNotFoundError:  # `recon cache prune` removed the empty folder meanwhile
+            if attempt == 2:
+                raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -117,13 +123,13 @@ _CHILDREN: list = []
 def _write_all(jobs: list) -> None:
     for path, obj in jobs:
         path = Path(path)
-        if isinstance(obj, bytes):
-            try:
+        try:
+            if isinstance(obj, bytes):
                 atomic_write_bytes(path, obj)
-            except OSError:
-                pass  # a full or read-only cache costs speed, not results
-        else:
-            save_pickle(path, obj)
+            else:
+                save_pickle(path, obj)
+        except OSError:
+            pass  # a full or read-only cache costs speed, not results; the other entries still go
 
 
 def wait_for_writers() -> None:

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, NamedTuple, Optional
 
 from .cache import atomic_write_bytes, cache_dir, load_pickle, save_pickle, write_behind
 from .facts import FileFacts, from_plain, to_plain
-from .pyfacts import extract_plain, module_name
+from .pyfacts import extract_plain, internal_error, module_name
 from .sources import MAX_BYTES, DirSource, file_kind
 
 # Registrations of native ops in C++/CUDA: m.def("name(...)" / m.def("name", &fn) / TORCH_LIBRARY(ns, m)
@@ -173,16 +173,31 @@ def _module_for(relpath: str, prefix: str) -> tuple[str, bool]:
     return module_name(inner)
 
 
+def _line_counter(text: str) -> Callable[[int], int]:
+    """Line of an offset, for offsets met in increasing order: counting from the previous one
+    keeps a file with many matches linear (counting from the start each time was quadratic: a
+    hang on a few MB of registrations)."""
+    state = [0, 1]  # offset counted up to, its line
+
+    def line(pos: int) -> int:
+        state[1] += text.count("\n", state[0], pos)
+        state[0] = pos
+        return state[1]
+
+    return line
+
+
 def _cpp_facts(relpath: str, text: str, digest: str, lines: int) -> FileFacts:
     libs: dict[str, int] = {}
+    line = _line_counter(text)
     for m in _CPP_LIB.finditer(text):
-        libs.setdefault(m.group(1), text.count("\n", 0, m.start()) + 1)
+        libs.setdefault(m.group(1), line(m.start()))
     namespace = next(iter(libs), "")
     ops = []
+    line = _line_counter(text)
     for m in _CPP_DEF.finditer(text):
         name = m.group(1)
-        line = text.count("\n", 0, m.start()) + 1
-        ops.append((f"{namespace}.{name}" if namespace and "." not in name else name, line))
+        ops.append((f"{namespace}.{name}" if namespace and "." not in name else name, line(m.start())))
     return FileFacts(relpath, "", "cpp", digest, lines, None, ops=tuple(ops))
 
 
@@ -208,8 +223,20 @@ def index_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str] = 
 
 
 def index_plain(relpath: str, data: bytes, prefix: str, digest: Optional[str] = None) -> tuple:
-    """:func:`index_bytes` as nested plain tuples (:func:`recon.facts.to_plain`)."""
+    """:func:`index_bytes` as nested plain tuples (:func:`recon.facts.to_plain`).
+
+    Never raises: a file recon cannot analyze, even through a bug of its own, is a diagnostic
+    (one odd file in a pull request must not end a CI run)."""
     digest = digest or blob_digest(data)
+    try:
+        return _index_plain(relpath, data, prefix, digest)
+    except Exception as e:  # noqa: BLE001
+        kind = file_kind(relpath)
+        module = _module_for(relpath, prefix)[0] if kind == "py" else ""
+        return to_plain(FileFacts(relpath, module, kind, digest, data.count(b"\n") + 1, internal_error("indexing", e)))
+
+
+def _index_plain(relpath: str, data: bytes, prefix: str, digest: str) -> tuple:
     kind = file_kind(relpath)
     lines = data.count(b"\n") + 1
     module = _module_for(relpath, prefix)[0] if kind == "py" else ""
@@ -229,6 +256,8 @@ def index_plain(relpath: str, data: bytes, prefix: str, digest: Optional[str] = 
             json.loads(text)
         except ValueError as e:
             return to_plain(FileFacts(relpath, "", "json", digest, lines, f"invalid JSON: {e}"))
+        except RecursionError:
+            return to_plain(FileFacts(relpath, "", "json", digest, lines, "invalid JSON: too deeply nested"))
         return to_plain(FileFacts(relpath, "", "json", digest, lines, None))
     return to_plain(_cpp_facts(relpath, text, digest, lines))
 
@@ -283,8 +312,9 @@ def build_index(
 
     ``on_facts`` sees each freshly extracted file as it arrives, as plain tuples in the layout of
     :class:`FileFacts` (see :func:`recon.facts.to_plain`) (the graph builder uses it to work
-    while the extraction workers are still busy). With ``deferred``, new facts to store are appended
-    there for the caller to write with its own (one write-behind child for the whole run)."""
+    while the extraction workers are still busy). With ``deferred``, new facts to store (and the
+    manifest, last) are appended there for the caller to write with its own (one write-behind
+    child for the whole run)."""
     source = target.source
     prefix = target.package_prefix
     store = _manifest_path(target.key)
@@ -297,9 +327,14 @@ def build_index(
             metas[relpath] = hit
         else:
             todo.append((relpath, stamp))
+    # links the source would not follow (they leave the target root, or are broken): diagnostics
+    # whose facts are the reason alone, so nothing downstream ever asks the source for their bytes
+    refused = {p: to_plain(FileFacts(p, "", "link", "", 0, why)) for p, why in getattr(source, "refused", {}).items()}
+    for p, f in refused.items():
+        metas[p] = FileMeta(("link",), "", "link", "", f[5], 0)
     fresh: dict[str, tuple] = {}  # relpath -> plain facts (made records only when asked for)
+    new_blobs: list = []
     if todo:
-        new_blobs = []
         facts_dir = str(cache_dir() / "facts")
         for relpath, blob, digest, new in _extract_many(source, [p for p, _ in todo], prefix, progress, workers):
             f = marshal.loads(blob)
@@ -310,18 +345,22 @@ def build_index(
                 new_blobs.append(_store_job(digest, blob, facts_dir))
             if on_facts is not None:
                 on_facts(f)
-        if deferred is not None:
-            deferred.extend(new_blobs)
-        elif new_blobs:
-            write_behind(new_blobs)
         for relpath, stamp in todo:
             f = fresh[relpath]  # FileFacts layout: path, module, kind, digest, lines, error, ...
             metas[relpath] = FileMeta(stamp, f[3], f[2], f[1], f[5], f[4])
     changed = bool(todo) or len(cached) != len(metas)
     ordered = {p: metas[p] for p in sorted(metas)}
-    if changed:
-        save_pickle(store, ordered)
+    # The manifest goes to the same writer as the facts, after them: a run killed before its
+    # writer is done leaves the old manifest, so the next run extracts those files again in
+    # parallel, instead of trusting a manifest whose facts are missing (then re-extracted one by
+    # one in the main process: slower than a cold run).
+    jobs = new_blobs + ([(store, ordered)] if changed else [])
+    if deferred is not None:
+        deferred.extend(jobs)
+    elif jobs:
+        write_behind(jobs)
     index = Index(ordered, prefix, {"files": len(ordered), "extracted": len(todo), "reused": len(ordered) - len(todo)})
+    index._plain.update(refused)
     index._plain.update(fresh)
     index.stats["_source"] = source
     index.stats["changed"] = sorted(fresh) + sorted(set(cached) - set(metas))

@@ -31,6 +31,17 @@ _IDENT_STR = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{1,63}$")
 _Name, _Attribute, _Call, _Subscript, _Constant = ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant
 
 
+_BIG_INT_BITS = 14_000  # repr() of an int past ~4300 digits raises ValueError (CPython's DoS guard)
+
+
+def const_repr(v) -> str:
+    """``repr`` of a constant from untrusted source: a huge int literal (legal Python, e.g. a long
+    hex mask) comes back in hex rather than raising."""
+    if v.__class__ is int and v.bit_length() > _BIG_INT_BITS:
+        return hex(v)
+    return repr(v)
+
+
 def dotted(node: ast.AST) -> str:
     """A short dotted rendering of an expression: enough to resolve names, cheap to compute."""
     t = node.__class__
@@ -46,7 +57,7 @@ def dotted(node: ast.AST) -> str:
     if t is _Subscript:
         return f"{dotted(node.value)}[]"
     if t is _Constant:
-        return repr(node.value)
+        return const_repr(node.value)
     return "?"
 
 
@@ -54,7 +65,7 @@ def _literal(node: ast.AST) -> Optional[str]:
     """Source of a literal (constants, tuples/lists of constants), else None."""
     t = type(node)
     if t is ast.Constant:
-        return repr(node.value)
+        return const_repr(node.value)
     if t in (ast.List, ast.Tuple):
         parts = [_literal(e) for e in node.elts]
         if None in parts:
@@ -62,7 +73,9 @@ def _literal(node: ast.AST) -> Optional[str]:
         body = ", ".join(parts)
         return f"[{body}]" if t is ast.List else f"({body}{',' if len(parts) == 1 else ''})"
     if t is ast.UnaryOp and type(node.op) is ast.USub and type(node.operand) is ast.Constant:
-        return repr(-node.operand.value)
+        v = node.operand.value
+        # `-"a"` parses (it fails only when run): only a number has a negative literal
+        return const_repr(-v) if isinstance(v, (int, float, complex)) else None
     return None
 
 
@@ -317,7 +330,7 @@ class _Collector:
     def _assign_value(self, value):
         t = type(value)
         if t is ast.Constant:
-            return repr(value.value), "const"
+            return const_repr(value.value), "const"
         if t in (ast.Name, ast.Attribute):
             return dotted(value), "name"
         if t is ast.Call:
@@ -404,7 +417,7 @@ class _Collector:
         for kw in keywords:
             if kw.arg is not None:
                 v = kw.value
-                lit = repr(v.value) if v.__class__ is _Constant else _literal(v)
+                lit = const_repr(v.value) if v.__class__ is _Constant else _literal(v)
                 kwargs.append((kw.arg, lit if lit is not None else dotted(v)))
         args = node.args
         self.calls.append(
@@ -430,13 +443,13 @@ class _Collector:
             right = node.comparators[0]
             lt, rt = type(node.left), type(right)
             if rt is ast.Constant and lt is not ast.Constant:
-                self.compares.append((self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), repr(right.value), node.lineno))
+                self.compares.append((self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), const_repr(right.value), node.lineno))
             elif rt in (ast.Tuple, ast.List, ast.Set) and lt is not ast.Constant:
                 lit = _literal(right) if rt is not ast.Set else _literal(ast.Tuple(elts=right.elts))
                 if lit is not None:
                     self.compares.append((self.cur, dotted(node.left), _CMP.get(type(node.ops[0]), "?"), lit, node.lineno))
             elif lt is ast.Constant and rt is not ast.Constant:
-                self.compares.append((self.cur, dotted(right), _CMP.get(type(node.ops[0]), "?"), repr(node.left.value), node.lineno))
+                self.compares.append((self.cur, dotted(right), _CMP.get(type(node.ops[0]), "?"), const_repr(node.left.value), node.lineno))
         _walk_Compare(self, node)
 
     def visit_JoinedStr(self, node):
@@ -492,6 +505,11 @@ _walk_If, _walk_While, _walk_Compare, _walk_JoinedStr, _walk_Subscript = (
 )
 
 
+def internal_error(stage: str, e: BaseException) -> str:
+    """The diagnostic for a failure of recon's own code on one file (the fuzz tests look for it)."""
+    return f"internal error while {stage}: {type(e).__name__}: {str(e)[:120]}"
+
+
 def module_name(relpath: str) -> tuple[str, bool]:
     """Dotted module for a path relative to the folder that holds the top-level package."""
     parts = relpath[:-3].split("/") if relpath.endswith(".py") else relpath.split("/")
@@ -516,7 +534,7 @@ def extract_plain(relpath: str, module: str, is_package: bool, source: bytes, di
         return to_plain(FileFacts(relpath, module, "py", digest, lines, f"does not parse: {e.msg} (line {e.lineno})"))
     except (ValueError, UnicodeDecodeError) as e:
         return to_plain(FileFacts(relpath, module, "py", digest, lines, f"cannot be decoded: {e}"))
-    except RecursionError:
+    except (RecursionError, MemoryError):
         return to_plain(FileFacts(relpath, module, "py", digest, lines, "too deeply nested to parse"))
     c = _Collector(module, is_package, source if isinstance(source, bytes) else source.encode("utf-8"))
     try:
@@ -524,6 +542,8 @@ def extract_plain(relpath: str, module: str, is_package: bool, source: bytes, di
             c.visit(stmt)
     except RecursionError:
         return to_plain(FileFacts(relpath, module, "py", digest, lines, "too deeply nested to index"))
+    except Exception as e:  # noqa: BLE001 - a bug of ours on one odd file must not end the run
+        return to_plain(FileFacts(relpath, module, "py", digest, lines, internal_error("indexing", e)))
     return (
         relpath,
         module,

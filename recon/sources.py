@@ -6,9 +6,12 @@ blob id in git) so that unchanged files are never read again, and reads one file
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Iterator, Optional
+
+from .links import BROKEN, LEAVES_ROOT, MAX_HOPS, git_link_target, inside, real_root
 
 # Folders never worth reading: caches, VCS metadata, virtual environments, front-end bundles.
 SKIP_DIRS = frozenset(
@@ -18,6 +21,7 @@ PY_EXT = (".py",)
 CPP_EXT = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 JSON_EXT = (".json",)
 MAX_BYTES = 4 * 1024 * 1024  # larger files are reported, not parsed
+LINK_MODE = 0o120000  # a symbolic link in a git tree
 
 
 def file_kind(relpath: str) -> Optional[str]:
@@ -31,48 +35,103 @@ def file_kind(relpath: str) -> Optional[str]:
 
 
 class DirSource:
-    """Files under ``root`` limited to ``subdirs`` (relative paths), read from disk."""
+    """Files under ``root`` limited to ``subdirs`` (relative paths), read from disk.
 
-    def __init__(self, root: Path, subdirs: tuple[str, ...]):
+    ``bound`` is the folder nothing may be read outside of (default ``root``): a symbolic link
+    whose resolved path leaves it is not followed but recorded in :attr:`refused` with the reason
+    (see :mod:`recon.links`), and :meth:`read` refuses it too.
+    """
+
+    def __init__(self, root: Path, subdirs: tuple[str, ...], bound: Optional[Path] = None):
         self.root = Path(root)
         self.subdirs = subdirs
+        self.bound = real_root(bound if bound is not None else root)
+        self.refused: dict[str, str] = {}  # relpath -> why it was not read (filled by files())
 
     def describe(self) -> str:
         return str(self.root)
 
     def files(self) -> Iterator[tuple[str, tuple]]:
-        """(relpath, stamp) for every readable file of a known kind."""
+        """(relpath, stamp) for every readable file of a known kind; links that leave the root
+        and broken ones go to :attr:`refused` instead."""
+        self.refused = {}
         root = str(self.root)
         cut = len(root) + 1
         for sub in self.subdirs:
             top = os.path.join(root, sub) if sub else root
+            if not inside(top, self.bound):  # the folder itself, or one above it, links out
+                if os.path.lexists(top):
+                    self.refused[sub] = LEAVES_ROOT
+                continue
             if os.path.isfile(top):
                 if file_kind(top):
                     st = os.stat(top)
                     yield top[cut:].replace(os.sep, "/"), (st.st_size, st.st_mtime_ns)
                 continue
-            for dirpath, dirnames, filenames in os.walk(top):
-                dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
-                for fn in sorted(filenames):
-                    if file_kind(fn) is None:
-                        continue
-                    full = os.path.join(dirpath, fn)
-                    try:
-                        st = os.stat(full)
-                    except OSError:
-                        continue
-                    yield full[cut:].replace(os.sep, "/"), (st.st_size, st.st_mtime_ns)
+            yield from self._walk(top, cut)
+
+    def _walk(self, folder: str, cut: int) -> Iterator[tuple[str, tuple]]:
+        """Files of ``folder`` (sorted), then each subfolder's in turn: the order ``os.walk`` gives,
+        with ``scandir`` telling links apart without a system call per entry."""
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return
+        subdirs = []
+        for e in entries:
+            rel = e.path[cut:].replace(os.sep, "/")
+            try:
+                is_link = e.is_symlink()
+                is_dir = not is_link and e.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                if e.name not in SKIP_DIRS and not e.name.endswith(".egg-info"):
+                    subdirs.append(e.path)
+                continue
+            if is_link:
+                if not inside(e.path, self.bound):
+                    self.refused[rel] = LEAVES_ROOT
+                    continue
+                if os.path.isdir(e.path):
+                    continue  # never descended: its files are read under their real path
+            if file_kind(e.name) is None:
+                continue
+            try:
+                st = os.stat(e.path)  # a link inside the root: the file it names
+            except OSError:
+                if is_link:
+                    self.refused[rel] = BROKEN
+                continue
+            yield rel, (st.st_size, st.st_mtime_ns)
+        for d in subdirs:
+            yield from self._walk(d, cut)
+
+    def _checked(self, relpath: str) -> str:
+        full = os.path.join(self.root, relpath)
+        if not inside(full, self.bound):
+            raise OSError(errno.EACCES, LEAVES_ROOT, relpath)
+        return full
 
     def read(self, relpath: str) -> bytes:
-        with open(os.path.join(self.root, relpath), "rb") as f:
+        with open(self._checked(relpath), "rb") as f:
             return f.read()
 
     def exists(self, relpath: str) -> bool:
-        return (self.root / relpath).exists()
+        try:
+            return os.path.exists(self._checked(relpath))
+        except OSError:
+            return False
 
 
 class GitSource:
-    """Files of one commit of a git repository, read from objects; the work tree is not touched."""
+    """Files of one commit of a git repository, read from objects; the work tree is not touched.
+
+    A link in the tree (mode 120000) is a blob holding the path it names: it is followed to the
+    blob at that path when the path stays inside the repository, else recorded in
+    :attr:`refused` (its text is never analyzed as if it were the file).
+    """
 
     def __init__(self, repo_path: Path, rev: str, subdirs: tuple[str, ...]):
         import git  # GitPython
@@ -82,16 +141,38 @@ class GitSource:
         self.root = Path(repo_path)
         self.subdirs = subdirs
         self._blobs: dict[str, object] = {}
+        self.refused: dict[str, str] = {}
 
     def describe(self) -> str:
         return f"{self.root}@{self.commit.hexsha[:12]}"
 
+    def _lookup(self, path: str):
+        try:
+            return self.commit.tree / path if path else self.commit.tree
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def _follow(self, item):
+        """The object a link blob names, following links inside the repository; raises OSError
+        with the reason when the chain leaves the repository, breaks or loops."""
+        for _ in range(MAX_HOPS):
+            if item is None:
+                raise OSError(errno.ENOENT, BROKEN)
+            if item.type != "blob" or item.mode != LINK_MODE:
+                return item
+            text = item.data_stream.read().decode("utf-8", "surrogateescape")
+            where = git_link_target(item.path, text)
+            if where is None:
+                raise OSError(errno.EACCES, LEAVES_ROOT)
+            item = self._lookup(where)
+        raise OSError(errno.ELOOP, BROKEN)
+
     def files(self) -> Iterator[tuple[str, tuple]]:
+        self.refused = {}
         tree = self.commit.tree
         for sub in self.subdirs:
-            try:
-                top = tree / sub if sub else tree
-            except KeyError:
+            top = self._lookup(sub)
+            if top is None:
                 continue
             if top.type == "blob":
                 items = [top]
@@ -100,20 +181,39 @@ class GitSource:
                     prune=lambda i, d: i.type == "tree" and (i.name in SKIP_DIRS or i.name.endswith(".egg-info"))
                 )
             for item in items:
-                if item.type != "blob" or file_kind(item.path) is None:
+                if item.type != "blob":
+                    continue
+                if item.mode == LINK_MODE:
+                    try:
+                        real = self._follow(item)
+                    except OSError as e:
+                        if e.strerror == LEAVES_ROOT or file_kind(item.path) is not None:
+                            self.refused[item.path] = e.strerror
+                        continue
+                    if real.type != "blob" or file_kind(item.path) is None:
+                        continue  # a link to a folder is not descended (see recon.links)
+                    self._blobs[item.path] = real
+                    yield item.path, (real.size, real.hexsha)
+                    continue
+                if file_kind(item.path) is None:
                     continue
                 self._blobs[item.path] = item
                 yield item.path, (item.size, item.hexsha)
 
-    def read(self, relpath: str) -> bytes:
+    def _blob(self, relpath: str):
         blob = self._blobs.get(relpath)
         if blob is None:
-            blob = self.commit.tree / relpath
-        return blob.data_stream.read()
+            blob = self._follow(self._lookup(relpath))
+            if blob.type != "blob":
+                raise OSError(errno.EISDIR, "a folder", relpath)
+        return blob
+
+    def read(self, relpath: str) -> bytes:
+        return self._blob(relpath).data_stream.read()
 
     def exists(self, relpath: str) -> bool:
         try:
-            self.commit.tree / relpath
+            self._blob(relpath)
             return True
-        except KeyError:
+        except OSError:
             return False

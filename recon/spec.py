@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from . import notanalyzed, roofline
+from . import bounded, notanalyzed, roofline
 from .errors import ReconError
 from .resources import resource_dir
 from .checks.handoffs import describe as describe_handoff
@@ -154,7 +154,7 @@ def weights_as_created(tree, quant_class: Optional[str], model) -> dict:
         return {"found": False, "method": qual, "tensors": []}
     path, line = d.get("path"), d.get("line")
     try:
-        mod = ast.parse(tree.read_text(path))
+        mod = bounded.parse(tree.read_text(path))
     except (SyntaxError, OSError, ValueError):
         return {"found": False, "method": qual, "at": _at(path, line), "tensors": []}
     fn = next((n for n in ast.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "create_weights" and n.lineno == line), None)

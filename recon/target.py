@@ -19,6 +19,7 @@ from typing import Optional
 from . import wheelcache
 from .cache import atomic_dir, cache_dir
 from .errors import ReconError
+from .links import inside, real_root
 from .sources import DirSource, GitSource
 
 DEFAULT_VERSION = "0.5.13.post1"
@@ -108,9 +109,10 @@ def detect_version(read, exists, prefix: str) -> Optional[str]:
 
 
 def _dist_info_version(root: Path) -> Optional[str]:
+    bound = real_root(root)
     for d in root.glob("sglang-*.dist-info"):
         meta = d / "METADATA"
-        if meta.is_file():
+        if meta.is_file() and inside(meta, bound):  # a planted link is not followed out of the tree
             m = re.search(r"^Version:\s*(\S+)", meta.read_text("utf-8", "replace"), re.M)
             if m:
                 return m.group(1)
@@ -127,6 +129,7 @@ def from_path(path: Path, rev: Optional[str] = None, reason: str = "--path") -> 
     if rev is not None:
         return _from_git(path, rev, reason)
     layout = _layout(path)
+    bound = path  # nothing outside the folder the user named is read (see recon.links)
     if layout is None and path.name == "sglang" and (path / "__init__.py").is_file():
         # the package folder itself: read it from its parent, limited to the package
         path = path.parent
@@ -136,7 +139,7 @@ def from_path(path: Path, rev: Optional[str] = None, reason: str = "--path") -> 
             f"no SGLang found in {path}: expected python/sglang/ (a repo checkout), sglang/ (an unpacked wheel or site-packages) or the sglang package folder itself"
         )
     prefix, subs = layout
-    src = DirSource(path, subs)
+    src = DirSource(path, subs, bound)
     version = _dist_info_version(path) or detect_version(src.read, src.exists, prefix)
     repo_root = path if (path / ".git").exists() else None
     return Target(src, "dir", str(path), reason, prefix, version, None, repo_root)

@@ -61,7 +61,10 @@ class Tree:
                 self._resolver = load_pickle(rpath) if self.timings.get("graph") == "cached" else None
                 if self._resolver is None:
                     self._resolver = Resolver(self.index.py_facts())
-                    save_pickle(rpath, self._resolver)
+                    try:
+                        save_pickle(rpath, self._resolver)
+                    except OSError:
+                        pass  # a full, read-only or concurrently pruned cache costs speed, not results
             gc.freeze()
         return self._resolver
 

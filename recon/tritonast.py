@@ -18,8 +18,10 @@ import json
 import re
 from typing import Any, Optional
 
+from . import bounded
+from .bounded import MAX_INT_BITS
 from .cache import cache_dir, load_pickle, save_pickle
-from .pyfacts import dotted  # one rendering of dotted names for facts and kernel summaries
+from .pyfacts import dotted, internal_error  # one rendering of dotted names for facts and kernel summaries
 
 SUMMARY_VERSION = 6  # bump when the summary layout changes: old cache entries are then ignored
 
@@ -30,7 +32,12 @@ DECODE_FUNCS = {"exp2", "where", "ldexp", "bitcast"}  # per-element decode of un
 
 
 def _src(node: ast.AST) -> str:
-    return ast.unparse(node)
+    """Source of an expression; "?" (unknown to every evaluator) for one ``ast.unparse`` cannot
+    render: a huge int literal (repr's digit limit) or an expression nested too deep."""
+    try:
+        return ast.unparse(node)
+    except (ValueError, RecursionError):
+        return "?"
 
 
 def _deco_name(d: ast.AST) -> str:
@@ -101,9 +108,22 @@ def _config(call: ast.AST, consts: dict[str, ast.AST]) -> Optional[dict]:
         for kw in call.keywords:
             if kw.arg in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
                 out[kw.arg] = _literal(kw.value, consts)
+        if not _modest(out):
+            return None  # a tile of 2**5000 is no config: texts and arithmetic over it would fail
         return out
-    except (ValueError, TypeError, SyntaxError, IndexError):
+    except (ValueError, TypeError, SyntaxError, IndexError, MemoryError, RecursionError):
         return None
+
+
+def _modest(v) -> bool:
+    """No int in ``v`` (nested dicts, lists, tuples) larger than :data:`recon.bounded.MAX_INT_BITS`."""
+    if isinstance(v, int):
+        return v.bit_length() <= MAX_INT_BITS
+    if isinstance(v, dict):
+        return all(_modest(k) and _modest(x) for k, x in v.items())
+    if isinstance(v, (list, tuple, set)):
+        return all(_modest(x) for x in v)
+    return True
 
 
 def _autotune(fn: ast.FunctionDef, consts: dict[str, ast.AST]) -> tuple[Optional[list], Optional[int], str]:
@@ -361,9 +381,19 @@ def _function_summary(fn: ast.AST) -> dict:
 
 
 def summarize(text: str) -> dict:
-    """The plain-data summary of one file (see the module docstring)."""
+    """The plain-data summary of one file (see the module docstring). Never raises: a file it
+    cannot read comes back with ``error`` set and nothing in it."""
     try:
-        mod = ast.parse(text)
+        return _summarize(text)
+    except (RecursionError, MemoryError):
+        return {"error": "too deeply nested to summarize", "kernels": {}, "functions": {}, "consts": {}}
+    except Exception as e:  # noqa: BLE001 - one odd file must not crash every check that reads it
+        return {"error": internal_error("summarizing", e), "kernels": {}, "functions": {}, "consts": {}}
+
+
+def _summarize(text: str) -> dict:
+    try:
+        mod = bounded.parse(text)
     except (SyntaxError, ValueError) as e:
         return {"error": str(e), "kernels": {}, "functions": {}, "consts": {}}
     consts: dict[str, ast.AST] = {}
@@ -420,7 +450,7 @@ def file_summary(tree, path: str, memo: Optional[dict] = None) -> dict:
 def parse_expr(src: str) -> Optional[ast.AST]:
     """One expression's tree, memoized (callers only read it)."""
     try:
-        return ast.parse(src, mode="eval").body
+        return bounded.parse(src, mode="eval").body
     except SyntaxError:
         return None
 

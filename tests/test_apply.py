@@ -218,6 +218,17 @@ def test_not_a_git_repo_refused_with_hint_and_no_git_round_trip(base_repo, tmp_p
     assert snapshot(plain) == before
 
 
+def test_bundle_folder_linked_outside_the_checkout_is_refused(checkout, tmp_path):
+    """A planted link where the bundle goes would take apply's writes out of the checkout."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (checkout / BUNDLE).symlink_to(outside, target_is_directory=True)
+    for args in (["--dry-run"], ["--no-git"]):
+        res = cli("--path", checkout, *args)
+        assert res.exit_code == 2 and "symbolic link that leaves" in res.output, res.output
+    assert list(outside.iterdir()) == [] and WRAPPER not in (checkout / DISPATCH).read_text()
+
+
 def test_missing_path_one_line_error(tmp_path):
     res = cli("--path", tmp_path / "nope")
     assert res.exit_code == 2

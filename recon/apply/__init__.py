@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import NothingToDo, ReconError
+from ..links import inside, real_root
 from . import bundle, codemod, vcs
 from .swap import WRAPPER, NoSwapPoint, SwapPoint, applied_sites, find_swap_point, grouped_params
 
@@ -80,6 +81,10 @@ def plan(tree, device, model=None, server_flags=None, env=None) -> Plan:
     new = codemod.patch(old, sp.method_scope, sp.call_line, sp.host_name, sp.bundle_module)
     files = {sp.path: new.encode("utf-8")}
     files.update(bundle.build(sp.bundle_dir, sp.host_name, sp.host.rsplit(".", 1)[0]))
+    bound = real_root(root)
+    outside = [p for p in files if not inside(root / p, bound)]
+    if outside:  # a planted link (the file, or a folder above it) would take the write elsewhere
+        raise ReconError(f"{outside[0]} is reached through a symbolic link that leaves {root}: recon apply will not write through it")
     existing = [p for p in files if p != sp.path and (root / p).exists()]
     if existing:
         raise ReconError(f"{sp.bundle_dir}/ already holds files ({', '.join(existing[:3])}): recon apply will not overwrite them")

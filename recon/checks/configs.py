@@ -15,6 +15,7 @@ import ast
 import posixpath
 from typing import Any, Optional
 
+from .. import bounded
 from .. import tunedconfigs as tc
 from ..findings import Evidence, Finding
 from . import check
@@ -29,7 +30,7 @@ def _ast(ctx, path: str) -> Optional[ast.Module]:
     key = ("ast", path)
     if key not in ctx.cache:
         try:
-            ctx.cache[key] = ast.parse(ctx.tree.read_text(path))
+            ctx.cache[key] = bounded.parse(ctx.tree.read_text(path))
         except (SyntaxError, ValueError, OSError, KeyError):
             ctx.cache[key] = None
     return ctx.cache[key]

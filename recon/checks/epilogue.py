@@ -63,7 +63,19 @@ class Shapes:
         self.vars: dict[str, tuple[list[int], int]] = {}
 
     def dim(self, node, line):
-        return int(self.ev.eval(node, line))
+        try:
+            return int(self.ev.eval(node, line))
+        except (OverflowError, ValueError):  # inf, nan: not a size
+            raise Unresolved("not a size") from None
+
+    def shape_of(self, node, line: int, ops: list) -> Optional[tuple[list[int], int]]:
+        """:meth:`shape`, or None when the code's values make no shape (``unsqueeze(1.5)``,
+        a negative or astronomically large size, an expression nested too deep)."""
+        try:
+            return self.shape(node, line, ops)
+        except (Unresolved, ArithmeticError, TypeError, ValueError, IndexError, MemoryError, RecursionError):
+            ops.clear()
+            return None
 
     def alloc(self, call: ast.Call, line: int) -> Optional[tuple[list[int], int]]:
         args = call.args
@@ -283,7 +295,7 @@ def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, sit
                     sh.vars[st["targets"][0]] = r
                 continue
             ops: list = []
-            shp = sh.shape(node, st["line"], ops) if st.get("k") != "if" else None
+            shp = sh.shape_of(node, st["line"], ops) if st.get("k") != "if" else None
             if st in chain:
                 b = sum(x[1] for x in ops)
                 if st.get("k") == "aug" and shp is not None:

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .. import bounded
 from ..findings import Evidence, Finding
 from . import check
 
@@ -132,12 +134,19 @@ _STR_METHODS = {"split", "startswith", "endswith", "strip", "lower", "upper", "c
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
         ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
         ast.Is: operator.is_, ast.IsNot: operator.is_not}
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+# bounded: the operands are literals of untrusted code (`"a" * 10 ** 9` must not be built)
+_BIN = {ast.Add: bounded.ADD, ast.Sub: bounded.SUB, ast.Mult: bounded.MUL, ast.FloorDiv: bounded.FLOORDIV, ast.Mod: bounded.MOD}
+STEP_BUDGET = 100_000  # expressions one top-level evaluation may visit (SGLang 0.5.5-0.5.23: at most 1,411, in the runtime view)
 
 
 class _Return(Exception):
     def __init__(self, value):
         self.value = value
+
+
+class _OutOfSteps(Exception):
+    """The evaluation visited :data:`STEP_BUDGET` expressions: its value is unknown. Calls that
+    branch both ways on unknown tests can otherwise grow exponentially with the call depth."""
 
 
 class Interpreter:
@@ -148,6 +157,7 @@ class Interpreter:
         self.flag_memo: dict[tuple[str, str], Any] = {}  # (module, flag) -> value on this device
         self.memo: dict[str, Any] = {}
         self.touched = False  # did the last evaluation read the device's capability / CUDA version
+        self.steps = STEP_BUDGET  # left for the current top-level evaluation
 
     # --- probes --------------------------------------------------------------------------------
     def _probe(self, tail: str, dotted: str, args: list):
@@ -179,15 +189,20 @@ class Interpreter:
     def gate_value(self, qual: str, depth: int = 0):
         if qual in self.memo:
             return self.memo[qual]
+        if depth == 0:
+            self.steps = STEP_BUDGET
         self.memo[qual] = UNKNOWN  # recursion guard
         g = self.model.gates.get(qual)
-        if g is not None and g.form == "platform-property":
-            v = self.gate_value(g.wraps, depth + 1) if g.wraps else UNKNOWN
-        elif g is not None and g.form == "assignment":
-            target = self.model.resolve_in(g.qualname, g.wraps) if g.wraps else None
-            v = self.call_function(target, [], dict(g.kwargs), depth + 1) if target else UNKNOWN
-        else:
-            v = self.call_function(qual, [], {}, depth + 1)
+        try:
+            if g is not None and g.form == "platform-property":
+                v = self.gate_value(g.wraps, depth + 1) if g.wraps else UNKNOWN
+            elif g is not None and g.form == "assignment":
+                target = self.model.resolve_in(g.qualname, g.wraps) if g.wraps else None
+                v = self.call_function(target, [], dict(g.kwargs), depth + 1) if target else UNKNOWN
+            else:
+                v = self.call_function(qual, [], {}, depth + 1)
+        except (_OutOfSteps, RecursionError):
+            v = UNKNOWN
         self.memo[qual] = v
         return v
 
@@ -219,6 +234,7 @@ class Interpreter:
 
     def exec_block(self, stmts, env, mod, scope, depth):
         for st in stmts:
+            self._step()
             if isinstance(st, ast.Return):
                 raise _Return(self.eval(st.value, env, mod, scope, depth) if st.value is not None else None)
             if isinstance(st, ast.If):
@@ -254,14 +270,22 @@ class Interpreter:
 
     # --- expressions ---------------------------------------------------------------------------
     def eval(self, node, env, mod, scope, depth=0):
+        if depth == 0:
+            self.steps = STEP_BUDGET
         try:
             return _value(self._eval(node, env, mod, scope, depth))
         except _Return:
             raise
-        except Exception:
+        except Exception:  # unknown names, bad operands, _OutOfSteps, bounded.TooLarge, recursion
             return UNKNOWN
 
+    def _step(self):
+        self.steps -= 1
+        if self.steps < 0:
+            raise _OutOfSteps()
+
     def _eval(self, node, env, mod, scope, depth):
+        self._step()
         ev = lambda n: _value(self._eval(n, env, mod, scope, depth))  # noqa: E731
         if isinstance(node, ast.Constant):
             return node.value
@@ -289,6 +313,8 @@ class Interpreter:
                 if isinstance(base, Cap):
                     return getattr(base, node.attr)
             base = ev(node.value) if not dotted else None
+            if isinstance(base, str) and node.attr == "replace":
+                return functools.partial(bounded.replace, base)
             if isinstance(base, (str, tuple, list)) and node.attr in _STR_METHODS:
                 return getattr(base, node.attr)
             if dotted:
@@ -364,6 +390,8 @@ class Interpreter:
         # method on a plain value: "12.8".split(".")
         if isinstance(func, ast.Attribute) and func.attr in _STR_METHODS:
             base = self._eval(func.value, env, mod, scope, depth)
+            if isinstance(base, str) and func.attr == "replace":
+                return bounded.replace(base, *args, **kwargs)
             if isinstance(base, (str, tuple, list)):
                 return getattr(base, func.attr)(*args, **kwargs)
         target = self._eval(func, env, mod, scope, depth)
@@ -465,7 +493,7 @@ class GateModel:
     def _module_ast(self, path: str):
         if path not in self._asts:
             try:
-                self._asts[path] = ast.parse(self.tree.read_text(path))
+                self._asts[path] = bounded.parse(self.tree.read_text(path))
             except (SyntaxError, ValueError):
                 self._asts[path] = None
         return self._asts[path]
@@ -646,7 +674,7 @@ class GateModel:
 
     def _tables(self, f) -> None:
         try:
-            tree = ast.parse(self.tree.read_text(f.path))
+            tree = bounded.parse(self.tree.read_text(f.path))
         except (SyntaxError, ValueError):
             return
         for st in tree.body:
@@ -764,7 +792,7 @@ def evaluate_gates(ctx, params: Optional[dict] = None) -> dict:
 def eval_test(ctx, path: str, module: str, scope: str, test_src: str, device=None):
     """Evaluate an ``if`` test's source in its module/scope for a device: True/False/None."""
     try:
-        node = ast.parse(test_src.strip(), mode="eval").body
+        node = bounded.parse(test_src.strip(), mode="eval").body
     except SyntaxError:
         return UNKNOWN
     it = interpreter(ctx, device)

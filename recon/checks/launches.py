@@ -14,12 +14,14 @@ import math
 import re
 from typing import Any, Optional
 
+from .. import bounded
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, parse_expr
 from . import CheckContext, check
 from .kernels import kernel_summary
 
 TRITON_DEFAULT_WARPS = 4
+STEP_BUDGET = 20_000  # names one ShapeEval may look up (SGLang 0.5.5-0.5.23 need at most 47)
 
 # Names bound to model sizes when the code does not compute them itself. A rule may override these
 # (params.symbols); ``value`` is an expression over M (the decode batch) and the model profile's
@@ -73,6 +75,14 @@ class ShapeEval:
         self.missing: dict[str, str] = {}  # name -> model attribute the profile lacks
         self.meta: dict[str, Any] = {}
         self.meta_name: Optional[str] = None
+        self.steps = STEP_BUDGET
+
+    def _step(self, name: str) -> None:
+        """Names looked up by this evaluator: each binding may name several others, so a chain of
+        them grows exponentially with the depth limit alone."""
+        self.steps -= 1
+        if self.steps < 0:
+            raise Unresolved(name)
 
     # -- bindings --
     def binding(self, name: str, line: int) -> Optional[tuple[dict, int]]:
@@ -111,10 +121,11 @@ class ShapeEval:
         node = parse_expr(expr)
         try:
             return _arith(node, lambda n: env[n] if n in env else (_ for _ in ()).throw(Unresolved(n)))
-        except (Unresolved, ZeroDivisionError, TypeError):
+        except (Unresolved, ArithmeticError, TypeError, ValueError):
             return None
 
     def name(self, name: str, line: int, depth: int = 0) -> int:
+        self._step(name)
         if depth > 12:
             raise Unresolved(name)
         if self.meta_name and name == self.meta_name:
@@ -154,13 +165,14 @@ class ShapeEval:
     def _try(self, node, line: int, depth: int, module: bool = False) -> Optional[int]:
         try:
             return self.eval(node, line, depth + 1, module)
-        except (Unresolved, ZeroDivisionError, TypeError, ValueError):
+        except (Unresolved, ArithmeticError, TypeError, ValueError):
             return None
 
     def eval(self, node, line: int, depth: int = 0, module: bool = False):
         def lookup(n):
             if module:
-                if n in self.consts:
+                self._step(n)
+                if n in self.consts and depth <= 12:  # `A = B`, `B = A` at module level: a cycle
                     return self.eval(parse_expr(self.consts[n]), 0, depth + 1, True)
                 raise Unresolved(n)
             return self.name(n, line, depth)
@@ -196,7 +208,20 @@ def _shape_source(node, pos: Optional[int]) -> tuple[Optional[str], Optional[int
 
 
 def _arith(node, lookup, meta=None, meta_name=None):
-    """Integer arithmetic over names, cdiv/next_power_of_2/min/max, and ``meta["KEY"]``."""
+    """Integer arithmetic over names, cdiv/next_power_of_2/min/max, and ``meta["KEY"]``.
+
+    What cannot be computed is :class:`Unresolved`, whatever the reason: an unknown name, a
+    division by zero, an infinity, a result too large to be a size (:mod:`recon.bounded`), an
+    expression nested too deep."""
+    try:
+        return _arith_node(node, lookup, meta, meta_name)
+    except Unresolved:
+        raise
+    except (ArithmeticError, TypeError, ValueError, MemoryError, RecursionError) as e:
+        raise Unresolved(f"{type(e).__name__}") from None
+
+
+def _arith_node(node, lookup, meta=None, meta_name=None):
     t = type(node)
     if node is None:
         raise Unresolved("?")
@@ -207,18 +232,18 @@ def _arith(node, lookup, meta=None, meta_name=None):
     if t is ast.Name:
         return lookup(node.id)
     if t in (ast.Tuple, ast.List):
-        return tuple(_arith(e, lookup, meta, meta_name) for e in node.elts)
+        return tuple(_arith_node(e, lookup, meta, meta_name) for e in node.elts)
     if t is ast.UnaryOp and isinstance(node.op, ast.USub):
-        return -_arith(node.operand, lookup, meta, meta_name)
+        return -_arith_node(node.operand, lookup, meta, meta_name)
     if t is ast.BinOp:
-        a, b = _arith(node.left, lookup, meta, meta_name), _arith(node.right, lookup, meta, meta_name)
+        a, b = _arith_node(node.left, lookup, meta, meta_name), _arith_node(node.right, lookup, meta, meta_name)
         op = type(node.op)
         if op is ast.Add:
-            return a + b
+            return bounded.add(a, b)
         if op is ast.Sub:
             return a - b
         if op is ast.Mult:
-            return a * b
+            return bounded.mul(a, b)
         if op is ast.FloorDiv:
             return a // b
         if op is ast.Div:
@@ -226,18 +251,18 @@ def _arith(node, lookup, meta=None, meta_name=None):
         if op is ast.Mod:
             return a % b
         if op is ast.Pow:
-            return a**b
+            return bounded.pow_(a, b)
         raise Unresolved(ast.unparse(node))
     if t is ast.Subscript and meta is not None and isinstance(node.value, ast.Name) and (node.value.id == meta_name or node.value.id.lower() == "meta"):
         key = node.slice.value if isinstance(node.slice, ast.Constant) else None
         return meta(key)
     if t is ast.Call:
         fn = ast.unparse(node.func).rsplit(".", 1)[-1]
-        args = [_arith(a, lookup, meta, meta_name) for a in node.args]
+        args = [_arith_node(a, lookup, meta, meta_name) for a in node.args]
         if fn in _CDIV and len(args) == 2:
             return -(-int(args[0]) // int(args[1]))
         if fn in _POW2 and len(args) == 1:
-            return 1 << max(0, math.ceil(math.log2(max(1, args[0]))))
+            return bounded.lshift(1, max(0, math.ceil(math.log2(max(1, args[0])))))
         if fn in ("max", "min") and args:
             return (max if fn == "max" else min)(args)
         if fn == "int" and len(args) == 1:
@@ -279,6 +304,20 @@ def _grid_expr(fsum: dict, functions: dict, scope: str, grid_src: str, line: int
     return None, None, lines
 
 
+def _count(v) -> int:
+    """A grid dimension or a warp count as an int; Unresolved for what the code's values make
+    of it that is none (``None``, ``inf``, a string, a size past :mod:`recon.bounded`'s bound)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise Unresolved(repr(v)[:40])
+    try:
+        n = int(v)
+    except (OverflowError, ValueError):
+        raise Unresolved(repr(v)[:40]) from None
+    if n.bit_length() > bounded.MAX_INT_BITS:
+        raise Unresolved("too large")
+    return n
+
+
 def evaluate_launch(ctx: CheckContext, rule, caller: str, kernel: str, edge: dict) -> Optional[dict]:
     """Programs and warps of one launch at every decode batch, or a record of what stayed unresolved."""
     G = ctx.tree.graph
@@ -304,7 +343,7 @@ def evaluate_launch(ctx: CheckContext, rule, caller: str, kernel: str, edge: dic
         if key.isupper() or key in ("num_warps",):
             try:
                 kw_meta[key] = base.eval(parse_expr(src), launch["line"])
-            except (Unresolved, ZeroDivisionError, TypeError, ValueError):
+            except (Unresolved, ArithmeticError, TypeError, ValueError):
                 pass
     if not configs:
         configs = [dict(kw_meta)]
@@ -325,19 +364,20 @@ def evaluate_launch(ctx: CheckContext, rule, caller: str, kernel: str, edge: dic
                 ev.meta, ev.meta_name = c, meta_name
                 try:
                     dims = ev.eval(grid, launch["line"])
-                except (Unresolved, ZeroDivisionError, TypeError, ValueError) as e:
+                    dims = [_count(d) for d in (dims if isinstance(dims, tuple) else (dims,))]
+                    nw = _count(c.get("num_warps", TRITON_DEFAULT_WARPS))
+                except (Unresolved, ArithmeticError, TypeError, ValueError) as e:
                     unresolved.append(getattr(e, "name", str(e)))
                     missing.update(ev.missing)
                     used.update({n: u for n, u in ev.used.items() if n not in used})
                     break
-                dims = dims if isinstance(dims, tuple) else (dims,)
                 n = 1
                 for d in dims:
-                    n *= int(d)
+                    n *= d
                 progs.append(n)
-                warps.append(n * int(c.get("num_warps", TRITON_DEFAULT_WARPS)))
+                warps.append(n * nw)
                 if M == ctx.model.decode_batches[0] and dims_at1 is None:
-                    dims_at1 = [int(d) for d in dims]
+                    dims_at1 = dims
                 for name, u in ev.used.items():
                     used.setdefault(name, u)
             if unresolved:

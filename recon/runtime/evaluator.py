@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..checks.gates import UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
+from ..checks.gates import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ServerArgsObj
 
 _ARGS_RECEIVER = re.compile(r"(args|cfg|view|server|record)", re.I)
@@ -384,6 +384,8 @@ class Evaluator(Interpreter):
 
     def _eval_raw(self, node, env, mod, scope, depth=0):
         """Like ``eval`` but keeps class references (a returned class is an answer, not unknown)."""
+        if depth == 0:
+            self.steps = STEP_BUDGET  # a top-level evaluation, as in ``eval``
         try:
             v = self._eval(node, env, mod, scope, depth)
         except _Return:
