@@ -14,6 +14,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
+from ..checks.handoffs import _exits  # every path through a block ends (return/raise)
+
 
 @dataclass
 class Write:
@@ -76,17 +78,6 @@ def _locals(fn: ast.AST) -> list:
             out.append((n.target.id, n.value, n.lineno))
     out.sort(key=lambda x: x[2])
     return out
-
-
-def _exits(body: list) -> bool:
-    if not body:
-        return False
-    last = body[-1]
-    if isinstance(last, (ast.Return, ast.Raise)):
-        return True
-    if isinstance(last, ast.If):
-        return _exits(last.body) and _exits(last.orelse)
-    return False
 
 
 def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_literals: bool = False) -> list[Write]:
