@@ -9,6 +9,7 @@ def _at(path, line) -> str:
 
 def render_text(view) -> str:
     out = [f"{view.model} on {view.device}" + (f"  flags: {view.flags}" if view.flags else "")]
+    out += [f"diagnostic: {d}" for d in view.diagnostics]
     out.append("")
     out.append("server arguments (decided):")
     for k, d in sorted(view.server_args.items()):
@@ -59,6 +60,4 @@ def render_text(view) -> str:
         out.append("")
         out.append("assumed:")
         out += [f"  {n}" for n in view.notes]
-    for d in view.diagnostics:
-        out.append(f"diagnostic: {d}")
     return "\n".join(out) + "\n"

@@ -154,6 +154,11 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
     world.schema = load_schema(world)
     ev = Evaluator(world, Dev.of(ctx.device), gm)
     view = RuntimeView(ctx.device.name, ctx.model.name, flags, env)
+    known = {d.get("name") for _, d in ctx.tree.graph.nodes(data=True) if d.get("kind") == "class"} if ctx.model.architectures else set()
+    missing = [a for a in ctx.model.architectures if a not in known]
+    if missing:
+        view.diagnostics.append(f"no model class {', '.join(missing)} in this tree: this release cannot serve the model, so "
+                                "what follows is what its code would pick for such a checkpoint, not a path that runs")
     if not list(ctx.model.architectures):
         view.diagnostics.append("the model config names no architectures: per-model server-argument overrides and the model's "
                                 "classes cannot be matched, so only device- and flag-dependent choices are evaluated")
