@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Optional
 
-from .cache import atomic_write_bytes, cache_dir, load_pickle, save_pickle, write_behind
+from .cache import atomic_write_bytes, cache_dir, load_pickle, write_behind
 from .facts import FileFacts, from_plain, to_plain
 from .pyfacts import extract_plain, internal_error, module_name
 from .sources import MAX_BYTES, DirSource, file_kind

@@ -13,7 +13,7 @@ from typing import Optional
 
 import networkx as nx
 
-from .errors import NothingToDo, ReconError
+from .errors import NothingToDo
 
 CALL_KINDS = frozenset({"calls", "launches", "wraps", "captures"})
 DYNAMIC_KINDS = CALL_KINDS | {"calls_dynamic"}

@@ -169,7 +169,6 @@ class GitSource:
 
     def files(self) -> Iterator[tuple[str, tuple]]:
         self.refused = {}
-        tree = self.commit.tree
         for sub in self.subdirs:
             top = self._lookup(sub)
             if top is None:

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recon.indexer import index_plain
 from recon.sources import MAX_BYTES
 from tests import fuzzkit
 from tests.conftest import OLD_VERSION

@@ -17,7 +17,7 @@ context (and pickled with the findings, so a warm run does not rebuild it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from ..checks.gates import Dev, _model
 from .evaluator import Evaluator

@@ -23,7 +23,7 @@ import ast
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from ..checks.gates import UNKNOWN, _dotted
 from ..checks.handoffs import _guarded_calls
