@@ -8,6 +8,8 @@ what counts as a bug.
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 
 import hypothesmith
 import pytest
@@ -26,13 +28,15 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def _parses(data: bytes) -> bool:
-    for text in (data, data.decode("latin-1").encode("utf-8")):
-        try:
-            ast.parse(text)
-            return True
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-    return False
+    """What Python's import accepts: the source decodes in its declared encoding (UTF-8 without a
+    coding line, every byte, comments too) and parses."""
+    try:
+        enc, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        data.decode(enc)
+        ast.parse(data)
+        return True
+    except (SyntaxError, ValueError, RecursionError, MemoryError, LookupError):
+        return False
 
 
 # ── generated input ──
