@@ -1,35 +1,154 @@
-"""Kernel configs as data: one JSON file per (experts, intermediate size, device),
-named like SGLang's tuned MoE configs, mapping batch size M -> config.
+"""Kernel configs as data: one JSON file per (experts, intermediate size, device), named like
+SGLang's tuned MoE configs, mapping batch size M -> config.
 
-  configs/E=256,N=2048,device_name=NVIDIA_H200,dtype=mxfp4.json
-  {"1": {"BLOCK_M": 16, "gemm1": {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
-         "gemm2": {...}}, "64": {...}, ...}
+  E=256,N=2048,device_name=NVIDIA_H200,dtype=mxfp4.json
+  {"1": {"path": "mma", "gemm1": {...}, "gemm2": {...}, "pdl": true}, "4096": {"path": "wgmma", ...}}
 
-The entry whose M is nearest (ties -> smaller) is used; with no file, default_config().
+Where the files are looked for, first match wins:
+  1. the user folder: $REFIMPL_CONFIG_DIR, else $XDG_CACHE_HOME/reference_impl/configs
+     (~/.cache/reference_impl/configs); `python -m reference_impl.tune` writes there;
+  2. the bundled folder (configs/ beside this module).
+The entry whose M is nearest (ties -> smaller) is used. A file is checked whole when first read:
+an entry the kernels cannot take, or one naming a path this GPU cannot run (arch.py), is a
+ValueError naming the file and the key, never a silent fallback. With no file:
+default_config(), heuristics on the shape and the device (SM count, shared memory, capability).
+
+Paths ("path" in a config): "dot" (or absent) the tl.dot kernels, "mma" the Gluon decode path,
+"wgmma" the Gluon prefill path. Experimental knobs (no shipped or default config uses them; kept
+for the measurements bench/NOTES.md cites): "scale_vec" (dot), "PF" and "CREGS" (wgmma).
 """
 from __future__ import annotations
 
-import functools
 import json
+import math
 import os
 from typing import Optional
 
+from . import arch as _arch
+
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
+PATHS = ("dot", "mma", "wgmma")
+
+
+def user_config_dir() -> str:
+    d = os.environ.get("REFIMPL_CONFIG_DIR")
+    if d:
+        return d
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "reference_impl", "configs")
 
 
 def config_file_name(E: int, N: int, device_name: str) -> str:
     return f"E={E},N={N},device_name={device_name.replace(' ', '_')},dtype=mxfp4.json"
 
 
-@functools.lru_cache(maxsize=None)
-def _load(path: str) -> Optional[dict]:
-    if not os.path.exists(path):
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _pow2(v) -> bool:
+    return _is_int(v) and v > 0 and v & (v - 1) == 0
+
+
+def check_dot_config(cfg: dict) -> None:
+    """The tl.dot kernels' config: BLOCK_M (16..256), per GEMM BLOCK_N / BLOCK_K (powers of two,
+    BLOCK_K a multiple of 32: whole scale groups), num_warps (1..16), num_stages (1..8)."""
+    bad = []
+    bm = cfg.get("BLOCK_M")
+    if not (_pow2(bm) and 16 <= bm <= 256):
+        bad.append(f"BLOCK_M={bm} (a power of two in 16..256)")
+    for g in ("gemm1", "gemm2"):
+        c = cfg.get(g)
+        if not isinstance(c, dict):
+            bad.append(f"{g}={c} (an object)")
+            continue
+        if not (_pow2(c.get("BLOCK_N")) and 16 <= c["BLOCK_N"] <= 256):
+            bad.append(f"{g}.BLOCK_N={c.get('BLOCK_N')} (a power of two in 16..256)")
+        if not (_pow2(c.get("BLOCK_K")) and 32 <= c["BLOCK_K"] <= 512):
+            bad.append(f"{g}.BLOCK_K={c.get('BLOCK_K')} (a power of two in 32..512)")
+        if not (_pow2(c.get("num_warps")) and c["num_warps"] <= 16):
+            bad.append(f"{g}.num_warps={c.get('num_warps')} (1, 2, 4, 8 or 16)")
+        if not (_is_int(c.get("num_stages")) and 1 <= c["num_stages"] <= 8):
+            bad.append(f"{g}.num_stages={c.get('num_stages')} (1..8)")
+    if bad:
+        raise ValueError("config: the tl.dot path (\"dot\") cannot take " + "; ".join(bad))
+
+
+def validate(cfg, arch: _arch.Arch, source: str = "config") -> None:
+    """A config the kernels cannot take, or whose path `arch` may not run: ValueError starting with
+    `source` (the file and key, or "config"). Under the interpreter (arch.INTERPRETER) every
+    path is let through: its kernels are checked, and the wrapper runs the tl.dot kernels."""
+    from .moe import check_mma_config
+    from .wgmma_path import check_config as check_wgmma_config
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{source}: {cfg!r} is not an object")
+    path = cfg.get("path", "dot")
+    try:
+        if path == "mma":
+            check_mma_config(cfg)
+        elif path == "wgmma":
+            check_wgmma_config(cfg)
+        elif path == "dot":
+            check_dot_config(cfg)
+        else:
+            raise ValueError(f"path={path!r} (one of {', '.join(PATHS)})")
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    if arch is _arch.INTERPRETER:
+        return
+    if path not in arch.paths():
+        raise ValueError(f"{source}: path={path!r}: {arch.name} cannot run it (it may run {', '.join(arch.paths())})")
+    if path == "mma" and not arch.mma_tma:
+        for g in ("gemm1", "gemm2"):
+            if cfg[g].get("tma"):
+                raise ValueError(f"{source}: {g}.tma={cfg[g]['tma']}: {arch.name} cannot run the decode path's TMA form")
+
+
+_TABLES: dict = {}
+
+
+def load_table(path: str, arch: _arch.Arch) -> Optional[dict]:
+    """The file's table {M: config}, every entry checked against arch (cached by path, mtime and
+    arch); None if there is no file."""
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
         return None
-    with open(path) as f:
-        return {int(k): v for k, v in json.load(f).items()}
+    key = (path, mtime, arch)
+    if key in _TABLES:
+        return _TABLES[key]
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable JSON file ({e})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{path}: expected an object mapping batch sizes to configs")
+    table = {}
+    for k, v in raw.items():
+        try:
+            m = int(k)
+        except ValueError:
+            m = 0
+        if m <= 0 or str(m) != k.strip():
+            raise ValueError(f"{path}: key {k!r} is not a positive batch size")
+        validate(v, arch, f"{path}: key {k!r}")
+        table[m] = v
+    _TABLES[key] = table
+    return table
 
 
-def default_config(M: int, E: int, topk: int, H: int, I: int) -> dict:
+def find_config_file(E: int, I: int, device_name: str) -> Optional[str]:
+    """The config file for this shape and device: the user folder's, else the bundled one."""
+    name = config_file_name(E, I, device_name)
+    for d in (user_config_dir(), CONFIG_DIR):
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def _dot_default(M: int, E: int, topk: int) -> dict:
     rows_per_expert = M * topk / max(1, min(E, M * topk))
     if rows_per_expert <= 16:
         bm = 16
@@ -48,16 +167,84 @@ def default_config(M: int, E: int, topk: int, H: int, I: int) -> dict:
     return {"BLOCK_M": bm, "gemm1": g1, "gemm2": g2}
 
 
+def _mma_default(M: int, E: int, topk: int, H: int, I: int, a: _arch.Arch, props: _arch.DeviceProps) -> dict:
+    """Decode path: 8-token blocks, Q tiles of 16 rows a program. Enough programs to fill the GPU
+    several times over come first: one tile a program (Q = 1) until the experts touched times
+    the tiles of two (Q = 2) reach 16 programs an SM, then two (fewer re-reads of the 8 tokens'
+    activations). Four warps share K where few programs run and K splits into whole 4-warp
+    chunks, else two; the down GEMM with two tiles, one warp (more programs resident)."""
+    used = min(E, M * topk)
+    target = 16 * props.sm_count
+
+    def gemm(N, K):
+        q = 2 if used * math.ceil(N / 32) >= target else 1
+        nw = 4 if used * math.ceil(N / 16) < target // 2 and K % 512 == 0 else 2
+        return q, nw
+
+    q1, nw1 = gemm(I, H)
+    q2, nw2 = gemm(H, I)
+    if q2 == 2:
+        nw2 = 1
+    tma = 2 if a.mma_tma else 0
+    g1 = {"Q": q1, "num_warps": nw1}
+    g2 = {"Q": q2, "num_warps": nw2, "atom_vec": 8}
+    if tma:
+        # the ring (2 stages of 16 Q rows x 16 NW words, x2 for gate/up) is far below any smem limit
+        g1["tma"] = g2["tma"] = tma
+    return {"path": "mma", "gemm1": g1, "gemm2": g2, "pdl": True}
+
+
+def _wgmma_default(M: int, E: int, topk: int, props: _arch.DeviceProps) -> dict:
+    """Prefill path. Up to ~96 tokens an expert: 64-token blocks, the plain kernels. Beyond: the
+    warp-specialized kernels with a block large enough that most experts (the mean plus two
+    standard deviations of a random routing's count) fit in one: 128 + 16 or 128 + 32 tokens
+    (three parts), four warpgroups up to 144 tokens, three at 160 (registers)."""
+    used = min(E, M * topk)
+    r = M * topk / used
+    if r <= 96:
+        return {"path": "wgmma", "BLOCK_M": 64, "gemm1": {"STAGES": 3, "num_warps": 4},
+                "gemm2": {"STAGES": 3, "num_warps": 4, "atom_vec": 8}}
+    want = r + 2 * math.sqrt(r)
+    bm, cw, parts = (128, 4, None) if want <= 128 else (144, 4, [64, 64]) if want <= 144 else (160, 3, [64, 64])
+    stages = 4
+    while stages > 2 and stages * bm * 64 * 2 > props.smem_per_block // 2:  # the B ring: bm rows x 64 bf16
+        stages -= 1
+    g = {"STAGES": stages, "ws": cw, "LAG": 1}
+    cfg = {"path": "wgmma", "BLOCK_M": bm, "gemm1": dict(g), "gemm2": {**g, "atom_vec": 8}}
+    if parts:
+        cfg["parts"] = parts
+    return cfg
+
+
+def default_config(M: int, E: int, topk: int, H: int, I: int, arch: Optional[_arch.Arch] = None,
+                   props: Optional[_arch.DeviceProps] = None) -> dict:
+    """The config with no tuned file: the decode path where few tokens share an expert (<= 16
+    rows an expert touched) and the architecture runs it, the prefill path beyond where it
+    runs that, else the tl.dot kernels. arch None: the tl.dot kernels (the interpreter's)."""
+    a = arch or _arch.INTERPRETER
+    p = props or _arch.H200_LIKE
+    r = M * topk / max(1, min(E, M * topk))
+    if a.mma and r <= 16:
+        return _mma_default(M, E, topk, H, I, a, p)
+    if a.wgmma and r > 16:
+        return _wgmma_default(M, E, topk, p)
+    return _dot_default(M, E, topk)
+
+
 def reg_cap(gemm_cfg: dict) -> dict:
     """The launch option capping a kernel's registers a thread, where a GEMM's config names one
     ("maxnreg"), else none."""
     return {"maxnreg": gemm_cfg["maxnreg"]} if gemm_cfg.get("maxnreg") is not None else {}
 
 
-def get_config(M: int, E: int, topk: int, H: int, I: int, device_name: Optional[str]) -> dict:
+def get_config(M: int, E: int, topk: int, H: int, I: int, device_name: Optional[str],
+               arch: Optional[_arch.Arch] = None, props: Optional[_arch.DeviceProps] = None) -> dict:
+    """The config of the nearest M in this device's file (user folder first), else the defaults."""
+    a = arch or _arch.INTERPRETER
     if device_name:
-        table = _load(os.path.join(CONFIG_DIR, config_file_name(E, I, device_name)))
+        path = find_config_file(E, I, device_name)
+        table = load_table(path, a) if path else None
         if table:
             key = min(table, key=lambda k: (abs(k - M), k))
             return table[key]
-    return default_config(M, E, topk, H, I)
+    return default_config(M, E, topk, H, I, a, props)

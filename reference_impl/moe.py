@@ -11,12 +11,14 @@ Pipeline (one fixed grid per batch size, no host sync -> CUDA-graph safe):
 """
 from __future__ import annotations
 
-import os
+import dataclasses
+import time
 from typing import Optional
 
 import torch
 import triton
 
+from . import arch as _arch
 from . import configs as _configs
 from .routing import max_blocks, route_torch
 from .kernels.route import route_kernel
@@ -37,18 +39,18 @@ except Exception:  # pragma: no cover - depends on the installed Triton
     _decode_tma = None
 
 ROUTE_KERNEL_MAX_SLOTS = 2048
-_STATE = {"bf16_atomics": True}  # cleared if the bf16 atomic epilogue fails to build
+PREP_BLOCK = 1024
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return _arch.interpreting()
 
 
-def _fast_dequant(dev) -> bool:
-    """PTX e2m1 path (mul.bf16x2 needs sm_90); REFIMPL_FAST_DEQUANT=0 turns it off."""
-    if _interpreting() or os.environ.get("REFIMPL_FAST_DEQUANT", "1") == "0":
-        return False
-    return torch.cuda.get_device_capability(dev) >= (9, 0)
+def _device_arch(dev) -> _arch.Arch:
+    """What this device may run (arch.py), the environment's off-switches applied."""
+    if _interpreting() or dev.type != "cuda":
+        return _arch.INTERPRETER
+    return _arch.for_device(dev)
 
 
 def check_mma_config(cfg: dict) -> None:
@@ -110,17 +112,13 @@ def _decode_mask(K: int, N: int, c: dict) -> bool:
 
 
 def _mma_path(cfg: dict, dev) -> bool:
-    """The Gluon decode path (mma.sync fed straight from the e2m1 words) where a
-    config asks for it and the device can run it (bf16x2 PTX: sm_90+);
-    REFIMPL_DECODE_MMA=0 turns it off."""
+    """The Gluon decode path (mma.sync fed straight from the e2m1 words) where a config asks for
+    it and the device may run it (arch.py; REFIMPL_DECODE_MMA=0 turns it off). A config the
+    kernels cannot take is an error on any device."""
     if cfg.get("path") != "mma":
         return False
     check_mma_config(cfg)
-    if _decode_mma is None or _interpreting():
-        return False
-    if os.environ.get("REFIMPL_DECODE_MMA", "1") == "0" or dev.type != "cuda":
-        return False
-    return torch.cuda.get_device_capability(dev) >= (9, 0)
+    return _decode_mma is not None and _device_arch(dev).mma
 
 
 def _fail(name: str, msg: str):
@@ -191,18 +189,112 @@ def _kw(c: dict) -> dict:
 
 
 def scale_vec_ok(c: dict, K: int) -> bool:
-    """Scales can be read as 32-bit words (pipelined by cp.async like the
-    weights) when every K step covers whole words and each scale row starts on
-    a word: BLOCK_K % 128 == 0 and K/32 % 4 == 0 (DeepSeek-V4: yes; gpt-oss's
-    2880/32 = 90: no, those configs fetch the bytes one K step ahead instead)."""
+    """Experimental ("scale_vec" in a tl.dot config; no shipped or default config uses it):
+    scales read as 32-bit words (pipelined by cp.async like the weights) when every K step
+    covers whole words and each scale row starts on a word: BLOCK_K % 128 == 0 and K/32 % 4 == 0.
+    On the H200 it ran 1.8x slower than bytes fetched a step ahead (bench/NOTES.md)."""
     return c["BLOCK_K"] % 128 == 0 and (K // 32) % 4 == 0
 
 
 def _scale_vec(c: dict, K: int) -> bool:
-    # off unless a config asks: on the H200 the word path's unpacked exponents
-    # drag the dequantized tile through a per-element shared-memory conversion
-    # (64 STS.U16 per K step) and ran 1.8x slower than bytes fetched a step ahead
-    return bool(c.get("scale_vec", False)) and scale_vec_ok(c, K) and os.environ.get("REFIMPL_SCALE_VEC", "1") != "0"
+    return bool(c.get("scale_vec", False)) and scale_vec_ok(c, K)
+
+
+# host-side timing of the wrapper's stages (bench/reference_impl/host_overhead.py): None, or a list
+# the stages append (name, perf_counter()) to
+_PROFILE = None
+
+
+def _mark(name: str) -> None:
+    if _PROFILE is not None:
+        _PROFILE.append((name, time.perf_counter()))
+
+
+_PLANS: dict = {}  # (M, E, topk, H, I, device, deterministic) -> _Plan, for config=None calls
+_DESCS: dict = {}  # (data_ptr, shape, block) -> TMA descriptor of a weight tensor
+
+
+class _Plan:
+    """What one call's shape, device and config decide, computed once per key: the config, the
+    path, the output mode, the grids and the routing's launch parameters."""
+    __slots__ = ("cfg", "mma", "wg", "BM", "c1", "c2", "mode", "NB", "P", "meta", "route_grid", "pdl", "mask1",
+                 "mask2", "fast", "g1", "g2", "dot1", "dot2")
+
+    def __init__(self, cfg, M, E, topk, H, I, dev, deterministic, source):
+        a = _device_arch(dev)
+        # what the architecture may run decides what is an error; the environment may only turn a
+        # Gluon path off (then the defaults of what is left run)
+        _configs.validate(cfg, a if a is _arch.INTERPRETER else _arch.for_device(dev, env=False), source)
+        S = M * topk
+        self.mma = _mma_path(cfg, dev)
+        self.wg = wgmma_path.usable(cfg, dev)
+        if not (self.mma or self.wg) and cfg.get("path") in ("mma", "wgmma"):
+            # validate() let it through: the interpreter, or a Gluon path the environment turned off
+            cfg = _configs.default_config(M, E, topk, H, I, None if a is _arch.INTERPRETER else
+                                          dataclasses.replace(a, mma=self.mma, wgmma=self.wg), _props(dev))
+        self.cfg = cfg
+        self.BM = _decode_mma.BLOCK_M if self.mma else cfg["BLOCK_M"]
+        self.c1, self.c2 = cfg["gemm1"], cfg["gemm2"]
+        # the down GEMM's output: per-slot rows (2, deterministic), bf16 atomics into the output (0),
+        # or float32 atomics and a cast (1) where the architecture has no bf16 atomics
+        self.mode = 2 if deterministic else 0 if a.bf16_atomics else 1
+        self.NB = max_blocks(S, E, self.BM)
+        self.P = self.NB * self.BM
+        E_PAD = triton.next_power_of_2(E + 1)
+        self.meta = dict(S_PAD=max(16, triton.next_power_of_2(S)), E_PAD=E_PAD, BLOCK_M=self.BM, FILL=1024,
+                         num_warps=4)
+        self.route_grid = (1 + triton.cdiv(M * H, PREP_BLOCK),) if self.mma else (1,)
+        self.pdl = self.mma and bool(cfg.get("pdl", False))
+        self.fast = a.fast_dequant
+        if self.mma:
+            self.mask1, self.mask2 = _decode_mask(H, I, self.c1), _decode_mask(I, H, self.c2)
+            self.g1 = (self.NB * triton.cdiv(I, 16 * self.c1["Q"]),)
+            self.g2 = (self.NB * triton.cdiv(H, 16 * self.c2["Q"]),)
+        elif not self.wg:
+            interp = _interpreting()
+            self.g1 = (self.NB * triton.cdiv(I, self.c1["BLOCK_N"]),)
+            self.g2 = (self.NB * triton.cdiv(H, self.c2["BLOCK_N"]),)
+            self.dot1 = dict(BLOCK_M=self.BM, DOT_F32=interp, FAST_DEQUANT=self.fast,
+                             SCALE_VEC=_scale_vec(self.c1, H), **_kw(self.c1))
+            self.dot2 = dict(BLOCK_M=self.BM, DOT_F32=interp, FAST_DEQUANT=self.fast,
+                             SCALE_VEC=_scale_vec(self.c2, I), **_kw(self.c2))
+
+
+def _props(dev):
+    if dev.type != "cuda" or _interpreting():
+        return None
+    return _arch.device_props(dev.index if dev.index is not None else torch.cuda.current_device())
+
+
+def _plan(M, E, topk, H, I, dev, deterministic, config) -> _Plan:
+    if config is not None:  # a caller's config: checked on every call (it may have changed)
+        return _Plan(config, M, E, topk, H, I, dev, deterministic, "config")
+    key = (M, E, topk, H, I, dev, deterministic)
+    p = _PLANS.get(key)
+    if p is None:
+        a = _device_arch(dev)
+        name = _device_name(dev)
+        path = _configs.find_config_file(E, I, name) if name else None
+        cfg = _configs.get_config(M, E, topk, H, I, name, a, _props(dev))
+        src = "config"
+        if path:
+            table = _configs.load_table(path, a)
+            src = f"{path}: key '{min(table, key=lambda k: (abs(k - M), k))}'"
+        p = _Plan(cfg, M, E, topk, H, I, dev, deterministic, src)
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        _PLANS[key] = p
+    return p
+
+
+def _cached_desc(w: torch.Tensor, shape: list, block: list):
+    key = (w.data_ptr(), w.device, tuple(shape), tuple(block))
+    d = _DESCS.get(key)
+    if d is None:
+        if len(_DESCS) > 1024:
+            _DESCS.clear()
+        d = _DESCS[key] = _tma_desc(w, shape, block)
+    return d
 
 
 def grouped_mxfp4_moe(
@@ -221,173 +313,174 @@ def grouped_mxfp4_moe(
     *,
     deterministic: bool = False,
     config: Optional[dict] = None,
-    _poison: bool = False,
 ) -> torch.Tensor:
     """Grouped MXFP4 MoE forward, drop-in for SGLang's mxfp4_moe_forward_triton.
 
     deterministic=True sums the top-k contributions in a fixed order (a per-slot
     buffer and one reduce launch) instead of atomics. config overrides the
-    tuned/default kernel config. _poison fills scratch buffers with NaN (tests).
+    tuned/default kernel config (configs.py); one this GPU cannot run is a ValueError.
     """
+    return _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights,
+                    hidden_size, intermediate_size, routed_scaling_factor, clamp_limit, deterministic, config, False)
+
+
+def poisoned_forward(*args, **kwargs) -> torch.Tensor:
+    """grouped_mxfp4_moe with its scratch buffers filled with NaN first (tests: a value the
+    kernels fail to write reaches the output as NaN)."""
+    return _forward(*_bind(*args, **kwargs), True)
+
+
+def _bind(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights, hidden_size,
+          intermediate_size, routed_scaling_factor=None, clamp_limit=None, inplace=False, *, deterministic=False,
+          config=None):
+    return (hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights, hidden_size,
+            intermediate_size, routed_scaling_factor, clamp_limit, deterministic, config)
+
+
+def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights, hidden_size,
+             intermediate_size, routed_scaling_factor, clamp_limit, deterministic, config, poison):
+    _mark("start")
     H, I = int(hidden_size), int(intermediate_size)
     E = _validate(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale,
                   topk_ids, topk_weights, H, I)
-    x = hidden_states.contiguous()
+    x = hidden_states if hidden_states.is_contiguous() else hidden_states.contiguous()
     M = x.shape[0]
     dev = x.device
     if M == 0:
         return torch.empty(0, H, dtype=torch.bfloat16, device=dev)
     topk = topk_ids.shape[1]
     S = M * topk
-    cfg = config or _configs.get_config(M, E, topk, H, I, _device_name(dev))
-    mma = _mma_path(cfg, dev)
-    wg = wgmma_path.usable(cfg, dev)
-    if not (mma or wg) and cfg.get("path") in ("mma", "wgmma"):  # this device/Triton cannot: the defaults
-        cfg = _configs.default_config(M, E, topk, H, I)
-    BM = _decode_mma.BLOCK_M if mma else cfg["BLOCK_M"]
-    c1, c2 = cfg["gemm1"], cfg["gemm2"]
+    _mark("validate")
+    pl = _plan(M, E, topk, H, I, dev, bool(deterministic), config)
+    mma, wg, BM, c1, c2, mode, NB, P = pl.mma, pl.wg, pl.BM, pl.c1, pl.c2, pl.mode, pl.NB, pl.P
+    _mark("config")
 
-    w13 = w13_packed.contiguous().view(torch.uint8)
-    w2 = w2_packed.contiguous().view(torch.uint8)
-    s13 = _scale_bits("w13_scale", w13_scale).contiguous()
-    s2 = _scale_bits("w2_scale", w2_scale).contiguous()
-    ids = topk_ids.contiguous()
-    tw = topk_weights.contiguous()
+    w13 = (w13_packed if w13_packed.is_contiguous() else w13_packed.contiguous()).view(torch.uint8)
+    w2 = (w2_packed if w2_packed.is_contiguous() else w2_packed.contiguous()).view(torch.uint8)
+    s13 = _scale_bits("w13_scale", w13_scale)
+    s2 = _scale_bits("w2_scale", w2_scale)
+    s13 = s13 if s13.is_contiguous() else s13.contiguous()
+    s2 = s2 if s2.is_contiguous() else s2.contiguous()
+    ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
+    tw = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
 
     # the down GEMM's output: per-slot rows (deterministic) or the atomics' target,
     # zeroed by a memset, or by prep_act on the decode path
     alloc = torch.empty if mma else torch.zeros
-    if deterministic:
-        mode = 2
+    if mode == 2:
         buf = torch.empty(S, H, dtype=torch.float32, device=dev)
-        if _poison:
+        if poison:
             buf.fill_(float("nan"))
-    elif _interpreting() or not _STATE["bf16_atomics"] or torch.cuda.get_device_capability(dev) < (9, 0):
-        mode = 1  # no bf16 atomics: accumulate in float32, then cast
-        buf = alloc(M, H, dtype=torch.float32, device=dev)
     else:
-        mode = 0
-        buf = alloc(M, H, dtype=torch.bfloat16, device=dev)
+        buf = alloc(M, H, dtype=torch.bfloat16 if mode == 0 else torch.float32, device=dev)
+    xb = torch.empty(M, H, dtype=torch.bfloat16, device=dev) if mma else None
+    _mark("buffers")
 
     # 1. routing (and, on the decode path, the hidden states as B pairs + the zeroed output)
-    NB = max_blocks(S, E, BM)
-    P = NB * BM
-    xb = torch.empty(M, H, dtype=torch.bfloat16, device=dev) if mma else None
     prep = (x, xb, buf, M * H, H, x.stride(0), H, buf.stride(0))
-    PREP_BLOCK = 1024
     if S <= ROUTE_KERNEL_MAX_SLOTS:
         sorted_slots = torch.empty(P, dtype=torch.int32, device=dev)
         block_expert = torch.empty(NB, dtype=torch.int32, device=dev)
-        E_PAD = triton.next_power_of_2(E + 1)
-        scratch = torch.empty(2 * E_PAD, dtype=torch.int32, device=dev)
+        scratch = torch.empty(2 * pl.meta["E_PAD"], dtype=torch.int32, device=dev)
         route = (ids, sorted_slots, block_expert, scratch, S, E, P, NB)
-        meta = dict(S_PAD=max(16, triton.next_power_of_2(S)), E_PAD=E_PAD, BLOCK_M=BM, FILL=1024, num_warps=4)
+        _mark("buffers")
         if mma:  # one launch: program 0 routes, the others lay out the hidden states
-            route_prep_kernel[(1 + triton.cdiv(M * H, PREP_BLOCK),)](
-                *route, *prep, ZERO_OUT=mode != 2, BLOCK=PREP_BLOCK, **meta)
+            route_prep_kernel[pl.route_grid](*route, *prep, ZERO_OUT=mode != 2, BLOCK=PREP_BLOCK, **pl.meta)
         else:
-            route_kernel[(1,)](*route, **meta)
+            route_kernel[(1,)](*route, **pl.meta)
     else:
         sorted_slots, block_expert = route_torch(ids, E, BM)
         if mma:
             prep_act_kernel[(triton.cdiv(M * H, PREP_BLOCK),)](*prep, ZERO_OUT=mode != 2, BLOCK=PREP_BLOCK)
+    _mark("launch_route")
 
     # 2. gate/up GEMM + SwiGLU. On the decode path the two GEMMs may be launched as programmatic
     # dependents ("pdl" in the config): each starts while the launch before it finishes and
     # waits for it in-kernel (decode_mma.gdc_wait), which hides the launch gaps
-    pdl = mma and bool(cfg.get("pdl", False))
+    pdl = pl.pdl
     st1, st2 = (_tma_stages(c1, w13), _tma_stages(c2, w2)) if mma else (0, 0)  # TMA ring stages, 0: none
     has_clamp = clamp_limit is not None and clamp_limit > 0
     clamp = float(clamp_limit) if has_clamp else 0.0
     if not wg:
         act = torch.empty(P, I, dtype=torch.bfloat16, device=dev)
-        if _poison:
+        if poison:
             act.fill_(float("nan"))
+    _mark("buffers")
     if wg:  # hidden states gathered per sorted row in the kernels' k order, then wgmma
         act = wgmma_path.gemm1(wgmma_path.prep(x, sorted_slots, S, topk, P), w13, s13, sorted_slots,
-                               block_expert, S, H, I, wgmma_path.token_parts(cfg), c1, clamp, has_clamp, _poison)
+                               block_expert, S, H, I, wgmma_path.token_parts(pl.cfg), c1, clamp, has_clamp, poison)
     elif st1:  # the TMA form (kernels/decode_tma.py)
         Q1, NW1 = c1["Q"], c1["num_warps"]
-        _decode_tma.decode_gemm1_swiglu_tma_kernel[(NB * triton.cdiv(I, 16 * Q1),)](
-            xb.view(torch.int32), _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1]), s13, act, sorted_slots,
+        d1 = _cached_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1])
+        _mark("descriptors")
+        _decode_tma.decode_gemm1_swiglu_tma_kernel[pl.g1](
+            xb.view(torch.int32), d1, s13, act, sorted_slots,
             block_expert, S, H, I, NB, topk, xb.stride(0), s13.stride(0), s13.stride(1), act.stride(0),
             clamp, HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=st1, AHEAD=c1.get("ahead", 0),
             num_warps=NW1, launch_pdl=pdl,
             **_configs.reg_cap(c1),
         )
     elif mma:
-        _decode_mma.decode_gemm1_swiglu_kernel[(NB * triton.cdiv(I, 16 * c1["Q"]),)](
+        _decode_mma.decode_gemm1_swiglu_kernel[pl.g1](
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
             clamp, HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
-            MASK=_decode_mask(H, I, c1), num_warps=c1["num_warps"], launch_pdl=pdl, **_configs.reg_cap(c1),
+            MASK=pl.mask1, num_warps=c1["num_warps"], launch_pdl=pdl, **_configs.reg_cap(c1),
         )
     else:
-        grid1 = (NB * triton.cdiv(I, c1["BLOCK_N"]),)
-        gemm1_swiglu_kernel[grid1](
+        gemm1_swiglu_kernel[pl.g1](
             x, w13, s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
             x.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp, HAS_CLAMP=has_clamp, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev),
-            SCALE_VEC=_scale_vec(c1, H), **_kw(c1),
+            clamp, HAS_CLAMP=has_clamp, **pl.dot1,
         )
+    _mark("launch_gemm1")
 
     # 3. down GEMM + weighted top-k combine
     rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
-
-    def launch2(mode, buf):
-        if wg:
-            wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk, wgmma_path.token_parts(cfg),
-                             c2, rsf, mode)
-            return
-        if st2:
-            Q2, NW2 = c2["Q"], c2["num_warps"]
-            _decode_tma.decode_gemm2_combine_tma_kernel[(NB * triton.cdiv(H, 16 * Q2),)](
-                act.view(torch.int32), _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2]), s2, buf, sorted_slots,
-                block_expert, tw, S, H, I, NB, topk, act.stride(0), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=Q2, NW=NW2, STAGES=st2, AHEAD=c2.get("ahead", 0),
-                num_warps=NW2, launch_pdl=pdl,
-                **_configs.reg_cap(c2),
-            )
-            return
-        if mma:
-            _decode_mma.decode_gemm2_combine_kernel[(NB * triton.cdiv(H, 16 * c2["Q"]),)](
-                act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
-                S, H, I, NB, topk,
-                act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-                rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), AV=c2.get("atom_vec", 2),
-                MASK=_decode_mask(I, H, c2), num_warps=c2["num_warps"], launch_pdl=pdl, **_configs.reg_cap(c2),
-            )
-            return
-        gemm2_combine_kernel[(NB * triton.cdiv(H, c2["BLOCK_N"]),)](
+    if wg:
+        wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk,
+                         wgmma_path.token_parts(pl.cfg), c2, rsf, mode)
+    elif st2:
+        Q2, NW2 = c2["Q"], c2["num_warps"]
+        d2 = _cached_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2])
+        _mark("descriptors")
+        _decode_tma.decode_gemm2_combine_tma_kernel[pl.g2](
+            act.view(torch.int32), d2, s2, buf, sorted_slots,
+            block_expert, tw, S, H, I, NB, topk, act.stride(0), s2.stride(0), s2.stride(1), buf.stride(0),
+            rsf, OUT_MODE=mode, Q=Q2, NW=NW2, STAGES=st2, AHEAD=c2.get("ahead", 0),
+            num_warps=NW2, launch_pdl=pdl,
+            **_configs.reg_cap(c2),
+        )
+    elif mma:
+        _decode_mma.decode_gemm2_combine_kernel[pl.g2](
+            act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
+            S, H, I, NB, topk,
+            act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
+            rsf, OUT_MODE=mode, Q=c2["Q"], NW=c2["num_warps"], WC=c2.get("w_cache", ""), AV=c2.get("atom_vec", 2),
+            MASK=pl.mask2, num_warps=c2["num_warps"], launch_pdl=pdl, **_configs.reg_cap(c2),
+        )
+    else:
+        gemm2_combine_kernel[pl.g2](
             act, w2, s2, buf, sorted_slots, block_expert, tw,
             S, H, I, NB, topk,
             act.stride(0), w2.stride(0), w2.stride(1), s2.stride(0), s2.stride(1), buf.stride(0),
-            rsf,
-            OUT_MODE=mode, BLOCK_M=BM, DOT_F32=_interpreting(), FAST_DEQUANT=_fast_dequant(dev),
-            SCALE_VEC=_scale_vec(c2, I), **_kw(c2),
+            rsf, OUT_MODE=mode, **pl.dot2,
         )
-
-    if mode == 0:
-        try:
-            launch2(0, buf)
-        except Exception:  # this Triton cannot build bf16 atomics: float32 + cast
-            _STATE["bf16_atomics"] = False
-            mode = 1
-            buf = torch.zeros(M, H, dtype=torch.float32, device=dev)
-            launch2(1, buf)
-    else:
-        launch2(mode, buf)
+    _mark("launch_gemm2")
     if mode == 0:
         return buf
     if mode == 1:
-        return buf.to(torch.bfloat16)
+        out = buf.to(torch.bfloat16)
+        _mark("epilogue")
+        return out
     out = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
-    if _poison:
+    if poison:
         out.fill_(float("nan"))
     RBN = min(1024, triton.next_power_of_2(H))
     reduce_topk_kernel[(M, triton.cdiv(H, RBN))](
         buf, ids, out, H, E, buf.stride(0), out.stride(0), TOPK=topk, BLOCK_N=RBN,
     )
+    _mark("epilogue")
     return out

@@ -9,8 +9,6 @@ where X128 = X rounded up to the 128-value period of that order (zeros past X).
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
@@ -21,26 +19,28 @@ try:  # Gluon's Hopper modules; absent from some Triton builds
     from .kernels import prefill_ws as _ws
 except Exception:  # pragma: no cover - depends on the installed Triton
     _k = None
+from . import arch as _arch
 from .configs import reg_cap
 from .kernels.prep_act import prefill_prep_kernel
 
 PREP_ROWS, PREP_BLOCK = 16, 256
 # registers of each warp-specialized partition but the first, by partition count: what is left
-# of the 64K register file (the first takes the rest); 3 partitions leave room for BLOCK_M = 160
+# of the 64K register file (the first takes the rest); 3 partitions leave room for BLOCK_M = 160.
+# A config's "CREGS" overrides it (experimental: no shipped or default config does), as "PF" (the
+# plain kernels' register prefetch depth, 2: experimental; measured slower, bench/NOTES.md v8)
 CREGS = {2: 120, 3: 160, 4: 120}
 
 
 def usable(cfg: dict, dev: torch.device) -> bool:
-    """wgmma is sm_90(a) only; REFIMPL_WGMMA=0 turns the path off. A prefill config the
-    kernels cannot take is an error, not a silent fallback."""
+    """Where a config asks for the prefill path and the device may run it (arch.py: sm_90 only;
+    REFIMPL_WGMMA=0 turns it off). A prefill config the kernels cannot take is an error, not a
+    silent fallback."""
     if cfg.get("path") != "wgmma":
         return False
     check_config(cfg)
     if _k is None or dev.type != "cuda":
         return False
-    if os.environ.get("REFIMPL_WGMMA", "1") == "0" or os.environ.get("TRITON_INTERPRET", "0") == "1":
-        return False
-    return torch.cuda.get_device_capability(dev) == (9, 0)
+    return _arch.for_device(dev).wgmma
 
 
 def token_parts(cfg: dict) -> tuple:

@@ -242,7 +242,7 @@ def main():
             for path, old_kernels in baselines if dot.get("path") == "mma" else ():
                 new_kernels, moe_mod._decode_mma = moe_mod._decode_mma, old_kernels
                 try:
-                    e = rel(grouped_mxfp4_moe(**p, config=dot, _poison=True, **kw), ref)
+                    e = rel(poisoned_forward(**p, config=dot, **kw), ref)
                     t_old = time_graph(lambda: grouped_mxfp4_moe(**p, config=dot, **kw))
                     print(f"   {os.path.basename(path)}, tuned config: err {e:.2e} {t_old:.4f} ms "
                           f"({roof / t_old:.1%}, x{t_old / t_dot:.2f} the current time)", flush=True)
@@ -262,8 +262,8 @@ def main():
                     print("   profiler failed", repr(ex)[:200])
             for cf in cands_m:
                 try:
-                    out = grouped_mxfp4_moe(**p, config=cf, _poison=True, **kw)
-                    outd = grouped_mxfp4_moe(**p, config=cf, deterministic=True, _poison=True, **kw)
+                    out = poisoned_forward(**p, config=cf, **kw)
+                    outd = poisoned_forward(**p, config=cf, deterministic=True, **kw)
                     torch.cuda.synchronize()
                     e, ed = rel(out, ref), rel(outd, ref)
                     t = time_graph(lambda: grouped_mxfp4_moe(**p, config=cf, **kw))

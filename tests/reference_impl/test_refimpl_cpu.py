@@ -9,6 +9,7 @@ pytest.importorskip("triton", reason="triton is not installed")
 
 from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
+from reference_impl.moe import poisoned_forward  # noqa: E402
 from reference_impl import moe as moe_mod  # noqa: E402
 from reference_impl.routing import max_blocks, route_torch  # noqa: E402
 
@@ -24,7 +25,7 @@ def rel(a, b):
 
 
 def check(p, **kw):
-    out = grouped_mxfp4_moe(**p, _poison=True, **kw)
+    out = poisoned_forward(**p, **kw)
     kw.pop("deterministic", None)
     kw.pop("config", None)
     ref = reference_mxfp4_moe(**p, **kw)

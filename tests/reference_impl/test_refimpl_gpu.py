@@ -10,6 +10,7 @@ pytest.importorskip("triton", reason="triton is not installed")
 
 from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
+from reference_impl.moe import poisoned_forward  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -34,7 +35,7 @@ def problem(model, M, seed, **kw):
 def matches_reference(p, kw, M, det, cfg, label):
     """One poisoned forward with cfg (None: the tuned config) against the fp32 reference
     (and fp64 at M <= 7): finite, relative error <= 1e-2."""
-    out = grouped_mxfp4_moe(**p, deterministic=det, config=cfg, _poison=True, **kw)
+    out = poisoned_forward(**p, deterministic=det, config=cfg, **kw)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all()
     e = rel(out, reference_mxfp4_moe(**p, **kw))
@@ -277,7 +278,7 @@ def test_scales_above_one(cfg):
     ids = torch.tensor([[0], [1], [-1]], dtype=torch.int32, device="cuda")
     p = dict(hidden_states=x, w13_packed=w13, w2_packed=w2, w13_scale=s13, w2_scale=s2, topk_ids=ids,
              topk_weights=torch.ones(M, topk, device="cuda"), hidden_size=H, intermediate_size=I)
-    out = grouped_mxfp4_moe(**p, deterministic=True, config=cfg, _poison=True)
+    out = poisoned_forward(**p, deterministic=True, config=cfg)
     ref = reference_mxfp4_moe(**p, compute_dtype=torch.float64)
     assert torch.isfinite(out).all()
     assert rel(out[:2], ref[:2]) <= 1e-2
