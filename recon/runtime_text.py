@@ -7,6 +7,18 @@ def _at(path, line) -> str:
     return f"{path}:{line}" if path else "-"
 
 
+def _clip(text: str, n: int) -> str:
+    """At most ``n`` characters, cut at a space and marked, so no name is cut in half."""
+    if len(text) <= n:
+        return text
+    cut = text.rfind(" ", 0, n - 1)
+    return text[: cut if cut > n // 2 else n - 1].rstrip() + " …"
+
+
+def _cond(assumptions, n: int) -> str:
+    return "; ".join(("" if a.get("holds", True) else "not ") + _clip(a["test"], n) for a in assumptions)
+
+
 def render_text(view) -> str:
     out = [f"{view.model} on {view.device}" + (f"  flags: {view.flags}" if view.flags else "")]
     out += [f"diagnostic: {d}" for d in view.diagnostics]
@@ -15,10 +27,11 @@ def render_text(view) -> str:
     for k, d in sorted(view.server_args.items()):
         out.append(f"  {k} = {d['value']}   [{d['source']}]")
         if d.get("test"):
-            out.append(f"      when {d['test'][:180]}")
+            out.append(f"      when {_clip(d['test'], 180)}")
     for f in view.forks:
-        cond = "; ".join(("" if a["holds"] else "not ") + a["test"][:80] for a in f["assumptions"])
-        out.append(f"  otherwise, if {cond}: " + ", ".join(f"{k} = {v}" for k, v in f["changes"].items()))
+        sites = ", ".join(sorted({_at(a.get("path"), a.get("line")) for a in f["assumptions"] if a.get("path")}))
+        out.append(f"  otherwise, if {_cond(f['assumptions'], 100)}: " + ", ".join(f"{k} = {v}" for k, v in f["changes"].items())
+                   + (f"   [{sites}]" if sites else ""))
     moe = view.moe
     if moe:
         out.append("")
@@ -29,7 +42,7 @@ def render_text(view) -> str:
             out.append(f"      registered at {_at(rs.get('path'), rs.get('line'))}")
         for i, o in enumerate(moe.get("outcomes", [])):
             tag = "runs" if i == 0 else "or"
-            cond = "; ".join(("" if a["holds"] else "not ") + a["test"][:80] for a in o["assumptions"])
+            cond = _cond(o["assumptions"], 80)
             what = o["method"] or ("raises" if o["raises"] else o["value"])
             out.append(f"  {tag}: {what}" + (f"   (assuming {cond})" if cond else ""))
             out.append(f"      returned at {_at(o['path'], o['line'])}")
@@ -52,7 +65,7 @@ def render_text(view) -> str:
         if rest > 0:
             out.append(f"  ({rest} more reached only when an undecided test holds; --format json lists them)")
     for a in view.alternatives:
-        cond = "; ".join(x["test"][:100] for x in a["assumptions"])
+        cond = _cond(a["assumptions"], 100)
         out.append("")
         out.append(f"if {cond}: " + ", ".join(f"{k} = {v}" for k, v in a["changes"].items()))
         out.append(f"  runs {a['method'] or 'no MoE method recon can resolve'}" + (": " + ", ".join(o.rsplit('.', 1)[-1] for o in a["ops"]) if a["ops"] else ""))

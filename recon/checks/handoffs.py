@@ -132,7 +132,7 @@ def handoffs(ctx, qual: str, ignore=IGNORE) -> list[dict]:
     for imp in sorted(facts.imports, key=lambda i: len(i.scope)):
         if imp.scope == "" or scope == imp.scope or scope.startswith(imp.scope + "."):
             bound[imp.local] = f"{imp.module}.{imp.name}" if imp.name else imp.module
-    tops = {p.split("/", 1)[0].removesuffix(".py") for p in ctx.tree.index.files}
+    tops = {m.module.split(".", 1)[0] for m in ctx.tree.index.files.values() if m.module}
     edges = {}
     for _, v, d in ctx.tree.graph.out_edges(qual, data=True):
         if d.get("kind") in ("calls", "calls_dynamic"):

@@ -272,7 +272,9 @@ class Evaluator(Interpreter):
                     kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
                     return self.call_function(meth, args, kwargs, depth + 1)
             if isinstance(recv, ServerArgsObj):
-                got = w.server_args_method(f.attr)
+                args = [ev(a) for a in node.args if not isinstance(a, ast.Starred)]
+                kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
+                got = w.server_args_method(f.attr, recv, args, kwargs, self, depth)
                 if got is not NotImplemented:
                     return got
         # a class called: an enum member by value, or an instance

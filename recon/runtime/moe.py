@@ -223,7 +223,8 @@ class PathWalker:
         self.leaves: list[Leaf] = []
         self.seen: set = set()
         self.switches: list[dict] = []  # instance flags the apply path reads, with their values
-        self.tops = {p.split("/", 1)[0].removesuffix(".py") for p in world.tree.index.files}
+        # the tree's own top-level packages, by module name (a checkout's files sit under python/)
+        self.tops = {m.module.split(".", 1)[0] for m in world.tree.index.files.values() if m.module}
         self._local_cache: dict = {}
         self.primary_seen: set = set()  # functions walked on the primary path (undecided tests false)
 

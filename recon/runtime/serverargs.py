@@ -33,7 +33,8 @@ from .writes import writes_in_module
 # (The attention backends are left to the whole-step kernel map: their precedence between per-model
 # declarations and generic overrides in newer releases is not modelled here.)
 TRACKED = ("device", "moe_runner_backend", "quantization", "moe_a2a_backend", "fp8_gemm_runner_backend", "dtype", "ep_size",
-           "speculative_algorithm", "disable_cuda_graph", "enable_dp_attention", "flashinfer_mxfp4_moe_precision", "kv_cache_dtype")
+           "speculative_algorithm", "disable_cuda_graph", "enable_dp_attention", "flashinfer_mxfp4_moe_precision", "kv_cache_dtype",
+           "attention_backend", "prefill_attention_backend", "decode_attention_backend")
 MAX_FORKS = 8
 _ARCH = re.compile(r"^[A-Z][A-Za-z0-9]*For[A-Z][A-Za-z]+$")
 
@@ -233,14 +234,24 @@ class State:
         return tuple((k, repr(self.get(k))) for k in TRACKED)
 
 
-def _arch_guard(decorators, archs) -> Optional[bool]:
-    """True/False when a decorator registers the function for some architectures only."""
+def _arch_guard(decorators, archs, classes=frozenset()) -> Optional[bool]:
+    """True/False when a decorator registers the function under model architectures
+    (``@_register_for("EmbeddingGemma2Model")``): its string arguments name model classes of the
+    tree (or have an architecture's shape), and the registry is looked up with the model's."""
     for d in decorators:
         if isinstance(d, ast.Call):
             names = [a.value for a in d.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            if names and any(_ARCH.match(n) for n in names):
+            if names and any(n in classes or _ARCH.match(n) for n in names):
                 return any(a in names for a in archs)
     return None
+
+
+def _class_names(world) -> frozenset:
+    from ..checks.gates import tree_memo
+    memo = tree_memo(world.tree)
+    if "class_names" not in memo:
+        memo["class_names"] = frozenset(d.get("name") for _, d in world.G.nodes(data=True) if d.get("kind") == "class")
+    return memo["class_names"]
 
 
 def hook_modules(world, schema: Schema) -> list[tuple[str, str]]:
@@ -276,7 +287,8 @@ def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
 
 def _called(world, w, state, evaluator) -> bool:
     """False when every in-tree call of the write's function sits under a test that fails here
-    (a model-specific hook called only under ``elif model_arch in [...]``); True otherwise, also
+    (a model-specific hook called only under ``elif model_arch in [...]``; a pass handed to a runner,
+    ``run_post_process_pass(args, fn)``, counts as called where it is handed); True otherwise, also
     when nothing in the tree calls it (a hook run from a registry)."""
     if not w.scope:
         return True
@@ -289,6 +301,7 @@ def _called(world, w, state, evaluator) -> bool:
     from .writes import Write
     G = world.G
     sites = [(u, d.get("line")) for u, _, d in G.in_edges(qual, data=True) if d.get("kind") == "calls"]
+    sites += world.reference_sites(qual)
     if not sites:
         return True
     runs = False
@@ -351,6 +364,7 @@ def _writes(world, schema: Schema) -> list:
 
 def _apply(world, writes: list, states: list, evaluator) -> list[State]:
     archs = list(world.model.architectures)
+    classes = _class_names(world)
     explored: set = set()
     for w in writes:
         if w.receiver == "<dict>" and w.fn is not None and isinstance(w.value, ast.Name):
@@ -359,7 +373,7 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
             if id(w.fn) in explored:
                 continue
             explored.add(id(w.fn))
-            if _arch_guard(w.decorators, archs) is False:
+            if _arch_guard(w.decorators, archs, classes) is False:
                 continue
             nxt = []
             for st in states:
@@ -375,7 +389,7 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
                 nxt.append(nst)
             states = nxt
             continue
-        g = _arch_guard(w.decorators, archs)
+        g = _arch_guard(w.decorators, archs, classes)
         if g is False or not _called(world, w, states[0], evaluator):
             continue
         nxt = []

@@ -100,12 +100,39 @@ class World:
     def is_field(self, name: str) -> bool:
         return self.schema is not None and name in self.schema.fields
 
-    def server_args_method(self, name: str):
-        if name in ("get_model_config",):
+    def server_args_method(self, name: str, selfval, args: list, kwargs: dict, ev, depth: int):
+        """``server_args.m(...)``: the ServerArgs method evaluated from its own code with ``self``
+        the resolved arguments; one that builds the ModelConfig gives the model's config instance."""
+        if self.schema is None or not self.schema.class_qual:
+            return NotImplemented
+        qual = self.method(self.schema.class_qual, name)
+        fn = ev.model.function_ast(qual) if qual else None
+        if fn is None:
+            return NotImplemented
+        if any(isinstance(n, (ast.Name, ast.Attribute)) and (n.id if isinstance(n, ast.Name) else n.attr) == self.model_config_name()
+               for n in ast.walk(fn)):
             return self.model_config()
-        if name in ("get_hf_config",):
-            return self.hf
-        return NotImplemented
+        got = ev.call_method(qual, selfval, args, kwargs, depth + 1)
+        if got is UNKNOWN and self._loads_hf_config(qual, ev, 2):
+            return self.hf  # it reads the checkpoint's config.json (transformers' from_pretrained)
+        return NotImplemented if got is UNKNOWN else got
+
+    def _loads_hf_config(self, qual: str, ev, depth: int) -> bool:
+        """Whether the function returns what transformers' ``*Config.from_pretrained`` loads,
+        directly or through the in-tree helpers it calls (``get_config(self.model_path, ...)``)."""
+        fn = ev.model.function_ast(qual)
+        if fn is None:
+            return False
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Attribute) and n.attr == "from_pretrained" and isinstance(n.value, ast.Name) \
+                    and n.value.id.endswith("Config"):
+                return True
+        return depth > 0 and any(self._loads_hf_config(v, ev, depth - 1) for _, v, d in self.G.out_edges(qual, data=True)
+                                 if d.get("kind") == "calls" and self.G.nodes.get(v, {}).get("kind") == "function")
+
+    def model_config_name(self) -> str:
+        mc = self.model_config()
+        return self.G.nodes.get(mc.cls, {}).get("name", "ModelConfig") if mc is not None else "ModelConfig"
 
     def model_config(self) -> Optional[Instance]:
         """The ModelConfig the server builds for this checkpoint (its attributes from its own code)."""
@@ -167,7 +194,10 @@ class World:
         if name in self.env:
             self.notes[name] = f"{name}={self.env[name]} (--env)"
             return self.env[name]
-        self.notes[name] = f"{name} unset: the default {default!r} of {where}"
+        if default is UNKNOWN:
+            self.notes[name] = f"{name} unset: the default of {where} is an expression not known statically"
+        else:
+            self.notes[name] = f"{name} unset: the default {default!r} of {where}"
         return default
 
     # --- classes -------------------------------------------------------------------------------
@@ -282,6 +312,28 @@ class World:
         self._assigned = assigned
         self.decorated = decorated
         self._facts_scan.update(importers=self._importers, assigned=assigned, decorated=decorated)
+
+    def reference_sites(self, qual: str) -> list:
+        """(caller qual, line) where the function is passed to a call as an argument
+        (``run_post_process_pass(server_args, _some_pass)``): the callee runs it there, so such a
+        site counts as a call site, with the tests around it."""
+        node = self.G.nodes.get(qual, {})
+        short, path = node.get("name"), node.get("path")
+        if not short or not path:
+            return []
+        out = []
+        places = [(path, qual.rsplit(".", 1)[0] if "." in qual else "")] + self.importers(short)
+        seen = set()
+        for p, module in places:
+            if p in seen:
+                continue
+            seen.add(p)
+            tree = self.module_ast(p)
+            if tree is None:
+                continue
+            module = module or self.tree.index.files[p].module
+            out += _argument_refs(tree, module, short)
+        return out
 
     def importers(self, short: str, attr: Optional[str] = None) -> list:
         """(path, module) of the files that import a name ``short`` (and assign ``.attr``)."""
@@ -480,3 +532,24 @@ class World:
                 out = ev.call_function(ref.qual, [v], {}, depth + 1)
                 return out
         return v
+
+
+def _argument_refs(tree, module: str, name: str) -> list:
+    """(enclosing function qual, line) of each call inside a function that passes ``name`` as an argument."""
+    out = []
+
+    def walk(body, scope):
+        for st in body:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                q = f"{scope}.{st.name}" if scope else st.name
+                for n in ast.walk(st):
+                    if isinstance(n, ast.Call):
+                        vals = list(n.args) + [k.value for k in n.keywords]
+                        if any(isinstance(v, ast.Name) and v.id == name for v in vals):
+                            out.append((f"{module}.{q}", n.lineno))
+                walk(st.body, q)
+            elif isinstance(st, ast.ClassDef):
+                walk(st.body, f"{scope}.{st.name}" if scope else st.name)
+
+    walk(tree.body, "")
+    return out
