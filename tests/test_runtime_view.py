@@ -1,6 +1,8 @@
 """The runtime view on real SGLang wheels: what runs is decided by SGLang's own code (server-argument
 rewrites, the quant-method registry, get_quant_method, branch tests), not by class names."""
 
+import shutil
+
 import pytest
 
 from recon.checks import CheckContext
@@ -126,6 +128,45 @@ def test_gpt_oss_on_the_newest_release_runs_its_own_method(tree_new):
     assert v.server_args["moe_runner_backend"]["value"] == "'auto'"
     assert any(f["changes"].get("moe_runner_backend") == "'triton_kernel'" and any("is_triton_kernels_available" in a["test"] for a in f["assumptions"])
                for f in v.forks)
+
+
+def test_attention_backend_follows_the_model_registry_of_overrides(tree_new):
+    # model_overrides/*.py register per architecture with @_register_for("<class name>"); the
+    # EmbeddingGemma2Model override (no "For" in its name) must not apply to gpt-oss
+    h = _view(tree_new, "h200", model="gpt-oss-120b").server_args["attention_backend"]
+    assert h["value"] == "'fa3'" and h["path"].endswith("model_overrides/gpt_oss.py")
+    b = _view(tree_new, "b200", model="gpt-oss-120b").server_args["attention_backend"]
+    assert b["value"] == "'trtllm_mha'" and b["path"].endswith("model_overrides/gpt_oss.py")
+    d = _view(tree_new, "h200").server_args["attention_backend"]
+    # DeepSeek-V4's own override, not the HRM-Text pass handed to run_post_process_pass under its
+    # model test (a function passed as an argument counts as called where it is passed)
+    assert d["value"] == "'dsv4'" and d["path"].endswith("model_overrides/deepseek_v4.py")
+
+
+def test_server_args_methods_are_evaluated_from_their_code(tree_0513):
+    # server_args.py: `if self.is_attention_backend_not_set(): self.attention_backend = "fa3"` for
+    # gpt-oss on sm_90; the method's body reads three fields that are all unset
+    v = _view(tree_0513, "h200", model="gpt-oss-120b")
+    a = v.server_args["attention_backend"]
+    assert a["value"] == "'fa3'" and a["path"].endswith("server_args.py")
+    assert not any("is_attention_backend_not_set" in x["test"] for f in v.forks for x in f["assumptions"])
+
+
+def test_a_checkouts_own_modules_are_not_library_ops(sglang_0513, tmp_path):
+    # a git checkout keeps the package under python/: calls into sglang.* are followed, never
+    # reported as a library's op
+    from recon.target import from_path
+    from recon.tree import load
+    (tmp_path / "python").mkdir()
+    shutil.copytree(sglang_0513.source.root / "sglang" / "srt", tmp_path / "python" / "sglang" / "srt")
+    shutil.copy(sglang_0513.source.root / "sglang" / "__init__.py", tmp_path / "python" / "sglang")
+    target = from_path(tmp_path)
+    assert target.package_prefix == "python"
+    v = _view(load(target), "rtx-pro-6000")
+    names = {lf["name"] for lf in v.moe["leaves"]}
+    assert names and not any(n.startswith("sglang.") and lf_kind == "library" for n, lf_kind in
+                             ((lf["name"], lf["kind"]) for lf in v.moe["leaves"]))
+    assert "_mxfp4_slot_gemv_kernel" in {_short(lf["name"]) for lf in v.primary_leaves()}
 
 
 def test_a_model_specific_hook_does_not_touch_another_model(tree_0513):
