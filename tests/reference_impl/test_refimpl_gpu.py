@@ -283,3 +283,24 @@ def test_scales_above_one(cfg):
     assert torch.isfinite(out).all()
     assert rel(out[:2], ref[:2]) <= 1e-2
     assert out[2].abs().max().item() == 0.0  # a -1 slot contributes nothing
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("M", [1, 16, 300])
+def test_fast_launch_gives_the_jit_launch_results(monkeypatch, model, M):
+    """With no config passed the plan is cached and, from its second call on, the kernels go
+    through the compiled kernels' own launchers (moe._launch): new routing and inputs each call,
+    deterministic outputs bitwise equal to the JIT's launches, and to the reference."""
+    from reference_impl import moe
+    for trial in range(3):
+        p, kw = problem(model, M, seed=500 + M + trial, invalid_frac=0.05 * trial)
+        fast = grouped_mxfp4_moe(**p, deterministic=True, **kw)
+        monkeypatch.setattr(moe, "_FAST_LAUNCH", False)
+        slow = grouped_mxfp4_moe(**p, deterministic=True, **kw)
+        monkeypatch.setattr(moe, "_FAST_LAUNCH", True)
+        assert torch.equal(fast, slow)
+        assert rel(fast, reference_mxfp4_moe(**p, **kw)) <= 1e-2
+        atom = grouped_mxfp4_moe(**p, **kw)  # the atomics' output mode, fast-launched too
+        assert rel(atom, slow) <= 1e-2
+    key = next(k for k in moe._PLANS if k[0] == M and k[6])
+    assert moe._PLANS[key].launched, "the fast launcher was never used"
