@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 
 from reference_impl import arch, configs, moe, reference_mxfp4_moe  # noqa: E402
 from reference_impl.moe import grouped_mxfp4_moe  # noqa: E402
-from reference_impl.tune import MODELS, MS, make_problem, rel, time_graph  # noqa: E402
+from reference_impl.tune import MODELS, MS, make_problem, rel, time_graphs  # noqa: E402
 
 
 def eager_and_graph_us(fn, reps=200):
@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--before", default=None)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--profile", action="store_true", help="cProfile 200 eager calls at M=1 (top 30 by own time)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     dev = torch.device("cuda", 0)
@@ -94,7 +96,7 @@ def main():
     props = arch.device_props(0)
     before = importlib.import_module(args.before).grouped_mxfp4_moe if args.before else None
     res = {"device": name, "arch": a.name, "sm_count": props.sm_count, "smem_per_block": props.smem_per_block,
-           "torch": torch.__version__, "timing": "CUDA graph replay, L2 flushed before each rep, median of 20",
+           "torch": torch.__version__, "timing": "CUDA graph replay, L2 flushed before each, the configs of a row replayed in turn (order rotated), median of --reps",
            "rows": [], "overhead": []}
     path = os.path.join(args.out, "bench_configs.json")
     for mname in args.models.split(","):
@@ -117,12 +119,15 @@ def main():
                                                                                a, props)}
             if mine:
                 cands["tuner"] = near(mine)
+            cands["control"] = cands["tuned"]  # the tuned config timed twice: the noise floor of a ratio
             row = {"model": mname, "M": M, "configs": cands}
             for k, c in cands.items():
                 out = grouped_mxfp4_moe(**p, config=c, **kw)
                 row[f"err_{k}"] = rel(out, ref)
                 assert row[f"err_{k}"] <= 1e-2 and bool(torch.isfinite(out).all()), (mname, M, k, row[f"err_{k}"])
-                row[f"ms_{k}"] = time_graph(lambda: grouped_mxfp4_moe(**p, config=c, **kw))
+            ms = time_graphs({k: (lambda c=c: grouped_mxfp4_moe(**p, config=c, **kw)) for k, c in cands.items()},
+                             reps=args.reps)
+            row.update({f"ms_{k}": v for k, v in ms.items()})
             for k in cands:
                 row[f"frac_{k}"] = row["ms_tuned"] / row[f"ms_{k}"]
             if before is not None and M in (1, 64, 4096):  # identical results: deterministic bitwise
@@ -141,7 +146,19 @@ def main():
                     o["before"] = eager_and_graph_us(lambda: before(**p, **kw))
                     o["bitwise_equal_before_det"] = bool(torch.equal(
                         grouped_mxfp4_moe(**p, deterministic=True, **kw), before(**p, deterministic=True, **kw)))
+                key = next(k for k in moe._PLANS if k[0] == M and k[1] == s["E"] and not k[6])
+                o["fast_launched_kernels"] = len(moe._PLANS[key].launched)
                 print(json.dumps(o), flush=True)
+                if args.profile and M == 1:
+                    import cProfile
+                    import pstats
+                    pr = cProfile.Profile()
+                    pr.enable()
+                    for _ in range(200):
+                        grouped_mxfp4_moe(**p, **kw)
+                    pr.disable()
+                    torch.cuda.synchronize()
+                    pstats.Stats(pr).sort_stats("tottime").print_stats(30)
                 res["overhead"].append(o)
             with open(path, "w") as f:
                 json.dump(res, f, indent=1)

@@ -154,10 +154,10 @@ def test_tuner_candidates_are_valid_configs():
             for M in tune.MS:
                 for seed in tune.seeds(M, dict(s, clamp=None, rsf=None), a, arch.H200_LIKE):
                     configs.validate(seed, a, "seed")
-                    for path, values in tune.knobs(seed, a):
-                        for v in values:
-                            c = tune._fixup(tune._set(seed, path, v))
-                            configs.validate(c, a, f"{a.name} M={M} {path}={v}")
+                    for knob in tune.knobs(seed, a):
+                        for patch in knob:
+                            c = tune.apply(seed, patch)
+                            configs.validate(c, a, f"{a.name} M={M} {patch}")
 
 
 def test_launch_error_changes_no_later_call(monkeypatch):
