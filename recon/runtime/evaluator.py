@@ -228,7 +228,7 @@ class Evaluator(Interpreter):
                 return got
             if f.id == "isinstance" and len(node.args) == 2:
                 return self._isinstance(node.args[0], node.args[1], env, mod, scope, depth)
-        got = self._registry_lookup(node, f, ev)
+        got = self._registry_lookup(node, f, ev, mod, scope)
         if got is not None:
             return got
         if isinstance(f, ast.Attribute):
@@ -289,21 +289,25 @@ class Evaluator(Interpreter):
             return inst
         return NotImplemented
 
-    def _registry_lookup(self, node: ast.Call, f, ev) -> Optional[FuncRef]:
-        """``Pool.get_fused_func("none", "marlin")``: a lookup by constant keys that decorators
-        registered (``@register_fused_func("none", "marlin")``) gives the registered function."""
-        name = _dotted(f).rsplit(".", 1)[-1].lower()
-        if not node.args or not any(w in name for w in ("get", "lookup", "find", "fetch")):
+    def _registry_lookup(self, node: ast.Call, f, ev, mod, scope) -> Optional[FuncRef]:
+        """``Pool.get_fused_func("none", "marlin")``: a lookup by constant keys in the container a
+        registering decorator (``@register_fused_func("none", "marlin")``) keeps functions in
+        gives the function registered under those keys."""
+        if not node.args or not isinstance(f, (ast.Name, ast.Attribute)):
             return None
-        from .moe import registrations
+        from .moe import container_names, registrations
         regs = registrations(self.world)
         if not regs:
+            return None
+        callee = self.world.R.resolve(mod, scope, _dotted(f)) if _dotted(f) else None
+        reads = container_names(self.world, callee, "load") if callee else frozenset()
+        if not reads:
             return None
         args = [ev(a) for a in node.args]
         if not all(isinstance(a, str) for a in args):
             return None
-        for keys, deco, q, path, line, _ in regs:
-            if tuple(keys) == tuple(args):
+        for keys, deco, q, path, line, owner in regs:
+            if tuple(keys) == tuple(args) and reads & container_names(self.world, self.world.R.resolve(q.rsplit(".", 1)[0], "", deco) or "", "store"):
                 return FuncRef(q, tuple(keys), (path, line))
         return None
 

@@ -211,9 +211,43 @@ def registrations(world) -> list[tuple[tuple, str, str, int]]:
                 if keys:
                     mod = q.rsplit(".", 1)[0]
                     target = world.R.resolve(mod, "", ast.unparse(dn.func)) or ""
+                    if not container_names(world, target, "store"):
+                        continue  # a decorator that keeps nothing by key is not a registry
                     regs.append((keys, ast.unparse(dn.func), q, path, dn.lineno, target.rsplit(".", 1)[0]))
     memo["regs"] = regs
     return regs
+
+
+def container_names(world, qual: str, how: str, depth: int = 2) -> frozenset:
+    """Names of the containers a function keeps things in by key (``how="store"``: ``X[k] = v``)
+    or looks them up in (``how="load"``: ``X[k]``, ``X.get(k)``), directly or through the in-tree
+    functions it calls: a registering decorator and its lookup meet in the same container."""
+    memo = world.__dict__.setdefault("_containers", {})
+    key = (qual, how, depth)
+    if key in memo:
+        return memo[key]
+    memo[key] = frozenset()  # recursion guard
+    d = world.G.nodes.get(qual, {})
+    tree = world.module_ast(d["path"]) if d.get("path") else None
+    fn = None
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == d.get("name") and n.lineno == d.get("line"):
+            fn = n
+            break
+    names: set = set()
+    for n in ast.walk(fn) if fn is not None else ():
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store if how == "store" else ast.Load):
+            names.add(_dotted(n.value).rsplit(".", 1)[-1])
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            if (how == "store" and n.func.attr in ("append", "add", "setdefault", "update")) or (how == "load" and n.func.attr == "get"):
+                names.add(_dotted(n.func.value).rsplit(".", 1)[-1])
+    names.discard("")
+    if depth > 0:
+        for _, v, e in world.G.out_edges(qual, data=True):
+            if e.get("kind") in ("calls", "defines"):  # a decorator's inner function does the keeping
+                names |= container_names(world, v, how, depth - 1)
+    memo[key] = frozenset(names)
+    return memo[key]
 
 
 class PathWalker:
