@@ -215,33 +215,30 @@ def _mark(name: str) -> None:
 _FAST_LAUNCH = os.environ.get("REFIMPL_FAST_LAUNCH", "1") != "0"
 
 
-def _launch_hooks_set() -> bool:
-    rt = getattr(getattr(triton, "knobs", None), "runtime", None)
-    return rt is None or rt.launch_enter_hook is not None or rt.launch_exit_hook is not None
-
-
 def _launch(pl, slot, kernel, grid, args, kw):
-    """kernel[grid](*args, **kw). On a cached plan's second and later calls, through the compiled
-    kernel's own launcher, skipping the JIT's per-call work (argument binding, specialization key,
-    cache lookup): the compiled kernel is the one the JIT chose on the first call with the same
-    argument dtypes and pointer alignments (the only specializations that may change between calls
-    of one plan; every integer argument is fixed by the plan). REFIMPL_FAST_LAUNCH=0: always the JIT."""
+    """kernel[grid](*args, **kw). On a cached plan's second and later calls, the compiled kernel's
+    own launch, as the JIT ends its launches (launch metadata, the runtime's launch hooks), without
+    the JIT's per-call work before it (argument binding, specialization, cache key and lookup): the
+    compiled kernel is the one the JIT chose on the first call with the same argument dtypes and
+    pointer alignments, the only specializations that may change between calls of one plan
+    (every integer argument is fixed by the plan). REFIMPL_FAST_LAUNCH=0: always the JIT."""
     if pl is None or not pl.cached or not _FAST_LAUNCH or _interpreting():
         return kernel[grid](*args, **kw)
     key = (slot,) + tuple((a.dtype, a.data_ptr() % 16 == 0) for a in args if isinstance(a, torch.Tensor))
     hit = pl.launched.get(key)
-    if hit is None or _launch_hooks_set():
+    if hit is None:
         k = kernel[grid](*args, **kw)
-        if k is not None and not _launch_hooks_set():
+        if k is not None:
             names = kernel.arg_names
             defaults = {p.name: p.default for p in kernel.params if p.has_default}
-            extra = [kw[n] if n in kw else defaults[n] for n in names[len(args):]]
-            pl.launched[key] = (k, extra)
+            pl.launched[key] = (k, [kw[n] if n in kw else defaults[n] for n in names[len(args):]])
         return k
     k, extra = hit
     stream = _driver().get_current_stream(pl.dev_index)
     g = grid + (1,) * (3 - len(grid))
-    k.run(g[0], g[1], g[2], stream, k.function, k.packed_metadata, None, None, None, *args, *extra)
+    rt = triton.knobs.runtime
+    k.run(g[0], g[1], g[2], stream, k.function, k.packed_metadata, k.launch_metadata(g, stream, *args, *extra),
+          rt.launch_enter_hook, rt.launch_exit_hook, *args, *extra)
 
 
 @functools.lru_cache(maxsize=None)
