@@ -33,9 +33,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .compat import cta_barrier, tma_load
-from .prefill_wgmma import release_barriers
-from .decode_mma import (_combine_rows, _ids, _layout, _load_act, _mma_tile, _total, gdc_launch_dependents, gdc_wait,
-                         program_tile, swiglu_store)
+from .gluon_common import (combine_rows, frag_ids, frag_layout, frag_total, gdc_launch_dependents, gdc_wait, load_act,
+                           mma_tile, program_tile, release_barriers, swiglu_store)
 
 
 @gluon.constexpr_function
@@ -109,13 +108,13 @@ def _step(full, j, w, t4, KG, a_rows, tok_ok, NW: gl.constexpr, STAGES: gl.const
     returned once the slot's words have landed (the B loads are issued before the wait)."""
     c = j * NW + w
     kin = (c * 4 + t4) < KG
-    bp = _load_act(a_rows, c, tok_ok & kin)
+    bp = load_act(a_rows, c, tok_ok & kin)
     return _wait_slot(full, j, STAGES), c, kin, bp
 
 
 @gluon.jit
 def _read_slot(ring, s, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
-    """Slot s -> per tile (rows r, rows r + 8) as [NW, Q, 32, 4], in the layout _mma_tile takes."""
+    """Slot s -> per tile (rows r, rows r + 8) as [NW, Q, 32, 4], in the layout mma_tile takes."""
     x = ring.index(s)
     if T == 1:
         x = gl.reshape(x.load(_words_layout(1, NW, Q)), [1, 16 * Q, 16 * NW])
@@ -123,7 +122,7 @@ def _read_slot(ring, s, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
         x = x.load(_words_layout(2, NW, Q))
     x = gl.reshape(x, [T, Q, 2, 8, NW, 4, 4])  # (tile, q, h, g, warp, t4, word)
     x = gl.reshape(gl.permute(x, (4, 1, 3, 5, 6, 2, 0)), [NW, Q, 32, 4, 2, T])
-    W: gl.constexpr = gl.SliceLayout(4, _layout(NW, Q))
+    W: gl.constexpr = gl.SliceLayout(4, frag_layout(NW, Q))
     if T == 2:
         lo, hi = gl.split(gl.permute(x, (0, 1, 2, 3, 5, 4)))  # split h: [NW, Q, 32, 4, T] each
         glo, ulo = gl.split(lo)
@@ -149,7 +148,7 @@ def _scales_at(s_lo, row_stride_s, c, t4, KG, row_ok):
 @gluon.jit
 def _act_at(a_rows, c, t4, KG, tok_ok):
     """The B pairs of chunk c (zeros past K)."""
-    return _load_act(a_rows, c, tok_ok & ((c * 4 + t4) < KG))
+    return load_act(a_rows, c, tok_ok & ((c * 4 + t4) < KG))
 
 
 @gluon.jit
@@ -168,7 +167,7 @@ def decode_gemm1_swiglu_tma_kernel(
     b, nt, e = program_tile(block_expert_ptr, NB)
     if e < 0:
         return
-    w, q, m, i, g, t4 = _ids(NW, Q)
+    w, q, m, i, g, t4 = frag_ids(NW, Q)
     KG = K // 32
     row0 = nt * (16 * Q)
     ring, full, nk = _ring_start(w_desc, e * 2, row0, K, 2, NW, Q, STAGES)
@@ -181,7 +180,7 @@ def decode_gemm1_swiglu_tma_kernel(
     sg_lo = s_ptr + e.to(gl.int64) * stride_se + r.to(gl.int64) * stride_sn + t4 + m * 0
     su_lo = sg_lo + I * stride_sn
 
-    zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+    zero = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, frag_layout(NW, Q)))
     gacc = zero
     uacc = zero
     if AHEAD >= 1:  # step 0's scales (AHEAD 2: and its activations)
@@ -205,8 +204,8 @@ def decode_gemm1_swiglu_tma_kernel(
         cta_barrier()  # every warp has slot s in registers
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
-        gacc = _mma_tile((glo, ghi, gs0, gs1), (b0, b1, b2, b3), gacc)
-        uacc = _mma_tile((ulo, uhi, us0, us1), (b0, b1, b2, b3), uacc)
+        gacc = mma_tile((glo, ghi, gs0, gs1), (b0, b1, b2, b3), gacc)
+        uacc = mma_tile((ulo, uhi, us0, us1), (b0, b1, b2, b3), uacc)
         if AHEAD >= 1:
             gs0, gs1, us0, us1 = ngs0, ngs1, nus0, nus1
         if AHEAD == 2:
@@ -229,7 +228,7 @@ def decode_gemm2_combine_tma_kernel(
     b, nt, e = program_tile(block_expert_ptr, NB)
     if e < 0:
         return
-    w, q, m, i, g, t4 = _ids(NW, Q)
+    w, q, m, i, g, t4 = frag_ids(NW, Q)
     KG = K // 32
     row0 = e * N + nt * (16 * Q)
     # the routing finished two launches back; the weights do not depend on the gate/up GEMM,
@@ -246,7 +245,7 @@ def decode_gemm2_combine_tma_kernel(
     if AHEAD == 2:
         b0, b1, b2, b3 = _act_at(a_rows, w, t4, KG, tok_ok)
 
-    acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, _layout(NW, Q)))
+    acc = gl.zeros([NW, Q, 32, 4], gl.float32, layout=gl.SliceLayout(4, frag_layout(NW, Q)))
     for j in range(nk):
         if AHEAD == 2:  # this step's B pairs came with the step before; the next step's go out now
             s, c, nbp = _step_ahead(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
@@ -261,10 +260,10 @@ def decode_gemm2_combine_tma_kernel(
         cta_barrier()
         if j + STAGES < nk:
             _issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
-        acc = _mma_tile((lo, hi, s0, s1), (b0, b1, b2, b3), acc)
+        acc = mma_tile((lo, hi, s0, s1), (b0, b1, b2, b3), acc)
         if AHEAD >= 1:
             s0, s1 = ns0, ns1
         if AHEAD == 2:
             b0, b1, b2, b3 = nbp
     release_barriers(full, STAGES)
-    _combine_rows(_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)
+    combine_rows(frag_total(acc), out_ptr, sorted_ptr, topk_w_ptr, b, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)

@@ -44,14 +44,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .compat import tma_load
-from .decode_mma import _DQ, HALF, LIFT, _scale_pair
+from .gluon_common import DQ, HALF, LIFT, release_barriers, scale_pair
 
 KS = gl.constexpr(64)  # logical k per stage (one 128-byte TMA box row of bf16)
 CHUNK = gl.constexpr(128)  # the permutation's period along k
 
 # pack=8 over bf16 outputs: four 32-bit registers, element 2i in the low half of $i; the
 # word and its scale pair arrive as eight copies each ($4.. and $12..): the first is used
-A_ASM = gl.constexpr("{\n.reg .b32 m, s;\n" + _DQ.format(w="$4", o="$", sc="$12") + "}")
+A_ASM = gl.constexpr("{\n.reg .b32 m, s;\n" + DQ.format(w="$4", o="$", sc="$12") + "}")
 A_CONSTRAINTS = gl.constexpr("=r," * 4 + ",".join(["r"] * 16))
 
 
@@ -111,7 +111,7 @@ def _a_stage(words, scales, N: gl.constexpr):
     """words [ROWS, 2, 4] int32, scales [ROWS, 1, 4] E8M0 bytes -> A [ROWS, 64] bf16 in wgmma's
     register layout (for an N-wide MMA), scale applied."""
     ROWS: gl.constexpr = words.shape[0]
-    a = gl.inline_asm_elementwise(A_ASM, A_CONSTRAINTS, [_to_view(words, ROWS), _to_view(_scale_pair(scales), ROWS)],
+    a = gl.inline_asm_elementwise(A_ASM, A_CONSTRAINTS, [_to_view(words, ROWS), _to_view(scale_pair(scales), ROWS)],
                                   dtype=gl.bfloat16, is_pure=True, pack=8)
     a = gl.reshape(a, [ROWS, 64])
     return gl.convert_layout(a, gl.DotOperandLayout(0, _acc_layout(N, ROWS // 16), 2), assert_trivial=True)
@@ -264,13 +264,6 @@ def _prologue(hd, td, row0, nk, sorted_ptr, S, T0: gl.constexpr, T1: gl.constexp
         if i < nk:
             _issue(hd, td, smem, bars, row0, i, parts, T0, T1, BN, STAGES)
     return smem, bars, parts
-
-
-@gluon.jit
-def release_barriers(bars, STAGES: gl.constexpr):
-    """Invalidate a ring's STAGES mbarriers (the kernel is past its last wait on them)."""
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(bars.index(i))
 
 
 @gluon.jit

@@ -24,9 +24,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .compat import cta_barrier
+from .gluon_common import release_barriers
 from .prefill_wgmma import (
     KS, _a_stage, _acc_parts, _block_tile, _combine_parts, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
-    _word_ids, fetch_b, parts_used, release_barriers, ring_rows,
+    _word_ids, fetch_b, parts_used, ring_rows,
 )
 
 

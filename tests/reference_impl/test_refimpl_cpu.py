@@ -215,11 +215,11 @@ PTX_OPS = {
 
 
 def run_dequant_ptx(word: int) -> list:
-    """The decode/prefill kernels' e2m1 dequant (decode_mma._DQ, the PTX string the kernels
+    """The decode/prefill kernels' e2m1 dequant (gluon_common.DQ, the PTX string the kernels
     inline) run op by op on one 32-bit word, up to the scale multiply: the four bf16x2 registers."""
-    from reference_impl.kernels.decode_mma import _DQ
+    from reference_impl.kernels.gluon_common import DQ
     regs = {"W": word}
-    for stmt in _DQ.format(w="W", o="o", sc="SC").replace("\n", " ").split(";"):
+    for stmt in DQ.format(w="W", o="o", sc="SC").replace("\n", " ").split(";"):
         stmt = stmt.strip()
         if not stmt or stmt.startswith("mul.rn.bf16x2"):
             continue
