@@ -10,6 +10,7 @@ eager overhead and outputs are measured beside the current one's (deterministic 
 bitwise equal).
 """
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -63,6 +64,23 @@ def eager_and_graph_us(fn, reps=200):
     return out
 
 
+def copy_bw():
+    """Device-to-device copy bandwidth, bytes read + written per second (median of 10)."""
+    a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ts = []
+    for i in range(13):
+        e0, e1 = torch.cuda.Event(True), torch.cuda.Event(True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    return 2 * a.numel() / (ts[len(ts) // 2] * 1e-3)
+
+
 def breakdown_us(fn, reps=300):
     """Mean host time (us) of each stage the wrapper marks (moe._mark), over reps calls."""
     fn()
@@ -87,6 +105,9 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--with-dot", action="store_true", help="also the tl.dot kernels' defaults (the path of GPUs "
+                    "without the Gluon paths), for their H200 efficiency")
+    ap.add_argument("--no-overhead", action="store_true")
     ap.add_argument("--profile", action="store_true", help="cProfile 200 eager calls at M=1 (top 30 by own time)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -98,6 +119,7 @@ def main():
     res = {"device": name, "arch": a.name, "sm_count": props.sm_count, "smem_per_block": props.smem_per_block,
            "torch": torch.__version__, "timing": "CUDA graph replay, L2 flushed before each, the configs of a row replayed in turn (order rotated), median of --reps",
            "rows": [], "overhead": []}
+    res["copy_bw_Bps"] = copy_bw()
     path = os.path.join(args.out, "bench_configs.json")
     for mname in args.models.split(","):
         s = MODELS[mname]
@@ -119,8 +141,14 @@ def main():
                                                                                a, props)}
             if mine:
                 cands["tuner"] = near(mine)
+            if args.with_dot:
+                cands["dot"] = configs.default_config(M, s["E"], s["topk"], s["H"], s["I"],
+                                                      dataclasses.replace(a, mma=False, wgmma=False), props)
             cands["control"] = cands["tuned"]  # the tuned config timed twice: the noise floor of a ratio
-            row = {"model": mname, "M": M, "configs": cands}
+            uniq = int(torch.unique(p["topk_ids"]).numel())
+            exp_bytes = 2 * s["I"] * s["H"] // 2 + 2 * s["I"] * s["H"] // 32 + s["H"] * s["I"] // 2 + s["H"] * s["I"] // 32
+            row = {"model": mname, "M": M, "configs": cands, "uniq": uniq, "bytes": uniq * exp_bytes,
+                   "flops": 2 * M * s["topk"] * 3 * s["I"] * s["H"]}
             for k, c in cands.items():
                 out = grouped_mxfp4_moe(**p, config=c, **kw)
                 row[f"err_{k}"] = rel(out, ref)
@@ -138,7 +166,7 @@ def main():
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
                               if k != "configs"}), flush=True)
             res["rows"].append(row)
-            if M in (1, 16):  # host overhead with no config passed: the production call
+            if M in (1, 16) and not args.no_overhead:  # host overhead with no config passed: the production call
                 o = {"model": mname, "M": M, "config_file": tuned_file}
                 o["now"] = eager_and_graph_us(lambda: grouped_mxfp4_moe(**p, **kw))
                 o["breakdown_now"] = breakdown_us(lambda: grouped_mxfp4_moe(**p, **kw))

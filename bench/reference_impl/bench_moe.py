@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference_impl"))
 from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
 from reference_impl.reference import dequant_mxfp4  # noqa: E402
+from reference_impl import arch  # noqa: E402
 from reference_impl.configs import config_file_name, get_config  # noqa: E402
 from reference_impl.moe import scale_vec_ok  # noqa: E402
 
@@ -260,7 +261,8 @@ def main():
                 break
             p, row = problem(mname, M, base, bw)
             flops, roof_ms = row["flops"], row["roofline_ms"]
-            cands = candidates(M) if args.tune and M <= args.tune_max_m else [get_config(M, E, topk, H, I, dev_name)]
+            cands = candidates(M) if args.tune and M <= args.tune_max_m else [get_config(M, E, topk, H, I, dev_name, arch.for_device(torch.device("cuda", 0)),
+                                                                                     arch.device_props(0))]
             # a scale_vec=True candidate the shape cannot take runs as its byte twin: skip it
             cands = [cf for cf in cands if not (cf["gemm1"].get("scale_vec") and not (
                 scale_vec_ok(cf["gemm1"], H) and scale_vec_ok(cf["gemm2"], I)))]

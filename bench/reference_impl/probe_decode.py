@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference_impl"))
 from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
 from reference_impl import moe as moe_mod  # noqa: E402
+from reference_impl.moe import poisoned_forward  # noqa: E402
 from reference_impl.configs import get_config  # noqa: E402
 from bench_moe import MODELS, time_graph, rel, copy_bw, tma  # noqa: E402
 

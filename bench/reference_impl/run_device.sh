@@ -1,14 +1,21 @@
 #!/bin/bash
-# One device call: GPU tests + tuned benchmark. Usage: bash bench/reference_impl/run_device.sh [tests|bench|all]
+# One device call. Usage: bash bench/reference_impl/run_device.sh [tests|bench|configs|all]
+#   tests    the GPU tests (tests/reference_impl), log to $OUT/gpu_test_log.txt
+#   bench    bench_moe.py against SGLang's slot path and the bf16 peer (results.json), log $OUT/bench_log.txt
+#   configs  bench_configs.py: tuned vs heuristic defaults (vs a tuner's folder: TUNED_DIR), host overhead
+# Raw logs go to $OUT only; bench/NOTES.md quotes the numbers and cites any kept log by commit.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 what=${1:-all}
-mkdir -p /tmp/slot && python3 -c "import zipfile,glob; z=zipfile.ZipFile(glob.glob('.whl/sglang-0.5.13.post1-*.whl')[0]); open('/tmp/slot/mxfp4_moe_sm120_triton.py','wb').write(z.read('sglang/srt/layers/moe/fused_moe_triton/mxfp4_moe_sm120_triton.py'))" 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv
 python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'
-if [ "$what" != bench ]; then
+if [ "$what" = tests ] || [ "$what" = all ]; then
   timeout 540 python3 -m pytest -v -s -p no:cacheprovider tests/reference_impl 2>&1 | tee $OUT/gpu_test_log.txt | grep -E "passed|failed|PASS|FAIL|Error|rel_err" | tail -60
 fi
-if [ "$what" != tests ]; then
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  mkdir -p /tmp/slot && python3 -c "import zipfile,glob; z=zipfile.ZipFile(glob.glob('.whl/sglang-0.5.13.post1-*.whl')[0]); open('/tmp/slot/mxfp4_moe_sm120_triton.py','wb').write(z.read('sglang/srt/layers/moe/fused_moe_triton/mxfp4_moe_sm120_triton.py'))"
   python3 bench/reference_impl/bench_moe.py --out $OUT --slot-module /tmp/slot/mxfp4_moe_sm120_triton.py ${BENCH_ARGS} 2>&1 | tee $OUT/bench_log.txt
+fi
+if [ "$what" = configs ]; then
+  python3 bench/reference_impl/bench_configs.py --out $OUT ${TUNED_DIR:+--tuned-dir $TUNED_DIR} 2>&1 | tee $OUT/bench_configs_log.txt
 fi

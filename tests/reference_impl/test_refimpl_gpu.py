@@ -1,6 +1,6 @@
 """Real-shape GPU tests: DeepSeek-V4-Flash and gpt-oss-120b MoE shapes against the
 PyTorch reference, and CUDA-graph capture/replay with new routing and inputs.
-Skipped without CUDA. Results are logged in bench/reference_impl/gpu_test_log.txt."""
+Skipped without CUDA. bench/reference_impl/run_device.sh tests runs them; bench/NOTES.md quotes the runs."""
 import json
 
 import pytest
