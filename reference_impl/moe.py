@@ -248,7 +248,6 @@ def _driver():
 
 
 _PLANS: dict = {}  # (M, E, topk, H, I, device, deterministic) -> _Plan, for config=None calls
-_DESCS: dict = {}  # (data_ptr, shape, block) -> TMA descriptor of a weight tensor
 
 
 class _Plan:
@@ -326,16 +325,6 @@ def _plan(M, E, topk, H, I, dev, deterministic, config) -> _Plan:
             _PLANS.clear()
         _PLANS[key] = p
     return p
-
-
-def _cached_desc(w: torch.Tensor, shape: list, block: list):
-    key = (w.data_ptr(), w.device, tuple(shape), tuple(block))
-    d = _DESCS.get(key)
-    if d is None:
-        if len(_DESCS) > 1024:
-            _DESCS.clear()
-        d = _DESCS[key] = _tma_desc(w, shape, block)
-    return d
 
 
 def grouped_mxfp4_moe(
@@ -453,7 +442,7 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
                                block_expert, S, H, I, wgmma_path.token_parts(pl.cfg), c1, clamp, has_clamp, poison)
     elif st1:  # the TMA form (kernels/decode_tma.py)
         Q1, NW1 = c1["Q"], c1["num_warps"]
-        d1 = _cached_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1])
+        d1 = _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1])
         _mark("descriptors")
         _launch(pl, "gemm1", _decode_tma.decode_gemm1_swiglu_tma_kernel, pl.g1, (
             xb.view(torch.int32), d1, s13, act, sorted_slots,
@@ -482,7 +471,7 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
                          wgmma_path.token_parts(pl.cfg), c2, rsf, mode)
     elif st2:
         Q2, NW2 = c2["Q"], c2["num_warps"]
-        d2 = _cached_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2])
+        d2 = _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2])
         _mark("descriptors")
         _launch(pl, "gemm2", _decode_tma.decode_gemm2_combine_tma_kernel, pl.g2, (
             act.view(torch.int32), d2, s2, buf, sorted_slots,
