@@ -61,6 +61,10 @@ def render_text(view) -> str:
                 out.append(f"      {_at(lf['path'], lf['line'])}")
                 for h in lf["via"]:
                     out.append(f"        <- {h['what'][:90]}  ({_at(h['path'], h['line'])})")
+        if moe.get("apply") and not moe.get("leaves"):
+            out.append("")
+            out.append(f"kernels and ops reached from {moe['apply']}: none that recon can follow statically "
+                       "(the chain ends in a dispatch resolved at run time; `recon query callees` shows what the graph links)")
         rest = len(moe.get("leaves", [])) - len(prim)
         if rest > 0:
             out.append(f"  ({rest} more reached only when an undecided test holds; --format json lists them)")

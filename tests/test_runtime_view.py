@@ -169,6 +169,28 @@ def test_a_checkouts_own_modules_are_not_library_ops(sglang_0513, tmp_path):
     assert "_mxfp4_slot_gemv_kernel" in {_short(lf["name"]) for lf in v.primary_leaves()}
 
 
+def test_a_custom_op_registered_in_the_tree_is_followed_to_its_kernel(tree_old):
+    # 0.5.5: fused_experts calls torch.ops.sglang.outplace_fused_experts, which fused_moe.py registers
+    # with direct_register_custom_op(op_name="outplace_fused_experts", op_func=outplace_fused_experts)
+    v = _view(tree_old, "h200", model="deepseek-v3")
+    leaves = {_short(lf["name"]): lf for lf in v.primary_leaves()}
+    assert "fused_moe_kernel" in leaves and leaves["fused_moe_kernel"]["kind"] == "triton_kernel"
+    assert any("registered as a custom op" in h["what"] for h in leaves["fused_moe_kernel"]["via"])
+    assert not any(lf["kind"] == "native_op" and lf["name"].endswith("outplace_fused_experts") for lf in v.moe["leaves"])
+
+
+def test_an_unquantized_moe_takes_the_layers_own_method_and_its_device_dispatch(tree_0513):
+    # no quantization_config: FusedMoE.__init__ builds UnquantizedFusedMoEMethod; its apply calls
+    # self.forward, whose self._forward_method is what dispatch_forward() picked (forward_cuda on CUDA,
+    # not the torch.compile switch written in another method)
+    v = _view(tree_0513, "h200", model="qwen3-30b-a3b")
+    assert _short(v.moe_method) == "UnquantizedFusedMoEMethod"
+    leaves = {_short(lf["name"]): lf for lf in v.primary_leaves()}
+    assert leaves["fused_moe_kernel"]["kind"] == "triton_kernel"
+    assert any("forward_cuda, chosen for this device" in h["what"] for h in leaves["fused_moe_kernel"]["via"])
+    assert any("is_out_of_tree() taken as false" in n for n in v.notes)
+
+
 def test_a_model_specific_hook_does_not_touch_another_model(tree_0513):
     # deepseek_v4_hook sets attention_backend="dsv4"; it is only called under the DeepseekV4 branch
     v = _view(tree_0513, "rtx-pro-6000", model="deepseek-v3")

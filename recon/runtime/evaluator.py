@@ -189,6 +189,8 @@ class Evaluator(Interpreter):
             return recv.attr(a)
         if isinstance(recv, Instance):
             v = w.instance_attr(recv, a, self, depth)
+            if v is MISSING and (meth := w.method(recv.cls, a)):
+                return FuncRef(meth, (), (), recv)  # a bound method taken as a value: return self.forward_cuda
             if (v is MISSING or v is UNKNOWN) and w.is_field(a) and any(
                     isinstance(x, ServerArgsObj) for x in recv.attrs.get("__args__", {}).values()):
                 # a view built over the server arguments answers their fields

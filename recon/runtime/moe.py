@@ -116,7 +116,9 @@ def quant_methods(world, ev) -> dict:
     out = {"quant_method": name, "source": source, "config_class": None, "registry_site": None, "outcomes": [], "note": ""}
     layer = moe_layer(world)
     if name is None:
-        out["note"] = "the checkpoint is not quantized: the MoE layer's unquantized method is SGLang's default"
+        out["outcomes"] = _unquantized_outcomes(world, ev, layer) if layer is not None else []
+        if not out["outcomes"]:
+            out["note"] = "the checkpoint is not quantized, and the MoE layer's own choice of method could not be read"
         return out
     reg = registry(world).get(name)
     if reg is None:
@@ -147,6 +149,37 @@ def quant_methods(world, ev) -> dict:
             "instance": v if isinstance(v, Instance) else None,
         })
     return out
+
+
+def _unquantized_outcomes(world, ev, layer) -> list:
+    """Without a quant config the MoE layer picks its method itself: each ``self.quant_method =
+    Cls(...)`` write of the layer class, its tests evaluated with ``quant_config`` None. Writes a
+    test rules out are dropped; the rest are ranked by how many undecided tests they need true."""
+    ranked = []
+    for w in world.class_writes(layer.cls, "quant_method"):
+        if w.receiver != "self" or not isinstance(w.value, ast.Call):
+            continue
+        env = world.write_env(w, layer, ev, {"quant_config": None})
+        cls = ev._class_of_ref(ev._eval_raw(w.value.func, env, w.module, w.scope))
+        if not cls or world.method(cls, "apply") is None:
+            continue  # not a quant method (apply is what the layer calls)
+        needs, out_ = [], False
+        for t, want in w.guards:
+            v = ev.eval(t, env, w.module, w.scope)
+            if v is UNKNOWN:
+                needs.append((_src(t), want, w.path, w.line))
+            elif bool(v) != want:
+                out_ = True
+                break
+        if out_:
+            continue
+        inst = Instance(cls)
+        world.bind_init(inst, w.value, ev, env, w.module, w.scope, 0)
+        ranked.append((sum(1 for a in needs if a[1]), -w.line, cls, w, needs, inst))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return [{"method": cls, "value": None, "raises": False, "path": w.path, "line": w.line,
+             "assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in needs],
+             "instance": inst} for _, _, cls, w, needs, inst in ranked]
 
 
 def _from_config(world, ev, cls: str) -> Optional[Instance]:
@@ -216,6 +249,40 @@ def registrations(world) -> list[tuple[tuple, str, str, int]]:
                     regs.append((keys, ast.unparse(dn.func), q, path, dn.lineno, target.rsplit(".", 1)[0]))
     memo["regs"] = regs
     return regs
+
+
+def custom_op_impl(world, op: str) -> Optional[tuple]:
+    """The in-tree function registered as ``torch.ops.<ns>.<name>`` and where: a module-level call
+    that hands an in-tree function to a registration together with the op's name
+    (``direct_register_custom_op(op_name="x", op_func=x, ...)``), or a decorator that names the op
+    (``@torch.library.custom_op("ns::x")``). None when the op is registered outside the tree."""
+    memo = world.__dict__.setdefault("_custom_ops", {})
+    if op in memo:
+        return memo[op]
+    memo[op] = None
+    name = op.rsplit(".", 1)[-1]
+    ns = op.split(".")[2] if op.count(".") >= 3 else ""
+    wanted = {name, f"{ns}::{name}"}
+    for f in world.tree.index.py_facts():
+        if not f.module or not any(v in wanted for _, v in f.strings):
+            continue
+        tree = world.module_ast(f.path)
+        for st in tree.body if tree is not None else ():
+            fn_name, line = None, st.lineno
+            if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+                vals = list(st.value.args) + [k.value for k in st.value.keywords]
+                if any(isinstance(v, ast.Constant) and v.value in wanted for v in vals):
+                    fn_name = next((v.id for v in vals if isinstance(v, ast.Name)), None)
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for d in st.decorator_list:
+                    if isinstance(d, ast.Call) and any(isinstance(a, ast.Constant) and a.value in wanted for a in d.args):
+                        fn_name, line = st.name, d.lineno
+            if fn_name:
+                qual = world.R.resolve(f.module, "", fn_name)
+                if qual and world.G.nodes.get(qual, {}).get("kind") == "function":
+                    memo[op] = (qual, f.path, line)
+                    return memo[op]
+    return None
 
 
 def container_names(world, qual: str, how: str, depth: int = 2) -> frozenset:
@@ -373,6 +440,13 @@ class PathWalker:
             # a registered function held in an attribute: self.fused_func(...)
             if name.startswith("self.") and name.count(".") == 1 and isinstance(selfval, Instance):
                 held = self.world.instance_attr(selfval, name.split(".")[1], self.ev, 0)
+                if isinstance(held, FuncRef) and held.bound is not None:
+                    # a method the object picked for itself at construction (self._forward_method =
+                    # self.dispatch_forward() -> self.forward_cuda on this device)
+                    reg = Hop(f"{name} is {held.qual.rsplit('.', 1)[-1]}, chosen for this device", self.world.path_of(held.qual) or path,
+                              self.G.nodes.get(held.qual, {}).get("line", 0), held.qual)
+                    self.walk(held.qual, held.bound, via + [hop, reg], cwhen, depth + 1, self._bind(held.qual, call, env, mod, scope, True))
+                    continue
                 if isinstance(held, FuncRef):
                     reg = Hop(f"{name} is {held.qual.rsplit('.', 1)[-1]}, registered for {held.keys!r}", held.site[0], held.site[1], held.qual)
                     self.walk(held.qual, None, via + [hop, reg], cwhen, depth + 1, self._bind(held.qual, call, env, mod, scope, False))
@@ -392,7 +466,12 @@ class PathWalker:
                 if k == "triton_kernel":
                     self._leaf("triton_kernel", v, path, call.lineno, via + [hop], cwhen)
                 elif k == "native_op":
-                    self._leaf("native_op", v, path, call.lineno, via + [hop], cwhen)
+                    impl = custom_op_impl(self.world, v)
+                    if impl is None:
+                        self._leaf("native_op", v, path, call.lineno, via + [hop], cwhen)
+                    else:  # a custom op whose implementation is in the tree: follow it
+                        reg = Hop(f"{v} is {impl[0].rsplit('.', 1)[-1]}, registered as a custom op", impl[1], impl[2], impl[0])
+                        self.walk(impl[0], None, via + [hop, reg], cwhen, depth + 1, {})
                 elif k == "function" and d.get("kind") == "calls" and _JIT.search(self.G.nodes[v].get("path", "")) \
                         and "/utils" not in self.G.nodes[v].get("path", ""):
                     self._leaf("jit_kernel", v, path, call.lineno, via + [hop], cwhen)  # compiled at run time

@@ -113,6 +113,7 @@ class FuncRef:
     qual: str
     keys: tuple = ()
     site: tuple = ()  # (path, line) of the registration
+    bound: object = field(default=None, compare=False, hash=False)  # the instance of a bound method (self.forward_cuda)
 
 
 @dataclass(frozen=True)

@@ -369,7 +369,8 @@ class World:
 
     def instance_attr(self, inst: Instance, attr: str, ev, depth: int):
         """An attribute of an in-tree object: the last write to it that holds, in the order the
-        object lives (``__init__``, then writes from outside, then its other methods)."""
+        object lives (``__init__``, then writes from outside, then its other methods; those override
+        an earlier value only where their tests are decided)."""
         if "__layer_of__" in inst.attrs:
             return self.layer_attr(inst, attr, ev, depth)
         if attr in inst.attrs:
@@ -391,16 +392,43 @@ class World:
             if w.receiver != "self":
                 extra[w.receiver] = inst
             env = self.write_env(w, inst, ev, extra)
-            # the primary rule: a test that cannot be decided is taken as false
+            # the primary rule: a test that cannot be decided is taken as false; a write in a later
+            # method (a mode switch such as enter_torch_compile) replaces what construction chose
+            # only when every test on its way is decided
             tests = [ev.eval(t, env, w.module, w.scope, depth + 1) for t, _ in w.guards]
             if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, w.guards)):
                 continue
+            if value is not MISSING and not w.scope.endswith(".__init__") and any(t is UNKNOWN for t in tests):
+                continue
             value = ev._eval_raw(w.value, env, w.module, w.scope, depth + 1)
+            if value is UNKNOWN:
+                value = self._own_method_primary(inst, w, ev)
         if value is MISSING:
             value = self.class_constant(inst.cls, attr)
             value = MISSING if value is NotImplemented else value
         inst.attrs[attr] = value
         return value
+
+    def _own_method_primary(self, inst: Instance, w, ev):
+        """``self.x = self.pick()`` whose value the plain evaluation cannot decide: the outcome of
+        ``pick`` with every undecided test false (the primary rule), noted as an assumption."""
+        call = w.value
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                and call.func.value.id == "self" and not call.args):
+            return UNKNOWN
+        qual = self.method(inst.cls, call.func.attr)
+        fn = ev.model.function_ast(qual) if qual else None
+        if fn is None or not fn.args.args:
+            return UNKNOWN
+        mod, scope = ev.model.module_scope(qual)
+        outs = [o for o in ev.explore(fn.body, {fn.args.args[0].arg: inst}, mod, scope, self.path_of(qual)) if not o.raises]
+        outs = [o for o in outs if not any(a[1] for a in o.assumptions) and o.value is not UNKNOWN]
+        if not outs:
+            return UNKNOWN
+        o = outs[0]
+        for a in o.assumptions:
+            self.notes[f"{qual}:{a[3]}"] = f"{a[0]} taken as false in {qual.rsplit('.', 2)[-2]}.{fn.name} ({a[2]}:{a[3]})"
+        return o.value
 
     def layer_of(self, method: Instance) -> Instance:
         """The layer a quant method works on, as an object whose attributes are the writes the
