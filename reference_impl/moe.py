@@ -202,7 +202,7 @@ def _scale_vec(c: dict, K: int) -> bool:
     return bool(c.get("scale_vec", False)) and scale_vec_ok(c, K)
 
 
-# host-side timing of the wrapper's stages (bench/reference_impl/host_overhead.py): None, or a list
+# host-side timing of the wrapper's stages (bench/reference_impl/bench_configs.py): None, or a list
 # the stages append (name, perf_counter()) to
 _PROFILE = None
 
@@ -219,12 +219,14 @@ def _launch(pl, slot, kernel, grid, args, kw):
     """kernel[grid](*args, **kw). On a cached plan's second and later calls, the compiled kernel's
     own launch, as the JIT ends its launches (launch metadata, the runtime's launch hooks), without
     the JIT's per-call work before it (argument binding, specialization, cache key and lookup): the
-    compiled kernel is the one the JIT chose on the first call with the same argument dtypes and
-    pointer alignments, the only specializations that may change between calls of one plan
-    (every integer argument is fixed by the plan). REFIMPL_FAST_LAUNCH=0: always the JIT."""
+    compiled kernel is the one the JIT chose on the first call with the same constexprs and launch
+    options (HAS_CLAMP changes with the call's clamp_limit), argument dtypes and pointer alignments,
+    the only specializations that may change between calls of one plan (every integer argument is
+    fixed by the plan). REFIMPL_FAST_LAUNCH=0: always the JIT."""
     if pl is None or not pl.cached or not _FAST_LAUNCH or _interpreting():
         return kernel[grid](*args, **kw)
-    key = (slot,) + tuple((a.dtype, a.data_ptr() % 16 == 0) for a in args if isinstance(a, torch.Tensor))
+    key = (slot, tuple(kw.values())) + tuple((a.dtype, a.data_ptr() % 16 == 0) for a in args
+                                             if isinstance(a, torch.Tensor))
     hit = pl.launched.get(key)
     if hit is None:
         k = kernel[grid](*args, **kw)

@@ -33,7 +33,7 @@ def mma(g1, g2, regs=(None, None)):
     return c
 
 
-# the probes in probes/ were run with earlier versions of this list (and of the kernel's
+# the probes in probes/ (commit 9d2e4c7; the logs left the tree) were run with earlier versions of this list (and of the kernel's
 # knobs: chunks per trip, register prefetch, register caps, cp.async stages, L2 prefetch,
 # scale words, column tiles; bench/NOTES.md, v6 and v7)
 # v10 (probe30): one warp a program lost everywhere (at most 32 resident CTAs an SM). probe31:

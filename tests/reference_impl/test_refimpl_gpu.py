@@ -304,6 +304,11 @@ def test_fast_launch_gives_the_jit_launch_results(monkeypatch, model, M):
         assert rel(atom, slow) <= 1e-2
     key = next(k for k in moe._PLANS if k[0] == M and k[6])
     assert moe._PLANS[key].launched, "the fast launcher was never used"
+    # the same plan without the clamp (a constexpr of the gate/up kernel): not the clamped kernel
+    kw = dict(kw, clamp_limit=None if kw["clamp_limit"] else 0.5)
+    for _ in range(2):
+        out = grouped_mxfp4_moe(**p, deterministic=True, **kw)
+        assert rel(out, reference_mxfp4_moe(**p, **kw)) <= 1e-2
 
 
 @pytest.mark.parametrize("model", list(MODELS))

@@ -178,3 +178,57 @@ def test_launch_error_changes_no_later_call(monkeypatch):
         grouped_mxfp4_moe(**p, deterministic=True)
     monkeypatch.setattr(moe, "gemm2_combine_kernel", real)
     assert torch.equal(grouped_mxfp4_moe(**p, deterministic=True), before)
+
+
+def test_fast_launch_reuses_a_compiled_kernel_only_for_the_same_specialization(monkeypatch):
+    """moe._launch: the JIT on a plan's first call of a specialization, the compiled kernel's own
+    launcher after; a different constexpr (HAS_CLAMP), dtype or pointer alignment goes to the JIT again."""
+    import triton
+    calls = []
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def launch_metadata(self, grid, stream, *args):
+            return None
+
+        def run(self, *a):
+            calls.append(("fast", a[:3], a[9:]))
+
+    class Param:
+        def __init__(self, name, default):
+            self.name, self.default, self.has_default = name, default, default is not None
+
+    class Kernel:
+        arg_names = ["x", "n", "HAS_CLAMP", "BLOCK"]
+        params = [Param("x", None), Param("n", None), Param("HAS_CLAMP", None), Param("BLOCK", 64)]
+
+        def __getitem__(self, grid):
+            def jit(*args, **kw):
+                calls.append(("jit", grid, kw))
+                return Compiled()
+            return jit
+
+    class Driver:
+        def get_current_stream(self, index):
+            return 7
+
+    monkeypatch.setattr(moe, "_interpreting", lambda: False)
+    monkeypatch.setattr(moe, "_driver", lambda: Driver())
+    monkeypatch.setattr(moe, "_FAST_LAUNCH", True)
+    pl = moe._Plan.__new__(moe._Plan)
+    pl.cached, pl.launched, pl.dev_index = True, {}, 0
+    x = torch.zeros(64, dtype=torch.float32)
+    k = Kernel()
+    moe._launch(pl, "g", k, (4,), (x, 5), dict(HAS_CLAMP=False))
+    moe._launch(pl, "g", k, (4,), (x, 5), dict(HAS_CLAMP=False))
+    assert [c[0] for c in calls] == ["jit", "fast"]
+    assert calls[1][1] == (4, 1, 1) and calls[1][2][1:] == (5, False, 64)  # args, constexprs, defaults
+    moe._launch(pl, "g", k, (4,), (x, 5), dict(HAS_CLAMP=True))  # another constexpr
+    moe._launch(pl, "g", k, (4,), (x.double(), 5), dict(HAS_CLAMP=False))  # another dtype
+    moe._launch(pl, "g", k, (4,), (x[1:], 5), dict(HAS_CLAMP=False))  # not 16-byte aligned
+    assert [c[0] for c in calls] == ["jit", "fast", "jit", "jit", "jit"]
+    monkeypatch.setattr(moe, "_FAST_LAUNCH", False)
+    moe._launch(pl, "g", k, (4,), (x, 5), dict(HAS_CLAMP=False))
+    assert calls[-1][0] == "jit"
+    assert triton.knobs.runtime is not None
