@@ -8,7 +8,9 @@ Where the files are looked for, first match wins:
   1. the user folder: $REFIMPL_CONFIG_DIR, else $XDG_CACHE_HOME/reference_impl/configs
      (~/.cache/reference_impl/configs); `python -m reference_impl.tune` writes there;
   2. the bundled folder (configs/ beside this module).
-The entry whose M is nearest (ties -> smaller) is used. A file is checked whole when first read:
+The entry whose M is nearest (ties -> smaller) is used; the wrapper resolves it once per
+(M, shape, device, output mode) in a process (moe._PLANS), so a file written later in the same process
+applies to shapes not yet run there. A file is checked whole when first read:
 an entry the kernels cannot take, or one naming a path this GPU cannot run (arch.py), is a
 ValueError naming the file and the key, never a silent fallback. With no file:
 default_config(), heuristics on the shape and the device (SM count, shared memory, capability).
