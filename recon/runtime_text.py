@@ -28,6 +28,9 @@ def render_text(view) -> str:
         out.append(f"  {k} = {d['value']}   [{d['source']}]")
         if d.get("test"):
             out.append(f"      when {_clip(d['test'], 180)}")
+        if d.get("later"):
+            sites = ", ".join(f"{_at(x['path'], x['line'])}" for x in d["later"][:3])
+            out.append(f"      not decided with the arguments: written later by code this view does not evaluate ({sites})")
     for f in view.forks:
         sites = ", ".join(sorted({_at(a.get("path"), a.get("line")) for a in f["assumptions"] if a.get("path")}))
         out.append(f"  otherwise, if {_cond(f['assumptions'], 100)}: " + ", ".join(f"{k} = {v}" for k, v in f["changes"].items())

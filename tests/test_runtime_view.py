@@ -191,6 +191,24 @@ def test_an_unquantized_moe_takes_the_layers_own_method_and_its_device_dispatch(
     assert any("is_out_of_tree() taken as false" in n for n in v.notes)
 
 
+def test_default_attention_backend_from_the_code_that_picks_it(tree_0513, tree_new):
+    # 0.5.13.post1: ServerArgs._get_default_attn_backend(use_mla_backend, model_config); DeepSeek-V3 is
+    # MLA because ModelConfig sets attention_arch = AttentionArch.MLA (an enum of auto() members)
+    h = _view(tree_0513, "h200", model="deepseek-v3").server_args["attention_backend"]
+    assert h["value"] == "'fa3'" and h["path"].endswith("server_args.py")
+    r = _view(tree_0513, "rtx-pro-6000", model="deepseek-v3").server_args["attention_backend"]
+    assert r["value"] == "'triton'"
+    # 0.5.23: the _attention_backend_default pass; the Step3p override registered under a predicate
+    # on the architecture (lambda arch: "Step3p5ForCausalLM" in arch) does not apply to DeepSeek-V3
+    n = _view(tree_new, "rtx-pro-6000", model="deepseek-v3")
+    assert n.server_args["attention_backend"]["value"] == "'triton'"
+    assert "model_overrides" not in n.server_args["attention_backend"]["path"]
+    # a test the default picker cannot decide is taken as false and said
+    q = _view(tree_0513, "rtx-pro-6000", model="qwen3-30b-a3b")
+    assert q.server_args["attention_backend"]["value"] == "'triton'"
+    assert any("is_flashinfer_available()" in n_ and "taken as false" in n_ for n_ in q.notes)
+
+
 def test_a_model_specific_hook_does_not_touch_another_model(tree_0513):
     # deepseek_v4_hook sets attention_backend="dsv4"; it is only called under the DeepseekV4 branch
     v = _view(tree_0513, "rtx-pro-6000", model="deepseek-v3")

@@ -22,7 +22,7 @@ from typing import Optional
 from ..checks.gates import Dev, _model
 from .evaluator import Evaluator
 from .moe import apply_path, quant_methods
-from .serverargs import ServerArgsError, load_schema, parse_flags, resolve
+from .serverargs import ServerArgsError, later_writers, load_schema, parse_flags, resolve
 from .values import plain
 from .world import World
 
@@ -177,6 +177,11 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
             if k not in view.server_args and k in world.schema.fields:
                 f = world.schema.fields[k]
                 view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}
+        for k, d in view.server_args.items():
+            if d["source"] == "default" and d["value"] == "None":
+                later = later_writers(world, world.schema, k)
+                if later:
+                    d["later"] = [{"path": p, "line": ln, "scope": sc} for p, ln, sc in later[:6]]
         for st in states[1:]:
             changes = {k: plain(st.get(k)) for k in view.server_args if plain(st.get(k)) != view.server_args[k]["value"]}
             if len({(a[2], a[3]) for a in st.assumptions}) > 1:

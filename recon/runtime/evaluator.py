@@ -39,6 +39,7 @@ class Evaluator(Interpreter):
     def __init__(self, world, dev, gate_model):
         super().__init__(world.tree, dev, gate_model)
         self.world = world
+        self._primary_depth = 0
 
     # --- helpers -------------------------------------------------------------------------------
     def _class_of_ref(self, v) -> Optional[str]:
@@ -47,6 +48,19 @@ class Evaluator(Interpreter):
         if isinstance(v, _Ref) and v.qual and self.model.G.nodes.get(v.qual, {}).get("kind") == "class":
             return v.qual
         return None
+
+    def call_function(self, qual, args: list, kwargs: dict, depth: int):
+        """The base interpreter's; where a test inside leaves the result open, the primary rule
+        (every undecided test false) decides it, and the tests it took are noted."""
+        got = super().call_function(qual, args, kwargs, depth)
+        if got is UNKNOWN and qual and qual not in self.model.gates and self._primary_depth < 2 \
+                and not any(a is UNKNOWN for a in list(args) + list(kwargs.values())):
+            self._primary_depth += 1
+            try:
+                got = self.world.primary_call(qual, None, args, kwargs, self)
+            finally:
+                self._primary_depth -= 1
+        return got
 
     def call_method(self, qual: str, selfval, args: list, kwargs: dict, depth: int):
         """Run an in-tree method with ``self`` bound to ``selfval`` (the base interpreter drops it)."""
@@ -286,6 +300,9 @@ class Evaluator(Interpreter):
             if w.is_enum(cls) and node.args:
                 v = ev(node.args[0])
                 return w.enum_member(cls, v) if v is not UNKNOWN else UNKNOWN
+            mc = w.model_config()
+            if mc is not None and cls == mc.cls:
+                return mc  # the server builds one ModelConfig per checkpoint: the world's
             inst = Instance(cls)
             w.bind_init(inst, node, self, env, mod, scope, depth)
             return inst

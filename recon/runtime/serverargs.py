@@ -234,15 +234,22 @@ class State:
         return tuple((k, repr(self.get(k))) for k in TRACKED)
 
 
-def _arch_guard(decorators, archs, classes=frozenset()) -> Optional[bool]:
+def _arch_guard(decorators, archs, classes=frozenset(), ev=None, module: str = "") -> Optional[bool]:
     """True/False when a decorator registers the function under model architectures
-    (``@_register_for("EmbeddingGemma2Model")``): its string arguments name model classes of the
-    tree (or have an architecture's shape), and the registry is looked up with the model's."""
+    (``@_register_for("EmbeddingGemma2Model")``: its string arguments name model classes of the
+    tree, or have an architecture's shape), or under a predicate on the architecture
+    (``@register_model_override_predicate(lambda arch: "Step3p5ForCausalLM" in arch)``, evaluated
+    for each of the model's architectures)."""
     for d in decorators:
         if isinstance(d, ast.Call):
             names = [a.value for a in d.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             if names and any(n in classes or _ARCH.match(n) for n in names):
                 return any(a in names for a in archs)
+            lam = next((a for a in d.args if isinstance(a, ast.Lambda) and len(a.args.args) == 1), None)
+            if lam is not None and ev is not None and archs:
+                got = [ev.eval(lam.body, {lam.args.args[0].arg: a}, module, "") for a in archs]
+                if all(isinstance(g, bool) for g in got):
+                    return any(got)
     return None
 
 
@@ -345,6 +352,28 @@ def _reads(w, fields: set) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr in fields for x in nodes for n in ast.walk(x))
 
 
+def later_writers(world, schema: Schema, field: str) -> list:
+    """(path, line, scope) of stores to ``<server args>.field`` outside ServerArgs and its hook
+    package (0.5.3's ModelRunner picks the attention backend itself): such a field is decided after
+    the arguments are resolved, by code this view does not evaluate."""
+    from ..checks.gates import tree_memo
+    memo = tree_memo(world.tree)
+    if "later_writers" not in memo:
+        hooks = {p for p, _ in hook_modules(world, schema)}
+        home = schema.module.rsplit(".", 1)[0] + "."  # another package's own ServerArgs is not this one
+        found: dict = {}
+        for f in world.tree.index.py_facts():
+            if f.path in hooks or "/test" in f.path or not (f.module or "").startswith(home):
+                continue
+            for a in f.assigns:
+                recv, _, attr = a.target.rpartition(".")
+                if attr in schema.fields and recv and recv != "self" and "[" not in recv \
+                        and re.search(r"(args|cfg|server|record)", recv, re.I):
+                    found.setdefault(attr, []).append((f.path, a.line, a.scope))
+        memo["later_writers"] = found
+    return memo["later_writers"].get(field, [])
+
+
 def _writes(world, schema: Schema) -> list:
     from ..checks.gates import tree_memo
     memo = tree_memo(world.tree)
@@ -373,7 +402,7 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
             if id(w.fn) in explored:
                 continue
             explored.add(id(w.fn))
-            if _arch_guard(w.decorators, archs, classes) is False:
+            if _arch_guard(w.decorators, archs, classes, evaluator, w.module) is False:
                 continue
             nxt = []
             for st in states:
@@ -389,7 +418,7 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
                 nxt.append(nst)
             states = nxt
             continue
-        g = _arch_guard(w.decorators, archs, classes)
+        g = _arch_guard(w.decorators, archs, classes, evaluator, w.module)
         if g is False or not _called(world, w, states[0], evaluator):
             continue
         nxt = []

@@ -115,6 +115,8 @@ class World:
         got = ev.call_method(qual, selfval, args, kwargs, depth + 1)
         if got is UNKNOWN and self._loads_hf_config(qual, ev, 2):
             return self.hf  # it reads the checkpoint's config.json (transformers' from_pretrained)
+        if got is UNKNOWN and not any(a is UNKNOWN for a in list(args) + list(kwargs.values())):
+            got = self.primary_call(qual, selfval, args, kwargs, ev)
         return NotImplemented if got is UNKNOWN else got
 
     def _loads_hf_config(self, qual: str, ev, depth: int) -> bool:
@@ -239,9 +241,16 @@ class World:
     def _members(self, cls: str) -> dict:
         node = self._class_ast(cls)
         out = {}
+        last = 0  # enum.auto(): the previous integer member plus one (a StrEnum's is the lower-cased name)
+        str_enum = node is not None and any(ast.unparse(b).rsplit(".", 1)[-1] == "StrEnum" for b in node.bases)
         for st in node.body if node is not None else ():
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
                 v = self.literal(st.value)
+                if v is UNKNOWN and isinstance(st.value, ast.Call) and not st.value.args \
+                        and ast.unparse(st.value.func).rsplit(".", 1)[-1] == "auto":
+                    v = st.targets[0].id.lower() if str_enum else last + 1
+                if isinstance(v, int) and not isinstance(v, bool):
+                    last = v
                 if v is not UNKNOWN:
                     out[st.targets[0].id] = v
             elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
@@ -417,11 +426,29 @@ class World:
                 and call.func.value.id == "self" and not call.args):
             return UNKNOWN
         qual = self.method(inst.cls, call.func.attr)
-        fn = ev.model.function_ast(qual) if qual else None
-        if fn is None or not fn.args.args:
+        return self.primary_call(qual, inst, [], {}, ev) if qual else UNKNOWN
+
+    def primary_call(self, qual: str, selfval, args: list, kwargs: dict, ev):
+        """What an in-tree method returns when every test it cannot decide is false (the primary
+        rule), those tests noted as assumptions; UNKNOWN where even that leaves it open."""
+        fn = ev.model.function_ast(qual)
+        if fn is None:
             return UNKNOWN
+        names = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        env: dict = {}
+        for p, d in zip(names[len(names) - len(fn.args.defaults):], fn.args.defaults):
+            env[p] = self.literal(d)
+        if selfval is not None:
+            if not names:
+                return UNKNOWN
+            env[names[0]] = selfval
+            names = names[1:]
+        elif names and names[0] in ("self", "cls"):
+            return UNKNOWN
+        env.update(zip(names, args))
+        env.update(kwargs)
         mod, scope = ev.model.module_scope(qual)
-        outs = [o for o in ev.explore(fn.body, {fn.args.args[0].arg: inst}, mod, scope, self.path_of(qual)) if not o.raises]
+        outs = [o for o in ev.explore(fn.body, env, mod, scope, self.path_of(qual)) if not o.raises]
         outs = [o for o in outs if not any(a[1] for a in o.assumptions) and o.value is not UNKNOWN]
         if not outs:
             return UNKNOWN
