@@ -19,7 +19,6 @@ from typing import Any, Optional
 from ..checks.gates import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ServerArgsObj
 
-_ARGS_RECEIVER = re.compile(r"(args|cfg|view|server|record)", re.I)
 MAX_OUTCOMES = 16
 _OPTIONAL = re.compile(r"(available|installed|import|version)", re.I)
 
@@ -219,8 +218,6 @@ class Evaluator(Interpreter):
             member = w.class_constant(cls, a)
             if member is not NotImplemented:
                 return member
-        if w.is_field(a) and (recv is UNKNOWN or isinstance(recv, _Ref)) and _ARGS_RECEIVER.search(ast.unparse(node.value)):
-            return w.state.get(a)
         slot = w.slot(mod, _dotted(node), self, depth) if _dotted(node) else NotImplemented
         if slot is not NotImplemented:
             return slot

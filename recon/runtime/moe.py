@@ -329,14 +329,14 @@ class PathWalker:
         self._local_cache: dict = {}
         self.primary_seen: set = set()  # functions walked on the primary path (undecided tests false)
 
-    def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set) -> None:
+    def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
         from .writes import _locals
         key = id(fn)
         if key not in self._local_cache:
             self._local_cache[key] = _locals(fn)
         assigns = self._local_cache[key]
-        seen = set()
+        seen = set() if seen is None else seen  # shared with the recursion: x = f(x) must not loop
         todo = [n for n in wanted if n not in env]
         while todo:
             name = todo.pop()
@@ -351,7 +351,7 @@ class PathWalker:
                 continue
             inner = [n.id for n in ast.walk(last) if isinstance(n, ast.Name) and n.id not in env and n.id not in seen]
             if inner:
-                self._locals_at(fn, line, env, mod, scope, set(inner))
+                self._locals_at(fn, line, env, mod, scope, set(inner), seen)
             env[name] = self.ev._eval_raw(last, env, mod, scope)
 
     def _bind(self, callee: str, call: ast.Call, env: dict, mod: str, scope: str, method: bool) -> dict:

@@ -508,10 +508,10 @@ class World:
                     env[p] = selfval
                 elif "hf_config" in p or p == "config" and isinstance(selfval, ServerArgsObj):
                     env[p] = self.hf
-                elif isinstance(selfval, ServerArgsObj) and re.search(r"(args|cfg|view|record)", p):
-                    env[p] = selfval
                 elif p == "model_config":
                     env[p] = self.model_config()
+                elif isinstance(selfval, ServerArgsObj) and i == (1 if names[0] in ("self", "cls") else 0):
+                    env[p] = selfval  # a hook's first parameter is the arguments it resolves
             fn_defaults = fn.args.defaults
             pos = [a.arg for a in fn.args.posonlyargs + fn.args.args]
             for p, d in zip(pos[len(pos) - len(fn_defaults):], fn_defaults):
