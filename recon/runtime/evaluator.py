@@ -20,7 +20,6 @@ from ..checks.gates import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _do
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ServerArgsObj
 
 MAX_OUTCOMES = 16
-_OPTIONAL = re.compile(r"(available|installed|import|version)", re.I)
 
 
 @dataclass
@@ -92,8 +91,8 @@ class Evaluator(Interpreter):
             if isinstance(st, ast.If):
                 raises = [bool(b) and isinstance(b[-1], ast.Raise) for b in (st.body, st.orelse)]
                 if raises[0] != raises[1] and self.eval(st.test, env, mod, scope, depth) is UNKNOWN:
-                    if _OPTIONAL.search(_src(st.test)):  # an optional package or driver: say it was assumed
-                        self.world.notes.setdefault(f"pre:{_src(st.test)}", f"assumed the precondition holds: {'not ' if raises[0] else ''}({_src(st.test)[:100]})")
+                    # a precondition (an optional package, a driver, a checkpoint property): say it was assumed
+                    self.world.notes.setdefault(f"pre:{_src(st.test)}", f"assumed the precondition holds: {'not ' if raises[0] else ''}({_src(st.test)[:100]})")
                     super().exec_block(st.orelse if raises[0] else st.body, env, mod, scope, depth)
                     continue
             if isinstance(st, ast.For) and isinstance(st.target, ast.Name) and not st.orelse:
