@@ -211,7 +211,7 @@ class Evaluator(Interpreter):
         if isinstance(recv, EnumVal):
             return recv.value if a == "value" else recv.name if a == "name" else UNKNOWN
         if isinstance(recv, LayerObj):
-            return UNKNOWN
+            return w.layer_own_attr(recv, a, self, depth)
         cls = self._class_of_ref(recv)
         if cls:
             member = w.class_constant(cls, a)

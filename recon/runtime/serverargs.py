@@ -436,15 +436,14 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
             if unknown and alt and not primary:
                 outcomes.append((True, tuple((ast.unparse(t)[:160], want, w.path, w.line) for t, want in unknown)))
             for fires, assumed in outcomes:
-                nst = st.copy()
-                nst.assumptions = st.assumptions + assumed
-                if fires:
-                    value = evaluator.eval(w.value, env, w.module, w.scope)
+                for value, more in (_values(w, env, evaluator) if fires else [(UNKNOWN, ())]):
+                    nst = st.copy()
+                    nst.assumptions = st.assumptions + assumed + more
                     if value is not UNKNOWN:  # a value read from outside the resolution (CLI parsing) is not modelled
                         cond = " and ".join(("" if want else "not ") + f"({ast.unparse(t)})" for _, t, want in tests)
                         nst.values[w.key] = value
                         nst.decisions[w.key] = Decision(w.key, value, f"{w.path}:{w.line}", w.path, w.line, cond)
-                nxt.append(nst)
+                    nxt.append(nst)
         # one state per distinct tracked outcome, the primary (fewest "true" assumptions) first
         seen, states = set(), []
         for st in sorted(nxt, key=lambda s: sum(1 for a in s.assumptions if a[1])):
@@ -453,6 +452,17 @@ def _apply(world, writes: list, states: list, evaluator) -> list[State]:
                 states.append(st)
         states = states[:MAX_FORKS]
     return states
+
+
+def _values(w, env, evaluator) -> list:
+    """What a write stores: one value, or for ``a if test else b`` with an undecided test, ``b``
+    (the primary rule) and ``a`` with the test assumed true."""
+    value = evaluator.eval(w.value, env, w.module, w.scope)
+    if value is UNKNOWN and isinstance(w.value, ast.IfExp) and evaluator.eval(w.value.test, env, w.module, w.scope) is UNKNOWN:
+        test = (ast.unparse(w.value.test)[:160], True, w.path, w.line)
+        return [(evaluator.eval(w.value.orelse, env, w.module, w.scope), ()),
+                (evaluator.eval(w.value.body, env, w.module, w.scope), (test,))]
+    return [(value, ())]
 
 
 __all__ = ["Schema", "State", "Decision", "load_schema", "parse_flags", "resolve", "ServerArgsError", "HFConfig"]

@@ -457,6 +457,16 @@ class World:
             self.notes[f"{qual}:{a[3]}"] = f"{a[0]} taken as false in {qual.rsplit('.', 2)[-2]}.{fn.name} ({a[2]}:{a[3]})"
         return o.value
 
+    def layer_own_attr(self, layer, attr: str, ev, depth: int):
+        """An attribute of the layer a quant method is asked for, from the layer class's own code
+        (``self.use_triton_kernels = get_moe_runner_backend().is_triton_kernels()`` in its
+        ``__init__``); unknown where that code leaves it open or never writes it."""
+        key = ("_layer_own", layer.cls)
+        if key not in self._slots:
+            self._slots[key] = Instance(layer.cls)
+        v = self.instance_attr(self._slots[key], attr, ev, depth + 1)
+        return UNKNOWN if v is MISSING else v
+
     def layer_of(self, method: Instance) -> Instance:
         """The layer a quant method works on, as an object whose attributes are the writes the
         method's class makes to ``layer.<attr>`` (``layer._dsv4_mxfp4_backend = "marlin"``)."""
