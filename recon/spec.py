@@ -23,7 +23,7 @@ from typing import Any, Optional
 from . import bounded, notanalyzed, roofline
 from .errors import ReconError
 from .resources import resource_dir
-from .checks.handoffs import describe as describe_handoff
+from .runtime.handoffs import describe as describe_handoff
 
 TEMPLATES_DIR = resource_dir("templates")
 SECTIONS = [

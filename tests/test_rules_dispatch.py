@@ -70,7 +70,7 @@ def test_gates_false_on_h200(tree_0513, scan_0513_h200):
 
 
 def test_evaluate_gates_shared_cache(tree_0513):
-    from recon.checks.gates import evaluate_gates
+    from recon.runtime.gatemodel import evaluate_gates
 
     ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"))
     vals = evaluate_gates(ctx)
@@ -226,7 +226,7 @@ def test_gate_forms_synthetic(synthetic):
             "def supports_fp4():\n    return is_bw() and not is_hopper()\n"
         ),
     })
-    from recon.checks.gates import evaluate_gates
+    from recon.runtime.gatemodel import evaluate_gates
 
     vals = {k.rsplit(".", 1)[-1]: v for k, v in evaluate_gates(_ctx(tree)).items()}
     assert vals["is_bw"] is True and vals["is_sm90_plus"] is True
@@ -244,7 +244,7 @@ def test_gate_predicate_folds_early_returns():
     with the final return, any other early return becomes a conditional (not just the last line)."""
     import ast
 
-    from recon.checks.gates import _predicate_of
+    from recon.runtime.gatemodel import _predicate_of
 
     def pred(src):
         return _predicate_of(ast.parse(src).body[0])

@@ -27,11 +27,11 @@ from collections import deque
 from typing import Optional
 
 from ..runtime import runtime_view
-from .handoffs import IGNORE, describe, handoffs
+from ..runtime.handoffs import IGNORE, describe, handoffs
 from ..findings import Evidence, Finding
 from ..graph import MODEL_FORWARD
 from . import check
-from .configs import _ast, _function
+from ..runtime.asts import _ast, _function
 
 _DEFAULT_HAZARDS = {
     ".item": "host sync",

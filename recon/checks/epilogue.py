@@ -3,7 +3,7 @@
 eager-epilogue: in a function that launches a Triton kernel (graph ``launches`` edges) or calls a
 native op, the chain of elementwise torch ops applied to the kernel's output buffers afterwards,
 with the bytes each op reads and writes at the model's decode shapes (a small shape interpreter
-over the function's statements; sizes bound as in :mod:`recon.checks.launches`).
+over the function's statements; sizes bound as in :mod:`recon.runtime.shapes`).
 
 per-call-weight-conversion: ``.to(torch.float32)`` / ``.float()`` of weight- or scale-named tensors
 inside forward/apply functions, with the bytes converted per call at the model's shapes.
@@ -19,7 +19,7 @@ from ..facts import Call
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
 from . import CheckContext, check
-from .launches import DEFAULT_SYMBOLS, ShapeEval, Unresolved
+from ..runtime.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 
 DTYPE_BYTES = {
     "float32": 4, "float": 4, "float64": 8, "double": 8, "bfloat16": 2, "float16": 2, "half": 2,
