@@ -23,7 +23,9 @@ from typing import Any, Optional
 from . import bounded, notanalyzed, roofline
 from .errors import ReconError
 from .resources import resource_dir
+from .runtime.dtypes import DTYPE_BYTES
 from .runtime.handoffs import describe as describe_handoff
+from .runtime.shapes import int_arith, model_size
 
 TEMPLATES_DIR = resource_dir("templates")
 SECTIONS = [
@@ -100,29 +102,7 @@ def _mb(b: float) -> float:
 
 # --- weights as created -------------------------------------------------------------------------
 
-_DTYPE_BYTES = {"int8": 1, "uint8": 1, "float8_e8m0fnu": 1, "float8_e4m3fn": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4}
 _ALLOC = {"empty", "ones", "zeros", "full"}
-
-
-class _Eval(ast.NodeVisitor):
-    """Integer arithmetic over names bound to the model's sizes; anything else is unknown (None)."""
-
-    def __init__(self, env: dict):
-        self.env = env
-
-    def ev(self, node) -> Optional[int]:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, ast.Name):
-            return self.env.get(node.id)
-        if isinstance(node, ast.BinOp):
-            a, b = self.ev(node.left), self.ev(node.right)
-            if a is None or b is None:
-                return None
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b, ast.FloorDiv: lambda: a // b if b else None}
-            fn = ops.get(type(node.op))
-            return fn() if fn else None
-        return None
 
 
 def _alloc_call(node) -> Optional[ast.Call]:
@@ -160,23 +140,17 @@ def weights_as_created(tree, quant_class: Optional[str], model) -> dict:
     fn = next((n for n in ast.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "create_weights" and n.lineno == line), None)
     if fn is None:
         return {"found": False, "method": qual, "at": _at(path, line), "tensors": []}
-    E, H, I = model.num_experts, model.hidden_size, model.moe_intermediate_size
     env: dict = {}
     for a in fn.args.args + fn.args.kwonlyargs:
-        n = a.arg
-        if n == "num_experts":
-            env[n] = E
-        elif n == "hidden_size":
-            env[n] = H
-        elif n.startswith("intermediate_size"):
-            env[n] = I
-    ev = _Eval(env)
+        v = model_size(a.arg, model)
+        if v is not None:
+            env[a.arg] = v
     allocs: dict[str, tuple[ast.Call, int]] = {}
     registered: list[tuple[str, str, int]] = []
     for st in ast.walk(fn):
         if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
             name = st.targets[0].id
-            v = ev.ev(st.value)
+            v = int_arith(st.value, env)
             if v is not None:
                 env[name] = v
             call = _alloc_call(st.value)
@@ -194,9 +168,9 @@ def weights_as_created(tree, quant_class: Optional[str], model) -> dict:
         dims = [a for a in call.args if not isinstance(a, ast.Starred)]
         if len(dims) == 1 and isinstance(dims[0], (ast.Tuple, ast.List)):
             dims = list(dims[0].elts)
-        vals = [ev.ev(x) for x in dims]
+        vals = [int_arith(x, env) for x in dims]
         dtype = _dtype_of(call)
-        size = _DTYPE_BYTES.get(dtype or "")
+        size = DTYPE_BYTES.get(dtype or "")
         per_expert = math.prod(vals[1:]) * size if vals and all(v is not None for v in vals) and size else None
         tensors.append({
             "name": pname,

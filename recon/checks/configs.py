@@ -18,9 +18,9 @@ from typing import Any, Optional
 from .. import tunedconfigs as tc
 from ..findings import Evidence, Finding
 from ..runtime.asts import _ast, _function
+from ..runtime.interp import UNKNOWN
 from . import check
 
-_UNKNOWN = object()
 
 
 # --- reading a few files with stdlib ast ---------------------------------------------------------
@@ -85,42 +85,42 @@ class _Eval:
         if isinstance(n, ast.Constant):
             return n.value
         if isinstance(n, ast.Name):
-            return self.env.get(n.id, _UNKNOWN)
+            return self.env.get(n.id, UNKNOWN)
         if isinstance(n, (ast.List, ast.Tuple)):
             return [self.expr(e) for e in n.elts]
         if isinstance(n, ast.Subscript):
             v, i = self.expr(n.value), self.expr(n.slice)
             try:
-                return v[i] if v is not _UNKNOWN and i is not _UNKNOWN else _UNKNOWN
+                return v[i] if v is not UNKNOWN and i is not UNKNOWN else UNKNOWN
             except (TypeError, IndexError, KeyError):
-                return _UNKNOWN
+                return UNKNOWN
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
             v = self.expr(n.operand)
-            return _UNKNOWN if v is _UNKNOWN else (not v)
+            return UNKNOWN if v is UNKNOWN else (not v)
         if isinstance(n, ast.BoolOp):
             vals = [self.expr(v) for v in n.values]
             if isinstance(n.op, ast.And):
-                if any(v is not _UNKNOWN and not v for v in vals):
+                if any(v is not UNKNOWN and not v for v in vals):
                     return False
-                return _UNKNOWN if any(v is _UNKNOWN for v in vals) else vals[-1]
-            if any(v is not _UNKNOWN and v for v in vals):
+                return UNKNOWN if any(v is UNKNOWN for v in vals) else vals[-1]
+            if any(v is not UNKNOWN and v for v in vals):
                 return True
-            return _UNKNOWN if any(v is _UNKNOWN for v in vals) else vals[-1]
+            return UNKNOWN if any(v is UNKNOWN for v in vals) else vals[-1]
         if isinstance(n, ast.Compare) and len(n.ops) == 1:
             a, b = self.expr(n.left), self.expr(n.comparators[0])
-            if a is _UNKNOWN or b is _UNKNOWN:
-                return _UNKNOWN
+            if a is UNKNOWN or b is UNKNOWN:
+                return UNKNOWN
             op = type(n.ops[0])
             try:
                 return {ast.Eq: a == b, ast.NotEq: a != b, ast.Is: a is b, ast.IsNot: a is not b}.get(op) if op in (ast.Eq, ast.NotEq, ast.Is, ast.IsNot) else {
                     ast.Lt: lambda: a < b, ast.LtE: lambda: a <= b, ast.Gt: lambda: a > b, ast.GtE: lambda: a >= b,
                     ast.In: lambda: a in b, ast.NotIn: lambda: a not in b}[op]()
             except (TypeError, KeyError):
-                return _UNKNOWN
+                return UNKNOWN
         if isinstance(n, ast.IfExp):
             t = self.expr(n.test)
-            if t is _UNKNOWN:
-                return _UNKNOWN
+            if t is UNKNOWN:
+                return UNKNOWN
             return self.expr(n.body if t else n.orelse)
         if isinstance(n, ast.Call):
             name = n.func.id if isinstance(n.func, ast.Name) else (n.func.attr if isinstance(n.func, ast.Attribute) else "")
@@ -128,10 +128,10 @@ class _Eval:
                 return None  # the lookup found no file: this is the case we are evaluating
             if "default" in name and name in self.funcs:
                 return self._call(self.funcs[name], n)
-            return _UNKNOWN
+            return UNKNOWN
         if isinstance(n, ast.Dict):
             return n  # evaluated lazily, so the cited line is the literal's
-        return _UNKNOWN
+        return UNKNOWN
 
     def _call(self, fn: ast.FunctionDef, call: ast.Call):
         params = [a.arg for a in fn.args.args]
@@ -148,7 +148,7 @@ class _Eval:
         return ret
 
     def block(self, body) -> Any:
-        """Run statements; the value of a ``return`` when one is reached, else _UNKNOWN."""
+        """Run statements; the value of a ``return`` when one is reached, else UNKNOWN."""
         for s in body:
             if isinstance(s, ast.Return):
                 return self.expr(s.value) if s.value is not None else None
@@ -158,17 +158,17 @@ class _Eval:
                 self.env[s.target.id] = self.expr(s.value)
             elif isinstance(s, ast.If):
                 t = self.expr(s.test)
-                if t is _UNKNOWN:
+                if t is UNKNOWN:
                     self.assumed.append(ast.unparse(s.test)[:80])
                     t = False
                 r = self.block(s.body if t else s.orelse)
-                if r is not _UNKNOWN:
+                if r is not UNKNOWN:
                     return r
             elif isinstance(s, ast.Try):
                 r = self.block(s.body)
-                if r is not _UNKNOWN:
+                if r is not UNKNOWN:
                     return r
-        return _UNKNOWN
+        return UNKNOWN
 
 
 def _dict_values(ev: _Eval, d: ast.Dict) -> tuple[dict, dict]:
@@ -180,7 +180,7 @@ def _dict_values(ev: _Eval, d: ast.Dict) -> tuple[dict, dict]:
         x = ev.expr(v)
         if not isinstance(v, ast.Constant):
             srcs[k.value] = ast.unparse(v)
-        vals[k.value] = x if x is not _UNKNOWN and not isinstance(x, ast.AST) else ast.unparse(v)
+        vals[k.value] = x if x is not UNKNOWN and not isinstance(x, ast.AST) else ast.unparse(v)
     return vals, srcs
 
 

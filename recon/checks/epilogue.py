@@ -19,13 +19,9 @@ from ..facts import Call
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
 from . import CheckContext, check
+from ..runtime.dtypes import DTYPE_BYTES, SCALE_BYTES
 from ..runtime.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 
-DTYPE_BYTES = {
-    "float32": 4, "float": 4, "float64": 8, "double": 8, "bfloat16": 2, "float16": 2, "half": 2,
-    "float8_e4m3fn": 1, "float8_e8m0fnu": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1, "int32": 4, "int64": 8,
-}
-SCALE_BYTES = {"e8m0": 1, "e4m3": 1, "ue8m0": 1, "fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2}
 ELEMENTWISE = {
     "silu", "gelu", "relu", "sigmoid", "tanh", "exp", "clamp", "clamp_", "clip", "mul", "mul_", "add", "add_",
     "sub", "div", "sum", "mean", "index_add", "index_add_", "to", "float", "half", "bfloat16", "where",
@@ -148,7 +144,7 @@ class Shapes:
                         target = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "dtype"), None)
                         nb2 = _dtype_bytes(target, self.ev, line, self.act)
                     else:
-                        nb2 = {"float": 4, "half": 2, "bfloat16": 2}[last]
+                        nb2 = DTYPE_BYTES[last]
                     if nb2 is None or nb2 == nb:
                         return base  # same dtype (or a device move): no conversion kernel
                     out = (dims, nb2)
@@ -443,7 +439,7 @@ def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
                     continue  # a device move or a dtype we cannot name
             else:
                 target = f".{m.group('m')}()"
-                dst = {"float": 4, "half": 2, "bfloat16": 2}[m.group("m")]
+                dst = DTYPE_BYTES[m.group("m")]
             hits.append((tuple(c), recv, leaf, target, dst))
         return hits
 

@@ -35,6 +35,31 @@ _CDIV = {"cdiv", "ceil_div", "div_up", "ceildiv", "ceil_divide", "_ceil_div", "t
 _POW2 = {"next_power_of_2", "next_power_of_two", "next_pow2"}
 
 
+def model_size(name: str, model) -> Optional[int]:
+    """The model size a plain name stands for (``num_experts`` -> E, ``hidden_size`` -> H,
+    ``intermediate_size_per_partition`` -> I) by :data:`DEFAULT_SYMBOLS`' name-only entries that
+    need no decode batch; None for a name that is no model size."""
+    for s in DEFAULT_SYMBOLS:
+        if "shape_of" in s or not re.search(s["names"], name) or s["value"] == "M":
+            continue
+        return model_value(model, s["value"])
+    return None
+
+
+def int_arith(node, env: dict) -> Optional[int]:
+    """``node`` as an int over the names ``env`` binds (the evaluator's integer arithmetic); None
+    for what does not compute to an int."""
+    def lookup(n):
+        if n in env:
+            return env[n]
+        raise Unresolved(n)
+    try:
+        v = _arith(node, lookup)
+    except Unresolved:
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 class Unresolved(Exception):
     def __init__(self, name: str):
         super().__init__(name)
