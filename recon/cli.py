@@ -517,7 +517,8 @@ def spec(
     """The optimization spec (Markdown or JSON): MoE dispatch chain, root causes with file:line, missing configs, plan with roofline numbers."""
     from .cache import atomic_write_bytes
     from .profiles import load_device, load_model
-    from .spec import render, spec_for, spec_target
+    from .spec import render, spec_for
+    from .target import spec_target
 
     try:
         dev = load_device(device)
