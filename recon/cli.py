@@ -389,7 +389,9 @@ def rules_show(rule_id: str = typer.Argument(..., metavar="ID", help="A rule id 
     out.print(f"[bold]{esc(r.id)}[/bold] — {esc(r.title)}  ({esc(r.severity)}, {esc(r.category)})", highlight=False)
     for head, body in (("What it finds", r.finds), ("Why it costs", r.why), ("How to fix", r.fix)):
         out.print(f"\n[bold]{head}[/bold]\n{esc(str(body))}", highlight=False)
-    out.print(f"\n[bold]Check[/bold] {esc(r.check)}  params: {esc(json.dumps(r.params, sort_keys=True))}", highlight=False)
+    from .checks import params_dict
+
+    out.print(f"\n[bold]Check[/bold] {esc(r.check)}  params: {esc(json.dumps(params_dict(r.params), sort_keys=True))}", highlight=False)
     for kind in ("positive", "negative"):
         for ex in r.examples.get(kind, []):
             text = ex if isinstance(ex, str) else "\n".join(f"# {k}\n{v}" for k, v in ex.items())

@@ -7,7 +7,9 @@ matching. A user adds a rule by adding a YAML file (``--rules DIR`` or ``RECON_R
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -32,7 +34,7 @@ class Rule:
     why: str  # why it costs
     fix: str  # how to fix
     check: str  # name of the registered check
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Any = field(default_factory=dict)  # the check's params dataclass once loaded (a dict before)
     examples: dict[str, list] = field(default_factory=dict)  # {"positive": [...], "negative": [...]}
     source: str = ""  # the YAML file it came from
     extra: dict[str, Any] = field(default_factory=dict)  # any other keys, for templates
@@ -86,6 +88,68 @@ def _load_one(path: Path) -> Rule:
     )
 
 
+def _typed(where: str, value: Any, hint: Any) -> Any:
+    """``value`` (from YAML) checked against the type ``hint``; a RuleError naming ``where`` if it is not one."""
+    from .checks import Devices
+    from .profiles import load_device
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:  # Optional[X]
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _typed(where, value, inner[0]) if len(inner) == 1 else value
+    if hint is Devices:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise RuleError(f"{where} must be a list of device names")
+        try:
+            return Devices(load_device(v) for v in value)
+        except ReconError as e:
+            raise RuleError(f"{where}: {e}") from None
+    if hint is Any:
+        return value
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin in (list, tuple):
+        if not isinstance(value, list):
+            raise RuleError(f"{where} must be a list, not {type(value).__name__}")
+        return [_typed(f"{where}[{i}]", v, args[0] if args else Any) for i, v in enumerate(value)]
+    elif origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise RuleError(f"{where} must be a mapping, not {type(value).__name__}")
+        return value
+    else:
+        ok = True
+    if not ok:
+        raise RuleError(f"{where} must be {getattr(hint, '__name__', hint)}, not {type(value).__name__} ({value!r})")
+    return value
+
+
+def typed_params(path, check: str, cls: type, params: dict) -> Any:
+    """A rule's ``params:`` as the check's parameter dataclass: every key known, every value of its
+    declared type, devices loaded, the declared defaults for the rest."""
+    from .checks import Devices
+
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in params:
+        if key not in known:
+            raise RuleError(f"{path}: params.{key}: check {check!r} takes no parameter {key!r}"
+                            f" (it takes: {', '.join(sorted(known)) or 'none'})")
+    values = {k: _typed(f"{path}: params.{k}", v, hints[k]) for k, v in params.items()}
+    for k, f in known.items():  # a default that names devices is resolved like a YAML value
+        if k not in values and hints[k] is Devices and f.default is not dataclasses.MISSING and not isinstance(f.default, Devices):
+            values[k] = _typed(f"{path}: params.{k}", list(f.default), Devices)
+    return cls(**values)
+
+
 def rule_dirs(extra: Optional[list[Path]] = None) -> list[Path]:
     dirs = [RULES_DIR]
     env = os.environ.get("RECON_RULES_PATH")
@@ -107,6 +171,7 @@ def load_rules(extra: Optional[list[Path]] = None) -> list[Rule]:
             rule = _load_one(path)
             if rule.check not in registry():
                 raise RuleError(f"{path}: field 'check' names an unknown check {rule.check!r} (known: {', '.join(sorted(registry()))})")
+            rule.params = typed_params(path, rule.check, registry()[rule.check].params_class, rule.params)
             rules[rule.id] = rule
     return [rules[k] for k in sorted(rules)]
 

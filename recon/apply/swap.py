@@ -78,7 +78,7 @@ def _ranges(ctx: CheckContext, device) -> dict[str, list[tuple]]:
     """{apply method: [(lo, hi, selection text)]}: the lines of each MXFP4 MoE apply the device runs."""
     G = ctx.tree.graph
     out: dict[str, list[tuple]] = {}
-    for s in resolve_selections(ctx, {}, device):
+    for s in resolve_selections(ctx, None, device):
         if s["range"] and METHOD_PATTERN.search(s["taken_in"]):
             text = f"{s['attribute']} {s['op']} {s['const']!r} ({s['value']!r} on {device.short})"
             out.setdefault(s["taken_in"], []).append((s["range"][0], s["range"][1], text, bool(s["taken"])))

@@ -1,12 +1,23 @@
-"""Checks: Python that queries the graph and returns findings. Rules (YAML) name them.
+"""Checks: Python that reads the runtime view and the graph and returns findings. Rules (YAML) name them.
 
 A check is a function ``(ctx: CheckContext, rule: Rule) -> list[Finding]`` registered with
-``@check("name")``. Modules in this package are imported by :func:`registry`, so a new check is a
-new module here plus a YAML file in ``rules/``.
+``@check("name", params=P, payload=(D, ...))``:
+
+* ``P`` is a dataclass whose fields are the parameters the check takes, each with its type and its
+  one default. :mod:`recon.rules` validates a rule's ``params:`` against it when rules load (an
+  unknown key or a wrong type is an error naming the file and the key), fills in the defaults and
+  hands the check ``rule.params`` as a ``P``. A field typed :data:`Devices` holds device names in
+  YAML and the loaded :class:`recon.profiles.DeviceProfile` objects in the check.
+* each ``D`` is a dataclass declaring one kind of ``Finding.data`` the check writes (what ``spec``
+  and ``apply`` may read); the tests check every finding's data against them.
+
+Modules in this package are imported by :func:`registry`, so a new check is a new module here plus
+a YAML file in ``rules/``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
@@ -16,8 +27,31 @@ _REGISTRY: dict[str, Callable] = {}
 _LOADED = False
 
 
-def check(name: str):
+class Devices(tuple):
+    """A parameter naming devices (``[h200, b200]`` in YAML): resolved to device profiles when the
+    rule loads, so a misspelled name is an error, never a device silently skipped."""
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """A check that takes no parameters."""
+
+
+def params_dict(params: Any) -> dict:
+    """A check's parameters as plain data (devices by their short names), for display and keys."""
+    if isinstance(params, dict):
+        return dict(params)
+    out = {}
+    for f in dataclasses.fields(params):
+        v = getattr(params, f.name)
+        out[f.name] = [d.short for d in v] if isinstance(v, Devices) else v
+    return out
+
+
+def check(name: str, params: type = NoParams, payload: tuple = ()):
     def deco(fn):
+        fn.params_class = params
+        fn.payload = tuple(payload)
         _REGISTRY[name] = fn
         return fn
 

@@ -16,30 +16,45 @@ that backend and does touch another.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ..findings import Evidence, Finding
 from . import check
-from ..runtime.selections import _chain, _fmt_chain, resolve_selections
+from ..runtime.selections import SelectionScope, _chain, _fmt_chain, resolve_selections
+from . import Devices
 
-_DEFAULT_BACKENDS = ["marlin", "cutlass", "flashinfer", "deep_gemm|deepgemm", "triton", "aiter", "trtllm", "cutedsl", "humming"]
 
 
-@check("backend_selection")
+@dataclass(frozen=True)
+class BackendSelectionParams:
+    attribute_pattern: str = SelectionScope.attribute_pattern  # attributes that hold a backend choice
+    paths: str = SelectionScope.paths  # files searched
+    reference_devices: Devices = ("h200",)  # what they store and run, beside this device's
+
+    @property
+    def scope(self) -> SelectionScope:
+        return SelectionScope(self.attribute_pattern, self.paths)
+
+
+@dataclass(frozen=True)
+class MisleadingBackendNameParams:
+    attribute_pattern: str = SelectionScope.attribute_pattern
+    paths: str = SelectionScope.paths
+    # backend names (regexes) a class may be named for; the first alternative is the label
+    backends: list[str] = ("marlin", "cutlass", "flashinfer", "deep_gemm|deepgemm", "triton", "aiter", "trtllm", "cutedsl", "humming")
+
+    @property
+    def scope(self) -> SelectionScope:
+        return SelectionScope(self.attribute_pattern, self.paths)
+
+
+@check("backend_selection", params=BackendSelectionParams)
 def backend_selection(ctx, rule) -> list[Finding]:
-    from ..profiles import load_device
-
-    params = rule.params or {}
-    refs = []
-    for spec in params.get("reference_devices", ["h200"]):
-        try:
-            d = load_device(spec)
-            if d.name != ctx.device.name:
-                refs.append(d)
-        except Exception:
-            continue
+    params: BackendSelectionParams = rule.params
+    refs = [d for d in params.reference_devices if d.name != ctx.device.name]
     findings = []
     dev = ctx.device
-    for s in resolve_selections(ctx, params):
+    for s in resolve_selections(ctx, params.scope):
         if s["value"] is None:
             continue  # the device stores none of the compared values: nothing to say
         short_cls = s["class"].rsplit(".", 1)[-1]
@@ -49,7 +64,7 @@ def backend_selection(ctx, rule) -> list[Finding]:
         ref_txt = []
         ref_data = {}
         for d in refs:
-            rs = [x for x in resolve_selections(ctx, params, d) if x["taken_in"] == s["taken_in"] and x["compare_line"] == s["compare_line"]]
+            rs = [x for x in resolve_selections(ctx, params.scope, d) if x["taken_in"] == s["taken_in"] and x["compare_line"] == s["compare_line"]]
             if rs:
                 ref_data[d.short] = {"value": rs[0]["value"], "taken": rs[0]["taken"], "chain": [list(c) for c in rs[0]["chain"]]}
                 if rs[0]["value"] != s["value"]:
@@ -74,14 +89,14 @@ def backend_selection(ctx, rule) -> list[Finding]:
     return findings
 
 
-@check("misleading_backend_name")
+@check("misleading_backend_name", params=MisleadingBackendNameParams)
 def misleading_backend_name(ctx, rule) -> list[Finding]:
-    params = rule.params or {}
-    tokens = params.get("backends", _DEFAULT_BACKENDS)
+    params: MisleadingBackendNameParams = rule.params
+    tokens = list(params.backends)
     G = ctx.tree.graph
     findings = []
     seen = set()
-    for s in resolve_selections(ctx, params):
+    for s in resolve_selections(ctx, params.scope):
         if s["value"] is None or not s["taken"] and s["range"] is None:
             continue
         cls = s["class"].rsplit(".", 1)[-1]

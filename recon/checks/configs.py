@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from .. import tunedconfigs as tc
@@ -184,10 +185,10 @@ def _dict_values(ev: _Eval, d: ast.Dict) -> tuple[dict, dict]:
     return vals, srcs
 
 
-def _default(ctx, lookups: list[str], env: dict, params: dict) -> Optional[dict]:
+def _default(ctx, lookups: list[str], env: dict, params: "MissingConfigParams") -> Optional[dict]:
     """The config used when no file matches: {"values", "sources", "path", "line", "function", "assumed"}."""
     G = ctx.tree.graph
-    key = params.get("default_key", "BLOCK_SIZE_M")
+    key = params.default_key
     names = {G.nodes[f]["name"] for f in lookups}
     seen = set()
     for fn in lookups + [c for f in lookups for c in _callers(G, f)]:
@@ -233,9 +234,9 @@ def _kind(template: str) -> Optional[str]:
     return None
 
 
-def _wanted(kind: str, template: str, model, device, params: dict) -> Optional[tuple[list[dict], dict]]:
+def _wanted(kind: str, template: str, model, device, params: "MissingConfigParams") -> Optional[tuple[list[dict], dict]]:
     """([{shape fields}], common values) this model needs from the template, or None if it does not use it."""
-    tp = int(params.get("tp_size", 1))
+    tp = params.tp_size
     if kind == "gemm":
         dtype = tc.literal_value(template, "dtype") or ""
         quant = dtype.split("_")[0]
@@ -248,7 +249,7 @@ def _wanted(kind: str, template: str, model, device, params: dict) -> Optional[t
         shapes = [{"N": int(s[0]), "K": int(s[1])} for s in (model.dense_gemm_shapes or [])]
         return (shapes, common) if shapes else None
     if kind == "moe":
-        if model.expert_quant not in params.get("moe_triton_quants", ["bf16", "fp16", "fp8", "int8"]):
+        if model.expert_quant not in params.moe_triton_quants:
             return None
         dtype = {"fp8": "fp8_w8a8", "int8": "int8_w8a8"}.get(model.expert_quant)
         block = list(model.dense_block_shape) if dtype and model.dense_block_shape else None
@@ -275,8 +276,8 @@ def _argparse_flags(ctx, path: str) -> Optional[set]:
     return flags
 
 
-def _tuning(ctx, kind: str, params: dict, model, missing: list[dict], common: dict) -> tuple[dict, list[str]]:
-    spec = (params.get("tuning") or {}).get(kind) or {}
+def _tuning(ctx, kind: str, params: "MissingConfigParams", model, missing: list[dict], common: dict) -> tuple[dict, list[str]]:
+    spec = (params.tuning or {}).get(kind) or {}
     script = spec.get("script")
     if not script:
         return {}, []
@@ -290,7 +291,7 @@ def _tuning(ctx, kind: str, params: dict, model, missing: list[dict], common: di
     cmds = []
     seen = set()
     for m in missing:
-        vals = {**common, **m, "script": script, "tp": int(params.get("tp_size", 1)), "hf_model": _hf_id(model),
+        vals = {**common, **m, "script": script, "tp": params.tp_size, "hf_model": _hf_id(model),
                 "input_type": (common.get("dtype") or "").split("_")[0] or "auto", "dtype_arg": common.get("dtype") or "auto"}
         try:
             cmd = spec["command"].format(**vals)
@@ -316,10 +317,18 @@ def _tuning(ctx, kind: str, params: dict, model, missing: list[dict], common: di
 # --- the check -----------------------------------------------------------------------------------
 
 
-@check("missing_device_config")
+@dataclass(frozen=True)
+class MissingConfigParams:
+    tp_size: int = 1  # the tensor-parallel size the wanted shapes are split by
+    moe_triton_quants: list[str] = ("bf16", "fp16", "fp8", "int8")  # expert formats the Triton fused MoE runs with tuned configs
+    default_key: str = "BLOCK_SIZE_M"  # a key of the config used when no file matches
+    tuning: Optional[dict] = None  # {kind: {script, command[, repo]}}: how to make the missing files
+
+
+@check("missing_device_config", params=MissingConfigParams)
 def missing_device_config(ctx, rule) -> list[Finding]:
     G = ctx.tree.graph
-    params = rule.params or {}
+    params: MissingConfigParams = rule.params
     device, model = ctx.device, ctx.model
     files = ctx.tree.index.files
     out: list[Finding] = []

@@ -22,7 +22,9 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
+from dataclasses import dataclass
 from collections import deque
 from typing import Optional
 
@@ -47,9 +49,24 @@ _DEFAULT_HAZARDS = {
 _CAPTURE_TEST = re.compile(r"captur", re.I)
 
 
-def _excluded(path: str, params: dict) -> bool:
+@dataclass(frozen=True)
+class CudaGraphParams:
+    capture_dirs: list[str] = ("model_executor",)  # where the decode capture lives
+    exclude_dirs: list[str] = ("test", "tests", "benchmark", "multimodal_gen", "npu", "xpu")
+    forward_names: list[str] = ("forward",)  # the name the captured function calls the model's forward by
+    max_depth: int = 14
+    max_nodes: int = 6000
+    dynamic_cap: int = 12  # follow an untyped dynamic call only when it has this few candidates
+    kernel_depth: int = 3  # hops from a quant method's apply to the kernels it launches
+    handoff_ignore: list[str] = IGNORE  # library calls that pick no kernel
+    max_findings: int = 40
+    constraints: list[str] = ()  # what a kernel on this path must respect (the spec lists them)
+    hazards: Optional[dict] = None  # call suffix -> what it is; None: the built-in table
+
+
+def _excluded(path: str, params: CudaGraphParams) -> bool:
     parts = path.split("/")
-    return any(x in parts for x in params.get("exclude_dirs", ["test", "tests", "benchmark", "multimodal_gen", "npu", "xpu"]))
+    return any(x in parts for x in params.exclude_dirs)
 
 
 # --- 1. the capture chain -------------------------------------------------------------------------
@@ -64,15 +81,15 @@ def _called_names(body) -> list[tuple[str, int]]:
     return out
 
 
-def _capture_chains(ctx, params: dict) -> list[dict]:
+def _capture_chains(ctx, params: CudaGraphParams) -> list[dict]:
     """Capture sites whose body runs a callable that calls ``forward(...)``, with the hops."""
     G = ctx.tree.graph
-    fwd_names = set(params.get("forward_names", ["forward"]))
+    fwd_names = set(params.forward_names)
     chains = []
     for site, d in sorted(G.nodes(data=True), key=lambda x: (x[1].get("path", ""), x[1].get("line", 0))):
         if d.get("kind") != "capture_site" or _excluded(d["path"], params):
             continue
-        if not any(w in d["path"] for w in params.get("capture_dirs", ["model_executor"])):
+        if not any(w in d["path"] for w in params.capture_dirs):
             continue
         if "graph" not in d.get("name", "").lower():
             continue
@@ -262,7 +279,7 @@ def _forward_of(R, cls: str) -> Optional[str]:
     return R.method(cls, "forward") or R.method(cls, "__call__")
 
 
-def _extra_edges(ctx, fn: str, params: dict) -> list[tuple[str, int, str]]:
+def _extra_edges(ctx, fn: str, params: CudaGraphParams) -> list[tuple[str, int, str]]:
     """(target, line, how) for calls in ``fn`` the graph leaves unresolved: containers and factories."""
     key = ("cg-extra", fn)
     if key in ctx.cache:
@@ -342,7 +359,7 @@ def _factory_default(ctx, fac: Optional[str]) -> list[str]:
     return [t] if t and ctx.tree.graph.nodes.get(t, {}).get("kind") == "class" else []
 
 
-def _quant_methods(ctx, params: dict) -> list[str]:
+def _quant_methods(ctx, params: CudaGraphParams) -> list[str]:
     """``apply`` of the MoE quant-method classes named for the model's expert format, device-matched first."""
     G = ctx.tree.graph
     fmt = (getattr(ctx.model, "expert_quant", "") or "").lower()
@@ -382,12 +399,12 @@ def _quant_methods(ctx, params: dict) -> list[str]:
     return cands, bool(cands) and score(cands[0])[0] is False
 
 
-def _reach(ctx, starts: list[str], params: dict, qm: list[str]) -> dict:
+def _reach(ctx, starts: list[str], params: CudaGraphParams, qm: list[str]) -> dict:
     """BFS over calls/dynamic calls/launches (+ inferred hops): node -> (parent, path, line, how, inferred)."""
     G = ctx.tree.graph
-    max_depth = int(params.get("max_depth", 14))
-    max_nodes = int(params.get("max_nodes", 6000))
-    dyn_cap = int(params.get("dynamic_cap", 12))
+    max_depth = params.max_depth
+    max_nodes = params.max_nodes
+    dyn_cap = params.dynamic_cap
     parent: dict = {s: None for s in starts}
     dq = deque((s, 0) for s in starts)
     while dq and len(parent) < max_nodes:
@@ -456,7 +473,7 @@ def _guarded(branches, scope: str, line: int) -> Optional[int]:
     return None
 
 
-def _hazards(ctx, fn: str, params: dict) -> list[dict]:
+def _hazards(ctx, fn: str, params: CudaGraphParams) -> list[dict]:
     key = ("cg-haz", fn)
     if key in ctx.cache:
         return ctx.cache[key]
@@ -472,7 +489,7 @@ def _hazards(ctx, fn: str, params: dict) -> list[dict]:
     scope = d.get("qualname")
     lines = ctx.cache.get(("lines", d["path"])) or ctx.tree.lines(d["path"])
     ctx.cache[("lines", d["path"])] = lines
-    pats = params.get("hazards") or _DEFAULT_HAZARDS
+    pats = params.hazards or _DEFAULT_HAZARDS
     for c in facts.calls:
         if c.scope != scope:
             continue
@@ -507,11 +524,11 @@ def _ev(ctx, path: str, line: int, note: str) -> Evidence:
     return Evidence(path, line, note=note, snippet=ctx.snippet(path, line))
 
 
-@check("cuda_graph_host_sync")
+@check("cuda_graph_host_sync", params=CudaGraphParams)
 def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     G = ctx.tree.graph
-    params = rule.params or {}
-    constraints = list(params.get("constraints", []))
+    params: CudaGraphParams = rule.params
+    constraints = list(params.constraints)
     forwards = _model_forwards(ctx)
     chains = _capture_chains(ctx, params)
     if not forwards or not chains:
@@ -546,7 +563,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             by_fn.append({"function": n, "hazards": [{k: h[k] for k in ("path", "line", "call", "kind")} for h in live],
                           "reached_by": [{"node": h[0], "from": h[1], "path": h[2], "line": h[3], "how": h[4], "inferred": h[5]} for h in hops]})
     if live_all:
-        cap = int(params.get("max_findings", 40))
+        cap = params.max_findings
         ev = [_ev(ctx, chain["site_path"], chain["site_line"], "CUDA-graph capture site")]
         ev += [_ev(ctx, h["path"], h["line"], f"{h['kind']}: {h['call']} in {G.nodes[h['function']]['qualname']}") for h in live_all[:cap]]
         kinds = sorted({h["kind"] for h in live_all})
@@ -567,7 +584,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
         in_capture = q in parent
         if not in_capture:  # a path not reached from the captured forward is not a capture fact
             continue
-        sub = _reach(ctx, [q], {**params, "max_depth": int(params.get("kernel_depth", 3))}, [])
+        sub = _reach(ctx, [q], dataclasses.replace(params, max_depth=params.kernel_depth), [])
         kernels = sorted(v for v in sub if G.nodes[v].get("kind") == "triton_kernel")
         natives = sorted(v for v in sub if G.nodes[v].get("kind") == "native_op")
         libraries: list = []
@@ -577,7 +594,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             kernels = sorted({lf["name"] for lf in leaves if lf["kind"] == "triton_kernel" and lf["name"] in G})
             natives = sorted({lf["name"] for lf in leaves if lf["kind"] == "native_op"})
             libraries = [{"op": lf["name"], "path": lf["path"], "line": lf["line"]} for lf in leaves if lf["kind"] == "library"]
-            sub = _reach(ctx, [q], {**params, "max_depth": int(params.get("kernel_depth", 3))}, []) if not kernels else \
+            sub = _reach(ctx, [q], dataclasses.replace(params, max_depth=params.kernel_depth), []) if not kernels else \
                 {k: v for k, v in sub.items() if k == q or k in kernels or not (G.nodes[k].get("kind") == "triton_kernel")}
         if not kernels and not natives and not libraries:
             unresolved.append(q)
@@ -631,7 +648,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "constraints": constraints,
         }))
     if unresolved and not any("quant_method" in f.data for f in findings):
-        findings.append(_unresolved_finding(ctx, rule, chain, unresolved, int(params.get("kernel_depth", 3))))
+        findings.append(_unresolved_finding(ctx, rule, chain, unresolved, params.kernel_depth))
     return findings
 
 
@@ -642,7 +659,7 @@ def _unresolved_finding(ctx, rule, chain: dict, unresolved: list[str], depth: in
     spec does not claim the method is absent, with where each method hands its work off and when."""
     G = ctx.tree.graph
     short = lambda q: G.nodes[q]["qualname"].rsplit(".", 2)[-2] + ".apply"  # noqa: E731
-    ignore = tuple((rule.params or {}).get("handoff_ignore", IGNORE))
+    ignore = tuple(rule.params.handoff_ignore)
     offs = {q: handoffs(ctx, q, ignore) for q in unresolved}
     names = ", ".join(short(q) for q in unresolved)
     msg = (f"MoE quant method{'s' if len(unresolved) > 1 else ''} for {ctx.model.expert_quant} experts reached from the "

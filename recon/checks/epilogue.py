@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 from ..facts import Call
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
-from . import CheckContext, check
+from . import CheckContext, check, params_dict
 from ..runtime.dtypes import DTYPE_BYTES, SCALE_BYTES
 from ..runtime.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 
@@ -259,8 +260,8 @@ def _chain(rule, fsum: dict, site_lines: list[int]):
         if st.get("k") in ("assign", "aug"):
             tainted |= {t for t in st["targets"] if t}
     n_ops = sum(len(v) for v in ast_ops.values())
-    compute = set(rule.params.get("compute_ops", COMPUTE_OPS))
-    if n_ops < int(rule.params.get("min_ops", 3)) or not any(o.strip(".()").rsplit(".", 1)[-1] in compute for v in ast_ops.values() for o in v):
+    compute = set(rule.params.compute_ops)
+    if n_ops < rule.params.min_ops or not any(o.strip(".()").rsplit(".", 1)[-1] in compute for v in ast_ops.values() for o in v):
         return None  # index bookkeeping (+1, .add_) is not an epilogue
     return outputs, allocs, chain, ast_ops
 
@@ -272,8 +273,8 @@ def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, sit
     outputs, allocs, chain, ast_ops = found
     stmts = fsum["stmts"]
     sites = sorted(set(site_lines))
-    act = int(rule.params.get("activation_bytes", 2))
-    symbols = rule.params.get("symbols") or DEFAULT_SYMBOLS
+    act = rule.params.activation_bytes
+    symbols = rule.params.symbols or DEFAULT_SYMBOLS
     n_ops = sum(len(v) for v in ast_ops.values())
     # bytes at each decode batch, op by op
     per_batch, per_line = [], {}
@@ -365,16 +366,25 @@ def _mb(b: int) -> str:
     return f"{b / 1e6:.2f} MB" if b < 1e9 else f"{b / 1e9:.2f} GB"
 
 
-@check("eager_epilogue")
+@dataclass(frozen=True)
+class EagerEpilogueParams:
+    min_ops: int = 3  # elementwise ops on kernel outputs before it is reported
+    activation_bytes: int = 2  # bf16 activations where the code uses the input's dtype
+    exclude_paths: str = r"(^|/)(tests?|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$"
+    compute_ops: list[str] = tuple(COMPUTE_OPS)  # at least one of these makes it an epilogue, not bookkeeping
+    symbols: Optional[list[dict]] = None  # names bound to model sizes; None: runtime.shapes.DEFAULT_SYMBOLS
+
+
+@check("eager_epilogue", params=EagerEpilogueParams)
 def eager_epilogue(ctx: CheckContext, rule) -> list[Finding]:
     findings = []
-    sites = {p: f for p, f in _kernel_sites(ctx).items() if not re.search(rule.params.get("exclude_paths", r"(^|/)(tests?|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$"), p)}
+    sites = {p: f for p, f in _kernel_sites(ctx).items() if not re.search(rule.params.exclude_paths, p)}
 
     def candidates(path):  # content-only, so kept per file digest: a warm scan reads no summaries
         summary = file_summary(ctx.tree, path)
         return [q for q, lines in sorted(sites[path].items()) if q in summary["functions"] and _chain(rule, summary["functions"][q], lines)]
 
-    cands = per_file_memo(ctx.tree, f"eager-{params_key(rule.params)}", sites, candidates, ctx.cache)
+    cands = per_file_memo(ctx.tree, f"eager-{params_key(params_dict(rule.params))}", sites, candidates, ctx.cache)
     for path, qs in sorted(cands.items()):
         if not qs:
             continue
@@ -405,12 +415,21 @@ def _stored_bytes(model, stored: str) -> Optional[int]:
     return DTYPE_BYTES.get(stored)
 
 
-@check("per_call_weight_conversion")
+@dataclass(frozen=True)
+class WeightConversionParams:
+    function_pattern: str = r"^(forward\w*|apply\w*|\w*_forward\w*|\w*_apply|__call__|run_moe\w*)$"  # per-call functions
+    tensor_pattern: str = r"(weight|scale|^w\d+|^w13|^w2)"  # tensors that are weights
+    report_unknown_shapes: bool = False
+    anchor: Optional[dict] = None  # a measured cost of the conversion, shown with the finding
+    tensors: Optional[list[dict]] = None  # {pattern, shape, stored}; None: DEFAULT_TENSORS
+
+
+@check("per_call_weight_conversion", params=WeightConversionParams)
 def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
-    fn_pat = re.compile(rule.params.get("function_pattern", r"^(forward\w*|apply\w*|\w*_forward\w*|\w*_apply|__call__|run_moe\w*)$"))
-    tensor_pat = re.compile(rule.params.get("tensor_pattern", r"(weight|scale|^w\d+|^w13|^w2)"))
-    report_unknown = bool(rule.params.get("report_unknown_shapes", False))
-    tensors = rule.params.get("tensors") or DEFAULT_TENSORS
+    fn_pat = re.compile(rule.params.function_pattern)
+    tensor_pat = re.compile(rule.params.tensor_pattern)
+    report_unknown = rule.params.report_unknown_shapes
+    tensors = rule.params.tensors or DEFAULT_TENSORS
     G = ctx.tree.graph
     by_file: dict[str, set] = {}
     for n, d in G.nodes(data=True):
@@ -443,7 +462,7 @@ def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
             hits.append((tuple(c), recv, leaf, target, dst))
         return hits
 
-    memo = per_file_memo(ctx.tree, f"conv-{params_key({k: rule.params.get(k) for k in ('function_pattern', 'tensor_pattern')})}", by_file, conversions, ctx.cache)
+    memo = per_file_memo(ctx.tree, f"conv-{params_key({k: getattr(rule.params, k) for k in ('function_pattern', 'tensor_pattern')})}", by_file, conversions, ctx.cache)
     for path in sorted(memo):
         hits = memo[path]
         if not hits:
@@ -494,7 +513,7 @@ def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
                 "bytes_per_call": per_call, "layers": layers,
                 "bytes_per_step": per_call * layers if per_call and layers else None,
                 "guard": guard["src"] if guard else None,
-                "anchor": rule.params.get("anchor"),
+                "anchor": rule.params.anchor,
             }
             findings.append(Finding(rule.id, msg, rule.severity, ev_, data))
     return findings

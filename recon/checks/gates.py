@@ -21,11 +21,29 @@ The interpreter is :mod:`recon.runtime.interp`, the gate model and the shared ev
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ..findings import Evidence, Finding
-from ..runtime.gatemodel import _model, eval_test, evaluate_gates, gate_sites, interpreter
+from ..runtime.gatemodel import GateDiscovery, _model, eval_test, evaluate_gates, gate_sites, interpreter
 from ..runtime.interp import public
-from . import check
+from . import Devices, check
+
+
+@dataclass(frozen=True)
+class ArchGateParams:
+    gate_name_pattern: str = GateDiscovery.gate_name_pattern  # what a gate function may be called
+    exclude_paths: str = GateDiscovery.exclude_paths  # never searched for gates
+    platform_receiver: str = GateDiscovery.platform_receiver  # `get_platform().is_sm120`: the receiver's name
+    site_paths: str = r"sglang/srt/(layers|model_executor|models)/"  # where gated `if`s are reported
+    reference_devices: Devices = ("h200",)  # a site is reported where this device's branch differs from theirs
+    truth_table_devices: Devices = ()  # each gate says which of these it is true on
+    patch_pattern: str = r"patch|tun(e|ing)|override"  # calls in the taken branch reported as tuning patches
+    max_sites: int = 150
+    report_unknown_gates: bool = False  # also gates no device decides (they depend on server args, imports)
+
+    @property
+    def discovery(self) -> GateDiscovery:
+        return GateDiscovery(self.gate_name_pattern, self.exclude_paths, self.platform_receiver)
 
 
 def _cite_line(ctx, path: str, start: int, end: int, words) -> int:
@@ -40,19 +58,13 @@ def _cite_line(ctx, path: str, start: int, end: int, words) -> int:
 # --- the check ----------------------------------------------------------------------------------
 
 
-@check("arch_gate")
+@check("arch_gate", params=ArchGateParams)
 def arch_gate(ctx, rule) -> list[Finding]:
-    from ..profiles import load_device
-
-    params = rule.params or {}
-    model = _model(ctx, params)
-    values = evaluate_gates(ctx, params)
-    devices = []
-    for spec in params.get("truth_table_devices", []):
-        try:
-            devices.append(load_device(spec))
-        except Exception:
-            continue
+    params: ArchGateParams = rule.params
+    disc = params.discovery
+    model = _model(ctx, disc)
+    values = evaluate_gates(ctx, disc)
+    devices = list(params.truth_table_devices)
     findings: list[Finding] = []
     dev = ctx.device
     seen: dict[tuple, list] = {}
@@ -62,10 +74,10 @@ def arch_gate(ctx, rule) -> list[Finding]:
         q = qs[0]
         g = model.gates[q]
         v = values.get(q)
-        known = [d for d in devices if public(interpreter(ctx, d).gate_value(q)) is not None]
-        if v is None and not known and not params.get("report_unknown_gates", False):
+        known = [d for d in devices if public(interpreter(ctx, d, disc).gate_value(q)) is not None]
+        if v is None and not known and not params.report_unknown_gates:
             continue  # depends on things other than the device (server args, imports): not an arch gate here
-        true_on = sorted(d.short for d in devices if interpreter(ctx, d).gate_value(q))
+        true_on = sorted(d.short for d in devices if interpreter(ctx, d, disc).gate_value(q))
         vs = {True: "true", False: "false", None: "unknown"}[v]
         names = sorted({n for x in qs for n in model.gates[x].names} - {g.name})
         alias = f" (also {', '.join(names)})" if names else ""
@@ -75,22 +87,15 @@ def arch_gate(ctx, rule) -> list[Finding]:
                                 {"gate": g.name, "qualname": q, "value": v, "predicate": g.predicate, "form": g.form,
                                  "aliases": names, "true_on": true_on, "wraps": g.wraps, "kwargs": g.kwargs}))
     # gated sites where this device's branch differs from a reference device's
-    refs = []
-    for spec in params.get("reference_devices", ["h200"]):
-        try:
-            d = load_device(spec)
-        except Exception:
-            continue
-        if d.name != dev.name:
-            refs.append(d)
-    limit = int(params.get("max_sites", 150))
-    sites = gate_sites(ctx, params.get("site_paths", r"sglang/srt/(layers|model_executor|models)/"))
+    refs = [d for d in params.reference_devices if d.name != dev.name]
+    limit = params.max_sites
+    sites = gate_sites(ctx, params.site_paths, disc)
     n = 0
     for s in sites:
         b, v = s["branch"], s["value"]
         if v is None:
             continue
-        ref_vals = {d.short: eval_test(ctx, s["path"], s["module"], s["scope"], b.test, d) for d in refs}
+        ref_vals = {d.short: eval_test(ctx, s["path"], s["module"], s["scope"], b.test, d, disc) for d in refs}
         differs = [k for k, rv in ref_vals.items() if rv is not None and rv != v]
         if not differs:
             continue
@@ -107,7 +112,7 @@ def arch_gate(ctx, rule) -> list[Finding]:
         where = f"{s['module']}.{b.scope}" if b.scope else s["module"]
         taken_txt = "the if-body" if v else ("the else-branch" if b.else_line else "neither body (the if-body is skipped)")
         called = sorted({c.func for c in calls})[:6]
-        patches = [c for c in calls if re.search(params.get("patch_pattern", r"patch|tun(e|ing)|override"), c.func, re.I)]
+        patches = [c for c in calls if re.search(params.patch_pattern, c.func, re.I)]
         msg = (f"in {where}: `if {b.test}` is {str(v).lower()} on {dev.short} ({', '.join(f'{k}: {str(ref_vals[k]).lower()}' for k in differs)}), "
                f"so it takes {taken_txt}" + (f", which calls {', '.join(called)}" if called else ""))
         if patches:

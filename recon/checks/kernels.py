@@ -6,6 +6,7 @@ Candidates come from the graph (nodes of kind ``triton_kernel``); only their fil
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from collections import defaultdict
 from typing import Optional
 
@@ -53,10 +54,21 @@ def _ranges_text(tiles: dict) -> str:
     return ", ".join(parts)
 
 
-@check("triton_cuda_core_reduction")
+@dataclass(frozen=True)
+class CudaCoreReductionParams:
+    min_sums: int = 1  # tl.sum reductions over a product inside a loop before a kernel is reported
+
+
+@dataclass(frozen=True)
+class InnerLoopDequantParams:
+    decode_functions: list[str] = ("exp2", "where")  # per-element calls that decode packed values
+    require_one_of: list[str] = ("exp2", "ldexp")  # "where" alone selects; a decode also rebuilds the exponent
+
+
+@check("triton_cuda_core_reduction", params=CudaCoreReductionParams)
 def triton_cuda_core_reduction(ctx: CheckContext, rule) -> list[Finding]:
     """``tl.sum`` over an elementwise product inside a loop, in a kernel with no ``tl.dot``."""
-    min_sums = int(rule.params.get("min_sums", 1))
+    min_sums = rule.params.min_sums
     findings = []
     for path, nodes in kernels_by_file(ctx).items():
         summary = file_summary(ctx.tree, path, ctx.cache)
@@ -117,12 +129,12 @@ def _helper(ctx: CheckContext, kernel_node: str, path: str, summary: dict, name:
     return None
 
 
-@check("triton_inner_loop_dequant")
+@check("triton_inner_loop_dequant", params=InnerLoopDequantParams)
 def triton_inner_loop_dequant(ctx: CheckContext, rule) -> list[Finding]:
     """Bit-unpacking decoded per element (exp2/where) inside a kernel's loop, also through a jit helper."""
-    decode_fns = set(rule.params.get("decode_functions", ["exp2", "where"]))
+    decode_fns = set(rule.params.decode_functions)
     # "where" alone selects (masks, clamps); a decode also rebuilds the value's exponent
-    required = set(rule.params.get("require_one_of", ["exp2", "ldexp"]))
+    required = set(rule.params.require_one_of)
     findings = []
     for path, nodes in kernels_by_file(ctx).items():
         summary = file_summary(ctx.tree, path, ctx.cache)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 from .. import bounded
@@ -83,7 +84,7 @@ def evaluate_launch(ctx: CheckContext, rule, caller: str, kernel: str, edge: dic
         return None
     grid, meta_name, grid_lines = _grid_expr(fsum, s["functions"], scope, launch["grid"], launch["line"])
     k = kernel_summary(ctx, kernel) or {}
-    symbols = rule.params.get("symbols") or DEFAULT_SYMBOLS
+    symbols = rule.params.symbols or DEFAULT_SYMBOLS
     # the configs the autotuner chooses among; else the launch's own keyword arguments
     configs = [dict(c["meta"], num_warps=c.get("num_warps", TRITON_DEFAULT_WARPS)) for c in (k.get("configs") or [])]
     assumptions = []
@@ -179,16 +180,26 @@ def evaluated_launches(ctx: CheckContext, rule) -> list[dict]:
     return ctx.cache[key]
 
 
-@check("low_occupancy_launch")
+@dataclass(frozen=True)
+class LowOccupancyParams:
+    min_warps_per_sm: float = 4  # one wave with fewer warps per SM than this cannot hide memory latency
+    require_loop: bool = True  # only kernels whose programs loop (serial work per program)
+    require_batch_dim: bool = True  # the grid must grow with the decode batch
+    require_model_dim: bool = True  # and involve a model size (heads, hidden, experts ...), not requests only
+    exclude_paths: str = r"(^|/)(tests?|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$"
+    symbols: Optional[list[dict]] = None  # names bound to model sizes; None: runtime.shapes.DEFAULT_SYMBOLS
+
+
+@check("low_occupancy_launch", params=LowOccupancyParams)
 def low_occupancy_launch(ctx: CheckContext, rule) -> list[Finding]:
     sms = getattr(ctx.device, "sm_count", None)
     if not sms:
         return []
-    min_warps = float(rule.params.get("min_warps_per_sm", 4))
-    require_loop = bool(rule.params.get("require_loop", True))
-    require_batch = bool(rule.params.get("require_batch_dim", True))
-    require_model = bool(rule.params.get("require_model_dim", True))
-    exclude = re.compile(rule.params.get("exclude_paths", r"(^|/)(tests?|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$"))
+    min_warps = rule.params.min_warps_per_sm
+    require_loop = rule.params.require_loop
+    require_batch = rule.params.require_batch_dim
+    require_model = rule.params.require_model_dim
+    exclude = re.compile(rule.params.exclude_paths)
     findings = []
     for r in evaluated_launches(ctx, rule):
         if r["unresolved"] and not exclude.search(r["path"]):

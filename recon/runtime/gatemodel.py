@@ -15,7 +15,18 @@ from typing import Any, Optional
 from .. import bounded
 from .interp import _PROBE_TAILS, UNKNOWN, Dev, Interpreter, _literal_src, public, tree_memo
 
-_DEFAULT_GATE_NAME = r"^_?(is|has|supports?|use|can|should|check|enable)_\w+$"
+@dataclass(frozen=True)
+class GateDiscovery:
+    """What counts as a gate: the names a gate function may have, the paths never searched, and
+    the receiver a platform property is read on. One gate model per tree and setting; every
+    service here uses the defaults unless a caller (the arch-gate rule) passes its own."""
+
+    gate_name_pattern: str = r"^_?(is|has|supports?|use|can|should|check|enable)_\w+$"
+    exclude_paths: str = r"(^|/)(tests?|benchmark|bench)(/|_)"
+    platform_receiver: str = r"platform"
+
+
+DEFAULT_DISCOVERY = GateDiscovery()
 
 
 @dataclass
@@ -35,11 +46,11 @@ class Gate:
 class GateModel:
     """Where the gates are: definitions, variables holding their values, platform property tables."""
 
-    def __init__(self, tree, params: dict):
+    def __init__(self, tree, discovery: GateDiscovery = DEFAULT_DISCOVERY):
         self.tree = tree
         self.G = tree.graph
         self.r = tree.resolver
-        self.params = params
+        self.discovery = discovery
         self.gates: dict[str, Gate] = {}
         self.by_name: dict[str, list[str]] = {}  # short name (and aliases) -> gate qualnames
         self.vars: dict[tuple[str, str], str] = {}  # (module, variable) -> gate
@@ -171,7 +182,7 @@ class GateModel:
         if not self.platform_keys or "." not in dotted:
             return None
         recv, attr = dotted.rsplit(".", 1)
-        if attr in self.platform_keys and re.search(self.params.get("platform_receiver", r"platform"), recv, re.I):
+        if attr in self.platform_keys and re.search(self.discovery.platform_receiver, recv, re.I):
             return self.platform_keys[attr]
         return None
 
@@ -183,8 +194,8 @@ class GateModel:
 
     # --- discovery -----------------------------------------------------------------------------
     def _discover(self) -> None:
-        name_re = re.compile(self.params.get("gate_name_pattern", _DEFAULT_GATE_NAME))
-        exclude = re.compile(self.params.get("exclude_paths", r"(^|/)(tests?|benchmark|bench)(/|_)"))
+        name_re = re.compile(self.discovery.gate_name_pattern)
+        exclude = re.compile(self.discovery.exclude_paths)
         alias_map: dict[str, str] = {}
         probe_scopes: set[str] = set()  # functions that call a capability probe themselves
         assigned: list = []  # callable assignments
@@ -343,53 +354,59 @@ def _returns_folded(stmts):
 # --- the shared evaluation ----------------------------------------------------------------------
 
 
-def _model(ctx, params: Optional[dict] = None) -> GateModel:
-    m = ctx.cache.get("gate_model")
+def _model(ctx, discovery: Optional[GateDiscovery] = None) -> GateModel:
+    """The gate model for ``discovery`` (default: :data:`DEFAULT_DISCOVERY`): device-independent,
+    so one per tree and setting for the life of the process. Keyed by the setting, so what a rule
+    sees never depends on which rule happened to ask first."""
+    discovery = discovery or DEFAULT_DISCOVERY
+    key = ("gate_model", discovery)
+    m = ctx.cache.get(key)
     if m is None:
-        # device-independent: one per tree (and params) for the life of the process
         models = tree_memo(ctx.tree).setdefault("gate_models", {})
-        key = repr(sorted((params or {}).items()))
-        m = models.get(key)
+        m = models.get(discovery)
         if m is None:
-            m = models[key] = GateModel(ctx.tree, params or {})
-        ctx.cache["gate_model"] = m
+            m = models[discovery] = GateModel(ctx.tree, discovery)
+        ctx.cache[key] = m
     return m
 
 
-def interpreter(ctx, device=None) -> Interpreter:
-    """The interpreter for ``device`` (default: the context's), cached per device."""
+def interpreter(ctx, device=None, discovery: Optional[GateDiscovery] = None) -> Interpreter:
+    """The interpreter for ``device`` (default: the context's), cached per device and gate model."""
     device = device or ctx.device
-    key = ("gate_interp", device.name)
+    discovery = discovery or DEFAULT_DISCOVERY
+    key = ("gate_interp", device.name, discovery)
     it = ctx.cache.get(key)
     if it is None:
-        it = ctx.cache[key] = Interpreter(ctx.tree, Dev.of(device), _model(ctx))
+        it = ctx.cache[key] = Interpreter(ctx.tree, Dev.of(device), _model(ctx, discovery))
     return it
 
 
-def evaluate_gates(ctx, params: Optional[dict] = None) -> dict:
-    """``{gate qualname: True/False/None}`` for ``ctx.device``; cached in ``ctx.cache["gates"]``."""
-    if "gates" in ctx.cache:
-        return ctx.cache["gates"]
-    model = _model(ctx, params)
-    it = interpreter(ctx)
+def evaluate_gates(ctx, discovery: Optional[GateDiscovery] = None) -> dict:
+    """``{gate qualname: True/False/None}`` for ``ctx.device``; cached in ``ctx.cache``."""
+    discovery = discovery or DEFAULT_DISCOVERY
+    key = ("gates", discovery)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    model = _model(ctx, discovery)
+    it = interpreter(ctx, None, discovery)
     out = {q: public(it.gate_value(q)) for q in sorted(model.gates)}
-    ctx.cache["gates"] = out
+    ctx.cache[key] = out
     return out
 
 
-def eval_test(ctx, path: str, module: str, scope: str, test_src: str, device=None):
+def eval_test(ctx, path: str, module: str, scope: str, test_src: str, device=None, discovery: Optional[GateDiscovery] = None):
     """Evaluate an ``if`` test's source in its module/scope for a device: True/False/None."""
     try:
         node = bounded.parse(test_src.strip(), mode="eval").body
     except SyntaxError:
         return UNKNOWN
-    it = interpreter(ctx, device)
+    it = interpreter(ctx, device, discovery)
     return public(it.eval(node, {}, module, scope))
 
 
-def branch_gates(ctx, module: str, scope: str, names) -> list[str]:
+def branch_gates(ctx, module: str, scope: str, names, discovery: Optional[GateDiscovery] = None) -> list[str]:
     """The gates an ``if`` test refers to (by the names its facts recorded), or 'inline' probes."""
-    model = _model(ctx)
+    model = _model(ctx, discovery)
     out = []
     for n in names:
         bare = n[:-2] if n.endswith("()") else n
@@ -406,9 +423,9 @@ def branch_gates(ctx, module: str, scope: str, names) -> list[str]:
     return out
 
 
-def gate_sites(ctx, path_pattern: str) -> list[dict]:
+def gate_sites(ctx, path_pattern: str, discovery: Optional[GateDiscovery] = None) -> list[dict]:
     """Every ``if`` under ``path_pattern`` that refers to a gate, with its value on the device."""
-    key = ("gate_sites", path_pattern)
+    key = ("gate_sites", path_pattern, discovery or DEFAULT_DISCOVERY)
     if key in ctx.cache:
         return ctx.cache[key]
     rx = re.compile(path_pattern)
@@ -418,9 +435,9 @@ def gate_sites(ctx, path_pattern: str) -> list[dict]:
         if f is None or f.error or not f.module:
             continue
         for b in f.branches:
-            gs = branch_gates(ctx, f.module, b.scope, b.names)
+            gs = branch_gates(ctx, f.module, b.scope, b.names, discovery)
             if gs:
                 out.append({"path": path, "module": f.module, "scope": b.scope, "branch": b, "gates": gs,
-                            "value": eval_test(ctx, path, f.module, b.scope, b.test), "facts": f})
+                            "value": eval_test(ctx, path, f.module, b.scope, b.test, None, discovery), "facts": f})
     ctx.cache[key] = out
     return out

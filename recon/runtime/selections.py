@@ -12,13 +12,18 @@ from __future__ import annotations
 import ast
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Optional
 
 from .gatemodel import _model, interpreter
 from .interp import UNKNOWN
 
-_DEFAULT_ATTR = r"(backend|kernel|impl)$"
-_DEFAULT_PATHS = r"sglang/srt/(layers|model_executor|models)/"
+@dataclass(frozen=True)
+class SelectionScope:
+    """Which attributes count as a backend choice, and in which files they are looked for."""
+
+    attribute_pattern: str = r"(backend|kernel|impl)$"
+    paths: str = r"sglang/srt/(layers|model_executor|models)/"
 
 
 def _const(src: str):
@@ -119,14 +124,15 @@ def _taken(op: str, const, value) -> Optional[bool]:
     return None
 
 
-def resolve_selections(ctx, params: dict, device=None) -> list[dict]:
+def resolve_selections(ctx, scope: Optional[SelectionScope] = None, device=None) -> list[dict]:
     """Every backend attribute set in one method and compared in another, resolved for ``device``."""
     device = device or ctx.device
-    key = ("backend_selections", device.name, params.get("attribute_pattern", _DEFAULT_ATTR), params.get("paths", _DEFAULT_PATHS))
+    scope = scope or SelectionScope()
+    key = ("backend_selections", device.name, scope.attribute_pattern, scope.paths)
     if key in ctx.cache:
         return ctx.cache[key]
-    attr_re = re.compile(params.get("attribute_pattern", _DEFAULT_ATTR))
-    path_re = re.compile(params.get("paths", _DEFAULT_PATHS))
+    attr_re = re.compile(scope.attribute_pattern)
+    path_re = re.compile(scope.paths)
     G = ctx.tree.graph
     out = []
     for path in sorted(p for p in ctx.tree.index.files if p.endswith(".py") and path_re.search(p)):
