@@ -24,6 +24,22 @@ RULES_DIR = resource_dir("rules")
 REQUIRED = ("id", "title", "severity", "category", "finds", "why", "fix", "check")
 
 
+SECTIONS = ("gates", "backend-choice", "capture", "tensor-core-paths", "dense-configs", "root-cause")
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """Where a rule's findings go in the spec (every finding is in its appendix too), and the words
+    ``spec`` and ``apply`` use for it: the ``spec:`` mapping of the rule's YAML. The spec and apply
+    read these, never rule ids."""
+
+    section: Optional[str] = None  # one of SECTIONS; None: the appendix only
+    rank: Optional[int] = None  # root-cause: listed by rank, what costs the most first
+    match: str = "kernel"  # root-cause: "kernel" (its kernel is on the MoE chain) or "file" (it is in a file of the chain)
+    slot_kernel: bool = False  # root-cause: its one-row-per-program findings name the per-slot kernel
+    apply: Optional[str] = None  # why `recon apply`'s swap helps with what this rule finds (its commit message)
+
+
 @dataclass
 class Rule:
     id: str
@@ -36,6 +52,7 @@ class Rule:
     check: str  # name of the registered check
     params: Any = field(default_factory=dict)  # the check's params dataclass once loaded (a dict before)
     examples: dict[str, list] = field(default_factory=dict)  # {"positive": [...], "negative": [...]}
+    spec: RuleSpec = field(default_factory=RuleSpec)  # where its findings go in the spec
     source: str = ""  # the YAML file it came from
     extra: dict[str, Any] = field(default_factory=dict)  # any other keys, for templates
 
@@ -71,7 +88,17 @@ def _load_one(path: Path) -> Rule:
     for kind, items in examples.items():
         if not isinstance(items, list) or not all(isinstance(i, (str, dict)) for i in items):
             raise RuleError(f"{path}: field 'examples.{kind}' must be a list of code strings or {{path: code}} mappings")
-    known = set(REQUIRED) | {"params", "examples"}
+    spec = data.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise RuleError(f"{path}: field 'spec' must be a mapping")
+    rspec = typed_params(path, "spec", RuleSpec, spec, "spec")
+    if rspec.section is not None and rspec.section not in SECTIONS:
+        raise RuleError(f"{path}: spec.section must be one of {', '.join(SECTIONS)}, not {rspec.section!r}")
+    if rspec.match not in ("kernel", "file"):
+        raise RuleError(f"{path}: spec.match must be kernel or file, not {rspec.match!r}")
+    if rspec.section == "root-cause" and rspec.rank is None:
+        raise RuleError(f"{path}: spec.rank is missing (a root cause needs its rank)")
+    known = set(REQUIRED) | {"params", "examples", "spec"}
     return Rule(
         id=data["id"],
         title=data["title"],
@@ -83,6 +110,7 @@ def _load_one(path: Path) -> Rule:
         check=data["check"],
         params=params,
         examples={k: list(v) for k, v in examples.items()},
+        spec=rspec,
         source=str(path),
         extra={k: v for k, v in data.items() if k not in known},
     )
@@ -132,7 +160,7 @@ def _typed(where: str, value: Any, hint: Any) -> Any:
     return value
 
 
-def typed_params(path, check: str, cls: type, params: dict) -> Any:
+def typed_params(path, check: str, cls: type, params: dict, label: str = "params") -> Any:
     """A rule's ``params:`` as the check's parameter dataclass: every key known, every value of its
     declared type, devices loaded, the declared defaults for the rest."""
     from .checks import Devices
@@ -141,12 +169,13 @@ def typed_params(path, check: str, cls: type, params: dict) -> Any:
     known = {f.name: f for f in dataclasses.fields(cls)}
     for key in params:
         if key not in known:
-            raise RuleError(f"{path}: params.{key}: check {check!r} takes no parameter {key!r}"
-                            f" (it takes: {', '.join(sorted(known)) or 'none'})")
-    values = {k: _typed(f"{path}: params.{k}", v, hints[k]) for k, v in params.items()}
+            what = f"check {check!r} takes no parameter" if label == "params" else f"'{label}' has no key"
+            raise RuleError(f"{path}: {label}.{key}: {what} {key!r}"
+                            f" (known: {', '.join(sorted(known)) or 'none'})")
+    values = {k: _typed(f"{path}: {label}.{k}", v, hints[k]) for k, v in params.items()}
     for k, f in known.items():  # a default that names devices is resolved like a YAML value
         if k not in values and hints[k] is Devices and f.default is not dataclasses.MISSING and not isinstance(f.default, Devices):
-            values[k] = _typed(f"{path}: params.{k}", list(f.default), Devices)
+            values[k] = _typed(f"{path}: {label}.{k}", list(f.default), Devices)
     return cls(**values)
 
 

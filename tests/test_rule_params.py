@@ -178,3 +178,55 @@ def test_backend_selection_alone_on_a_release(tree_0513):
     full = run_rules(tree_0513, dev, mdl, rules)
     alone = run_rules(tree_0513, dev, mdl, [r for r in rules if r.id == "backend-selection"], use_cache=False)
     assert _bs(alone.findings) and _bs(full.findings) == _bs(alone.findings)
+
+
+# --- the spec and apply read rule metadata, never rule ids -----------------------------------------
+
+
+def test_no_rule_id_in_spec_templates_or_apply():
+    import yaml
+
+    from recon.resources import resource_dir
+
+    root = RULES_DIR.parent
+    ids = sorted(yaml.safe_load(p.read_text())["id"] for p in RULES_DIR.glob("*.yaml"))
+    assert len(ids) >= 11
+    files = sorted((root / "recon" / "spec").rglob("*.py")) + sorted((root / "recon" / "apply").rglob("*.py"))
+    files += sorted(resource_dir("templates").glob("*"))
+    assert any(p.name == "spec.md.j2" for p in files) and any(p.name == "moepath.py" for p in files)
+    hits = [f"{p.relative_to(root)}: {i}" for p in files for i in ids if i in p.read_text()]
+    assert not hits, hits
+
+
+def test_spec_sections_come_from_rule_metadata(tmp_path):
+    """A rule renamed in YAML keeps its place in the spec: the spec reads ``spec:``, not the id."""
+    from recon.spec.roles import Roles
+
+    d = tmp_path / "renamed"
+    d.mkdir()
+    for p in RULES_DIR.glob("*.yaml"):
+        (d / p.name).write_text(p.read_text())
+    src = (d / "triton-cuda-core-reduction.yaml").read_text()
+    (d / "triton-cuda-core-reduction.yaml").write_text(src.replace("id: triton-cuda-core-reduction", "id: cuda-core-sum"))
+    import os
+
+    os.environ.pop("RECON_RULES_PATH", None)
+    from recon import rules as rules_mod
+
+    orig = rules_mod.RULES_DIR
+    rules_mod.RULES_DIR = d
+    try:
+        roles = Roles(load_rules())
+    finally:
+        rules_mod.RULES_DIR = orig
+    assert roles.root_causes()[0] == "cuda-core-sum" and roles.slot_kernel("cuda-core-sum")
+    assert roles.root_causes() == ["cuda-core-sum", "triton-inner-loop-dequant", "per-call-weight-conversion", "eager-epilogue", "low-occupancy-launch"]
+
+
+def test_spec_metadata_is_validated(tmp_path):
+    text = BASE.replace("spec:\n  section: gates", "spec:\n  section: gatez")
+    with pytest.raises(RuleError, match=r"spec\.section must be one of"):
+        load_rules([_rules_dir(tmp_path, text)])
+    text = BASE.replace("spec:\n  section: gates", "spec:\n  sektion: gates")
+    with pytest.raises(RuleError, match=r"spec\.sektion"):
+        load_rules([_rules_dir(tmp_path, text)])

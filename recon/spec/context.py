@@ -8,8 +8,9 @@ from typing import Optional
 from .. import notanalyzed, roofline
 from ..runtime.handoffs import describe as describe_handoff
 from .common import TYPICAL_BATCH, _at, _by_name, _fd, _mb, _node, _short
-from .moepath import _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime
+from .moepath import _slot_causes, _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime
 from .plan import SLOT_ANCHOR, _plan, _reference_kernel
+from .roles import Roles
 from .tables import _counts, _dense, _gated_sites, _gates, _tensor_core_paths
 from .weights import weights_as_created
 
@@ -47,19 +48,20 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     """The one object the spec is made of (JSON as is; Markdown through the templates)."""
     G = tree.graph
     titles = {r.id: r.title for r in (rules or [])}
+    roles = Roles(rules)
     rl = roofline.moe_roofline(model, device)
     gap = roofline.slot_gap(model, device, SLOT_ANCHOR)
-    cg, backend = _pick_moe(findings, view)
+    cg, backend = _pick_moe(findings, roles, view)
     hops = _chain(G, cg, backend)
     kernels = _kernels_of(cg, backend)
     apply_q = (cg.data["quant_method"] if cg else None) or ((backend.data.get("taken_in") or [None])[0] if backend else None)
     quant_class = apply_q.rsplit(".", 1)[0] if apply_q else None
     apply_node = _node(G, apply_q)
     path_files = {h["at"].rsplit(":", 1)[0] for h in hops if h.get("qualname")} | {h["defined_at"].rsplit(":", 1)[0] for h in hops if h.get("defined_at")}
-    causes = _root_causes(findings, kernels, path_files, rl, model)
+    causes = _root_causes(findings, kernels, path_files, rl, model, roles)
     for c in causes:
         c["title"] = c["title"] or titles.get(c["rule"], c["rule"])
-    slot = next((c for c in causes if c["rule"] == "triton-cuda-core-reduction" and (c["data"].get("shape") or {}).get("one_row_per_program")), None)
+    slot = next(iter(_slot_causes(causes, roles)), None)
     slot_kernel = None
     if slot:
         d = slot["data"]
@@ -71,15 +73,15 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     arch_names = [n for n in model.architectures if any(G.nodes[q].get("kind") == "class" for q in _by_name(G, n))]
     model_class = sorted(q for n in model.architectures for q in _by_name(G, n) if G.nodes[q].get("kind") == "class")
     backends = []
-    for f in _moe_backends(findings):
+    for f in _moe_backends(findings, roles):
         d = f.data
         backends.append({"attribute": d.get("attribute"), "value": d.get("value"), "taken": d.get("taken"), "compared_with": d.get("compared_with"),
                          "set_in": _short((d.get("set_in") or [None])[0]), "set_at": _at(*(d.get("set_in") or [None, None, None])[1:3]),
                          "taken_in": _short((d.get("taken_in") or [None])[0]), "taken_at": _at(*(d.get("taken_in") or [None, None, None])[1:3]),
                          "others": {k: v.get("value") for k, v in sorted((d.get("reference") or {}).items())}})
     backends.sort(key=lambda b: (b["taken_in"], b["attribute"] or "", str(b["compared_with"])))
-    cg_warn = next((f for f in findings if f.rule_id == "cuda-graph-host-sync" and "reachable_functions" in f.data), None)
-    cg_note = next((f for f in findings if f.rule_id == "cuda-graph-host-sync" and f.data.get("unresolved_quant_methods")), None)
+    cg_warn = next((f for f in findings if roles.is_(f, "capture") and "reachable_functions" in f.data), None)
+    cg_note = next((f for f in findings if roles.is_(f, "capture") and f.data.get("unresolved_quant_methods")), None)
     cg_unresolved = cg_note.data["unresolved_quant_methods"] if cg_note else []
     cg_handoffs = sorted({describe_handoff({**h, "when": []}) for q in cg_unresolved
                           for h in (cg_note.data.get("handoffs") or {}).get(q, [])}) if cg_note else []
@@ -123,11 +125,12 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             "unresolved_handoffs": [] if apply_q else cg_handoffs,
             "weights": weights_as_created(tree, quant_class, model),
             "root_causes": causes,
-            "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}),
+            "root_cause_rules": roles.root_causes(),  # the rules whose findings can be root causes, by rank
+            "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}, roles),
         },
-        "gates": _gates(findings),
-        "tensor_core_paths": _tensor_core_paths(findings, device),
-        "dense_fp8": _dense(findings, device),
+        "gates": _gates(findings, roles),
+        "tensor_core_paths": _tensor_core_paths(findings, device, roles),
+        "dense_fp8": _dense(findings, device, roles),
         "integration": {
             "swap_in": {"symbol": _short(apply_q), "qualname": apply_q, "at": _at(apply_node.get("path"), apply_node.get("line"))} if apply_q else None,
             "in_capture": cg.data.get("in_capture") if cg else None,

@@ -6,23 +6,16 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .common import TYPICAL_BATCH, _at, _ev, _node, _short, _slim
+from .roles import Roles
+
+SLOT_REREAD = "slot-reread"  # a root cause computed here from the roofline, not a rule: ranked right after the slot kernel's rule
 
 
-ROOT_CAUSE_ORDER = [
-    "triton-cuda-core-reduction",
-    "slot-reread",  # computed here from the roofline, not a rule
-    "triton-inner-loop-dequant",
-    "per-call-weight-conversion",
-    "eager-epilogue",
-    "low-occupancy-launch",
-]
-
-
-def _moe_backends(findings) -> list:
-    """backend-selection findings about MoE quant methods (their class or chain names MoE)."""
+def _moe_backends(findings, roles: Roles) -> list:
+    """Backend-choice findings about MoE quant methods (their class or chain names MoE)."""
     out = []
     for f in findings:
-        if f.rule_id != "backend-selection":
+        if not roles.is_(f, "backend-choice"):
             continue
         d = f.data
         cls = (d.get("taken_in") or [""])[0]
@@ -31,12 +24,12 @@ def _moe_backends(findings) -> list:
     return out
 
 
-def _pick_moe(findings, view=None) -> tuple[Optional[Any], Optional[Any]]:
-    """(cuda-graph MoE-path finding, backend-selection finding) for the MoE quant method that runs.
+def _pick_moe(findings, roles: Roles, view=None) -> tuple[Optional[Any], Optional[Any]]:
+    """(capture MoE-path finding, backend-choice finding) for the MoE quant method that runs.
     With a runtime view, a backend choice counts only inside the method it resolved (or its bases)."""
-    cg = [f for f in findings if f.rule_id == "cuda-graph-host-sync" and f.data.get("quant_method")]
+    cg = [f for f in findings if roles.is_(f, "capture") and f.data.get("quant_method")]
     cg.sort(key=lambda f: (not f.data.get("selected_for_device"), not f.data.get("kernels"), f.data["quant_method"]))
-    backends = _moe_backends(findings)
+    backends = _moe_backends(findings, roles)
     if view is not None and view.moe.get("apply"):
         owners = set(view.moe.get("mro") or [view.moe_method])
         backends = [b for b in backends if (b.data.get("taken_in") or [""])[0].rsplit(".", 1)[0] in owners]
@@ -105,28 +98,35 @@ def _kernels_of(cg, backend) -> list[str]:
     return sorted(ks)
 
 
-def _root_causes(findings, kernels: list[str], path_files: set[str], rl: dict, model) -> list[dict]:
-    """Findings that explain the MoE kernel's time, ranked by ROOT_CAUSE_ORDER, with evidence."""
+def _slot_causes(causes: list[dict], roles: Roles) -> list[dict]:
+    """Root causes that name the per-slot kernel (one row per program)."""
+    return [c for c in causes if roles.slot_kernel(c["rule"]) and (c["data"].get("shape") or {}).get("one_row_per_program")]
+
+
+def _root_causes(findings, kernels: list[str], path_files: set[str], rl: dict, model, roles: Roles) -> list[dict]:
+    """Findings that explain the MoE kernel's time, ranked by their rules' ``spec.rank``, with evidence."""
     kset = set(kernels)
     names = {k.rsplit(".", 1)[-1] for k in kernels}
     causes = []
     for f in findings:
-        if f.rule_id not in ROOT_CAUSE_ORDER:
+        if not roles.is_(f, "root-cause"):
             continue
         d = f.data
         q = d.get("qualname") or d.get("kernel")
         hit = q in kset or d.get("kernel") in names or d.get("kernel_name") in names
-        if not hit and f.rule_id in ("per-call-weight-conversion", "eager-epilogue"):
+        if not hit and roles.match(f.rule_id) == "file":
             hit = bool(f.primary and f.primary.path in path_files)
         if hit:
             causes.append({"rule": f.rule_id, "title": "", "message": f.message, "evidence": _ev(f), "data": _slim(d)})
-    slot = [c for c in causes if c["rule"] == "triton-cuda-core-reduction" and (c["data"].get("shape") or {}).get("one_row_per_program")]
+    slot = _slot_causes(causes, roles)
+    rank = {c["rule"]: roles.rank(c["rule"]) for c in causes}
     if slot:
+        rank[SLOT_REREAD] = roles.rank(slot[0]["rule"]) + 0.5
         rows = {r["M"]: r for r in rl["rows"]}
         shown = [rows[m] for m in sorted({TYPICAL_BATCH, max(rows)}) if m in rows] or rl["rows"][-1:]
         ev = [e for e in slot[0]["evidence"] if "loop" not in e["note"]][-1:]
         causes.append({
-            "rule": "slot-reread",
+            "rule": SLOT_REREAD,
             "title": "Every (token, expert) slot streams its expert's whole weight",
             "message": "one program row per (token, expert) slot, so an expert is read once per slot, not once per step: " + "; ".join(
                 f"at M={r['M']} {r['M'] * model.top_k} expert reads per layer where {r['unique_experts']:.0f} distinct experts are touched "
@@ -134,7 +134,7 @@ def _root_causes(findings, kernels: list[str], path_files: set[str], rl: dict, m
             "evidence": ev,
             "data": {"rows": [{"M": r["M"], "slot_reads": r["M"] * model.top_k, "unique_experts": r["unique_experts"], "factor": r["slot_reread_factor"]} for r in shown]},
         })
-    causes.sort(key=lambda c: (ROOT_CAUSE_ORDER.index(c["rule"]), c["message"]))
+    causes.sort(key=lambda c: (rank[c["rule"]], c["message"]))
     for i, c in enumerate(causes, 1):
         c["rank"] = i
     return causes

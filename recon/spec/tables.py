@@ -3,35 +3,36 @@
 from __future__ import annotations
 
 
+from .roles import Roles
 from .common import _at, _short
 
 
-def _gates(findings) -> list[dict]:
+def _gates(findings, roles: Roles) -> list[dict]:
     """Gate definitions evaluated for the device, with the devices each is true on."""
     out = []
     for f in findings:
-        if f.rule_id == "arch-gate" and "gate" in f.data:
+        if roles.is_(f, "gates") and "gate" in f.data:
             d = f.data
             out.append({"gate": d["gate"], "value": d.get("value"), "true_on": sorted(d.get("true_on") or []), "at": _at(f.primary.path, f.primary.line) if f.primary else "", "predicate": d.get("predicate", "")})
     out.sort(key=lambda g: (g["gate"], g["at"]))
     return out
 
 
-def _gated_sites(findings, files: set[str]) -> list[dict]:
+def _gated_sites(findings, files: set[str], roles: Roles) -> list[dict]:
     """Gated branches on the MoE path's files: which way each goes on this device and the others."""
     out = []
     for f in findings:
-        if f.rule_id == "arch-gate" and "site" in f.data and f.primary and f.primary.path in files:
+        if roles.is_(f, "gates") and "site" in f.data and f.primary and f.primary.path in files:
             d = f.data
             out.append({"site": _short(d["site"]), "test": d.get("test"), "value": d.get("value"), "reference": dict(sorted((d.get("reference") or {}).items())), "at": _at(f.primary.path, f.primary.line), "patches": d.get("patches", [])})
     out.sort(key=lambda s: s["at"])
     return out
 
 
-def _tensor_core_paths(findings, device) -> list[dict]:
+def _tensor_core_paths(findings, device, roles: Roles) -> list[dict]:
     out = []
     for f in findings:
-        if f.rule_id != "quant-format-mismatch":
+        if not roles.is_(f, "tensor-core-paths"):
             continue
         d = f.data
         req = d.get("requires") or {}
@@ -52,10 +53,10 @@ def _tensor_core_paths(findings, device) -> list[dict]:
     return out
 
 
-def _dense(findings, device) -> list[dict]:
+def _dense(findings, device, roles: Roles) -> list[dict]:
     out = []
     for f in findings:
-        if f.rule_id != "missing-device-config":
+        if not roles.is_(f, "dense-configs"):
             continue
         d = f.data
         out.append({
