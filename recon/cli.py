@@ -394,8 +394,10 @@ def rules_show(rule_id: str = typer.Argument(..., metavar="ID", help="A rule id 
     out.print(f"\n[bold]Check[/bold] {esc(r.check)}  params: {esc(json.dumps(params_dict(r.params), sort_keys=True))}", highlight=False)
     for kind in ("positive", "negative"):
         for ex in r.examples.get(kind, []):
-            text = ex if isinstance(ex, str) else "\n".join(f"# {k}\n{v}" for k, v in ex.items())
-            out.print(f"\n[bold]{kind} example[/bold]\n{esc(text)}", highlight=False)
+            text = "\n".join(f"# {k}\n{v}" for k, v in ex.files.items())
+            out.print(f"\n[bold]{kind} example[/bold]\n{esc(text.rstrip())}", highlight=False)
+            for e in ex.expect:
+                out.print(f"expect: {esc(e.path)}:{e.line} — {esc(e.message)}", highlight=False)
     out.print(f"\n[dim]{esc(str(r.source))}[/dim]", highlight=False)
 
 

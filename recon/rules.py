@@ -24,6 +24,27 @@ RULES_DIR = resource_dir("rules")
 REQUIRED = ("id", "title", "severity", "category", "finds", "why", "fix", "check")
 
 
+EXAMPLE_PATH = "sglang/srt/example.py"  # where a one-file example's code is put
+
+
+@dataclass(frozen=True)
+class Expect:
+    """A finding an example must give: where its primary evidence lands and a fragment of its message."""
+
+    path: str
+    line: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Example:
+    """Code a rule is tried on (``{path: source}``), and for a positive example every finding it must
+    give, no more and no fewer."""
+
+    files: dict
+    expect: tuple = ()
+
+
 SECTIONS = ("gates", "backend-choice", "capture", "tensor-core-paths", "dense-configs", "root-cause")
 
 
@@ -51,7 +72,7 @@ class Rule:
     fix: str  # how to fix
     check: str  # name of the registered check
     params: Any = field(default_factory=dict)  # the check's params dataclass once loaded (a dict before)
-    examples: dict[str, list] = field(default_factory=dict)  # {"positive": [...], "negative": [...]}
+    examples: dict[str, list] = field(default_factory=dict)  # {"positive": [Example], "negative": [Example]}
     spec: RuleSpec = field(default_factory=RuleSpec)  # where its findings go in the spec
     source: str = ""  # the YAML file it came from
     extra: dict[str, Any] = field(default_factory=dict)  # any other keys, for templates
@@ -59,6 +80,45 @@ class Rule:
 
 class RuleError(ReconError):
     pass
+
+
+def _example(path: Path, where: str, item: Any, positive: bool) -> Example:
+    """One example: ``{code: ..., expect: [...]}`` or ``{files: {path: code}, expect: [...]}``; a
+    negative one may also be a bare code string or a ``{path: code}`` mapping. A positive example pins every finding it gives:
+    ``{line, message}`` (plus ``path`` when it has several files)."""
+    if isinstance(item, str) and not positive:
+        return Example({EXAMPLE_PATH: item})
+    if isinstance(item, dict) and not positive and not ({"code", "files", "expect"} & set(item)):  # {path: code}
+        item = {"files": item}
+    if not isinstance(item, dict) or not ({"code", "files"} & set(item)) or set(item) - {"code", "files", "expect"}:
+        raise RuleError(f"{path}: {where} must be a mapping with 'code' (or 'files') and 'expect'")
+    if "code" in item:
+        if not isinstance(item["code"], str) or "files" in item:
+            raise RuleError(f"{path}: {where}.code must be source text (and no 'files' beside it)")
+        files = {EXAMPLE_PATH: item["code"]}
+    else:
+        files = item["files"]
+        if not isinstance(files, dict) or not files or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            raise RuleError(f"{path}: {where}.files must map paths to source text")
+    expect = item.get("expect") or []
+    if positive and not expect:
+        raise RuleError(f"{path}: {where}.expect is missing: a positive example pins each finding (line and a message fragment)")
+    if not positive and expect:
+        raise RuleError(f"{path}: {where}.expect: a negative example gives no finding")
+    out = []
+    for j, e in enumerate(expect):
+        w = f"{where}.expect[{j}]"
+        if not isinstance(e, dict) or set(e) - {"path", "line", "message"} or "line" not in e or "message" not in e:
+            raise RuleError(f"{path}: {w} must be a mapping with line, message (and path when the example has several files)")
+        p = e.get("path") or (next(iter(files)) if len(files) == 1 else None)
+        if p not in files:
+            raise RuleError(f"{path}: {w}.path must name one of the example's files ({', '.join(files)})")
+        if not isinstance(e["line"], int) or isinstance(e["line"], bool) or not 1 <= e["line"] <= len(files[p].splitlines()):
+            raise RuleError(f"{path}: {w}.line must be a line of {p}")
+        if not isinstance(e["message"], str) or not e["message"]:
+            raise RuleError(f"{path}: {w}.message must be a fragment of the finding's message")
+        out.append(Expect(p, e["line"], e["message"]))
+    return Example(dict(files), tuple(out))
 
 
 def _load_one(path: Path) -> Rule:
@@ -86,8 +146,9 @@ def _load_one(path: Path) -> Rule:
     if not isinstance(examples, dict) or not set(examples) <= {"positive", "negative"}:
         raise RuleError(f"{path}: field 'examples' must be a mapping with 'positive' and/or 'negative' lists")
     for kind, items in examples.items():
-        if not isinstance(items, list) or not all(isinstance(i, (str, dict)) for i in items):
-            raise RuleError(f"{path}: field 'examples.{kind}' must be a list of code strings or {{path: code}} mappings")
+        if not isinstance(items, list):
+            raise RuleError(f"{path}: field 'examples.{kind}' must be a list")
+        examples[kind] = [_example(path, f"examples.{kind}[{i}]", item, kind == "positive") for i, item in enumerate(items)]
     spec = data.get("spec") or {}
     if not isinstance(spec, dict):
         raise RuleError(f"{path}: field 'spec' must be a mapping")
@@ -109,7 +170,7 @@ def _load_one(path: Path) -> Rule:
         fix=data["fix"].strip(),
         check=data["check"],
         params=params,
-        examples={k: list(v) for k, v in examples.items()},
+        examples=examples,
         spec=rspec,
         source=str(path),
         extra={k: v for k, v in data.items() if k not in known},

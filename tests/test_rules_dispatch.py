@@ -277,20 +277,3 @@ def test_platform_table_synthetic(synthetic):
     res = _scan(tree, ids=("arch-gate",))
     sites = [f for f in res.findings if "site" in f.data]
     assert len(sites) == 1 and sites[0].data["value"] is True and sites[0].evidence[0].line == 4
-
-
-def _examples():
-    for r in load_rules():
-        if r.id in RULES:
-            for kind, items in r.examples.items():
-                for i, ex in enumerate(items):
-                    yield pytest.param(r.id, kind, ex, id=f"{r.id}-{kind}-{i}")
-
-
-@pytest.mark.parametrize("rule_id,kind,example", list(_examples()))
-def test_rule_examples(synthetic, rule_id, kind, example):
-    """Each rule's own YAML examples: positives give a finding of the rule, negatives none."""
-    files = example if isinstance(example, dict) else {"sglang/srt/example.py": example}
-    res = _scan(synthetic(files), ids=(rule_id,))
-    n = len([f for f in res.findings if f.rule_id == rule_id])
-    assert (n > 0) == (kind == "positive"), [f.message for f in res.findings]
