@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -46,6 +47,59 @@ def params_dict(params: Any) -> dict:
         v = getattr(params, f.name)
         out[f.name] = [d.short for d in v] if isinstance(v, Devices) else v
     return out
+
+
+SCAN_KEYS = {"on_moe_path": bool}  # what recon.scan adds to every finding's data
+
+
+def _is(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin is typing.Union:
+        return any(_is(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if hint is list or origin is list:
+        return isinstance(value, (list, tuple))
+    if hint is dict or origin is dict:
+        return isinstance(value, dict)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def payload_fields(cls: type) -> dict:
+    """{data key: type} of a payload dataclass (a field ``class_`` is the key ``class``)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name.rstrip("_"): hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def payload_errors(data: dict, classes) -> Optional[str]:
+    """None when ``data`` (less :data:`SCAN_KEYS`) is exactly one of the declared payloads, its keys
+    and the types of its values; else what is wrong with the closest one."""
+    keys = {k: v for k, v in data.items() if k not in SCAN_KEYS}
+    for k, hint in SCAN_KEYS.items():
+        if k in data and not _is(data[k], hint):
+            return f"{k} = {data[k]!r} is not {hint.__name__}"
+    best = None
+    for cls in classes:
+        fields = payload_fields(cls)
+        extra, missing = sorted(set(keys) - set(fields)), sorted(set(fields) - set(keys))
+        wrong = sorted(f"{k} = {keys[k]!r:.60} is not {fields[k]}" for k in set(keys) & set(fields) if not _is(keys[k], fields[k]))
+        if not (extra or missing or wrong):
+            return None
+        err = f"{cls.__name__}: " + "; ".join(x for x in (extra and f"undeclared {extra}", missing and f"missing {missing}", wrong and f"wrong types {wrong}") if x)
+        score = len(extra) + len(missing) + len(wrong)
+        if best is None or score < best[0]:
+            best = (score, err)
+    return best[1] if best else "the check declares no payload"
 
 
 def check(name: str, params: type = NoParams, payload: tuple = ()):

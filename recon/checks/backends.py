@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Optional
 
 from ..findings import Evidence, Finding
 from . import check
@@ -48,7 +49,34 @@ class MisleadingBackendNameParams:
         return SelectionScope(self.attribute_pattern, self.paths)
 
 
-@check("backend_selection", params=BackendSelectionParams)
+@dataclass
+class BackendChoiceData:
+    """A backend attribute set in one method and compared in another, resolved for the device."""
+
+    attribute: str
+    value: Any  # the constant this device stores
+    compared_with: Any  # the constant (or tuple of constants) it is compared with
+    taken: Optional[bool]
+    set_in: list  # [qualname, path, line]
+    taken_in: list  # [qualname, path, line]
+    chain: list  # [[qualname, path, line], ...] from the comparison down to the kernel
+    kernels: list  # Triton kernels on the chain
+    values: list  # every value the setters store
+    reference: dict  # reference device short name -> {value, taken, chain}
+
+
+@dataclass
+class MisleadingNameData:
+    """A class named for one backend whose method runs another on this device."""
+
+    class_: str  # written "class" in the finding's data
+    named_for: str
+    runs: list
+    actual: list
+    backend: Any
+    not_run: list
+
+@check("backend_selection", params=BackendSelectionParams, payload=(BackendChoiceData,))
 def backend_selection(ctx, rule) -> list[Finding]:
     params: BackendSelectionParams = rule.params
     refs = [d for d in params.reference_devices if d.name != ctx.device.name]
@@ -89,7 +117,7 @@ def backend_selection(ctx, rule) -> list[Finding]:
     return findings
 
 
-@check("misleading_backend_name", params=MisleadingBackendNameParams)
+@check("misleading_backend_name", params=MisleadingBackendNameParams, payload=(MisleadingNameData,))
 def misleading_backend_name(ctx, rule) -> list[Finding]:
     params: MisleadingBackendNameParams = rule.params
     tokens = list(params.backends)

@@ -317,6 +317,33 @@ def _tuning(ctx, kind: str, params: "MissingConfigParams", model, missing: list[
 # --- the check -----------------------------------------------------------------------------------
 
 
+@dataclass
+class MissingConfigData:
+    """A tuned-config template with no file for this device at the model's shapes."""
+
+    template: str
+    template_at: str
+    kind: str  # moe | gemm
+    lookup: str
+    folder: str
+    folder_at: str
+    folder_files: int
+    template_files: int
+    existing_devices: dict
+    device: str
+    device_config_name: str
+    device_files: int
+    shapes: list
+    missing: list
+    present: list
+    default: Optional[dict]
+    default_sources: Optional[dict]
+    default_at: Optional[str]
+    default_assumed: Optional[list]
+    tuning_script: Optional[str]
+    tuning_script_in_tree: bool
+    commands: list
+
 @dataclass(frozen=True)
 class MissingConfigParams:
     tp_size: int = 1  # the tensor-parallel size the wanted shapes are split by
@@ -325,7 +352,7 @@ class MissingConfigParams:
     tuning: Optional[dict] = None  # {kind: {script, command[, repo]}}: how to make the missing files
 
 
-@check("missing_device_config", params=MissingConfigParams)
+@check("missing_device_config", params=MissingConfigParams, payload=(MissingConfigData,))
 def missing_device_config(ctx, rule) -> list[Finding]:
     G = ctx.tree.graph
     params: MissingConfigParams = rule.params

@@ -524,7 +524,48 @@ def _ev(ctx, path: str, line: int, note: str) -> Evidence:
     return Evidence(path, line, note=note, snippet=ctx.snippet(path, line))
 
 
-@check("cuda_graph_host_sync", params=CudaGraphParams)
+@dataclass
+class CaptureHazardsData:
+    """Host syncs and data-dependent shapes reachable from the captured forward."""
+
+    capture_site: str  # path:line
+    model_forward: str
+    reachable_functions: int
+    functions: list
+    guarded: list
+    constraints: list
+
+
+@dataclass
+class MoEPathData:
+    """A MoE quant method reached from the captured forward: its kernels and whether they are capture-safe."""
+
+    quant_method: str
+    selected_for_device: bool
+    in_capture: bool
+    capture_safe: bool
+    kernels: list
+    scanned: list
+    native_ops: list
+    library_ops: list
+    resolved_by: str  # "runtime view" | "class name"
+    launches: list  # [{kernel, path, line}]
+    hazards: list
+    guarded: list
+    capture_chain: list  # [{what, path, line, inferred}]
+    path_to_apply: list  # [{node, path, line, how, inferred}]
+    constraints: list
+
+
+@dataclass
+class UnresolvedMoEData:
+    """MoE quant methods reached from the capture whose kernels are picked at run time."""
+
+    capture_site: str
+    unresolved_quant_methods: list
+    handoffs: dict  # quant method -> where it hands its work off
+
+@check("cuda_graph_host_sync", params=CudaGraphParams, payload=(CaptureHazardsData, MoEPathData, UnresolvedMoEData))
 def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     G = ctx.tree.graph
     params: CudaGraphParams = rule.params

@@ -366,6 +366,38 @@ def _mb(b: int) -> str:
     return f"{b / 1e6:.2f} MB" if b < 1e9 else f"{b / 1e9:.2f} GB"
 
 
+@dataclass
+class EpilogueData:
+    """Eager elementwise ops on a kernel's output, with their bytes at each decode batch."""
+
+    function: str
+    path: str
+    line: int
+    kernel_sites: list
+    outputs: list
+    ops: list  # [{line, ops, bytes}]
+    per_batch: list
+    activation_bytes: int
+    assumptions: list
+
+
+@dataclass
+class WeightConversionData:
+    """A weight-sized tensor converted on every call."""
+
+    function: str
+    tensor: str
+    target: str
+    target_bytes: Optional[int]
+    shape: Optional[list]
+    stored: Optional[str]
+    stored_bytes: Optional[int]
+    bytes_per_call: Optional[int]
+    layers: Optional[int]
+    bytes_per_step: Optional[int]
+    guard: Optional[str]
+    anchor: Optional[dict]
+
 @dataclass(frozen=True)
 class EagerEpilogueParams:
     min_ops: int = 3  # elementwise ops on kernel outputs before it is reported
@@ -375,7 +407,7 @@ class EagerEpilogueParams:
     symbols: Optional[list[dict]] = None  # names bound to model sizes; None: runtime.shapes.DEFAULT_SYMBOLS
 
 
-@check("eager_epilogue", params=EagerEpilogueParams)
+@check("eager_epilogue", params=EagerEpilogueParams, payload=(EpilogueData,))
 def eager_epilogue(ctx: CheckContext, rule) -> list[Finding]:
     findings = []
     sites = {p: f for p, f in _kernel_sites(ctx).items() if not re.search(rule.params.exclude_paths, p)}
@@ -424,7 +456,7 @@ class WeightConversionParams:
     tensors: Optional[list[dict]] = None  # {pattern, shape, stored}; None: DEFAULT_TENSORS
 
 
-@check("per_call_weight_conversion", params=WeightConversionParams)
+@check("per_call_weight_conversion", params=WeightConversionParams, payload=(WeightConversionData,))
 def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
     fn_pat = re.compile(rule.params.function_pattern)
     tensor_pat = re.compile(rule.params.tensor_pattern)

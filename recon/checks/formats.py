@@ -61,6 +61,19 @@ def _format_of(name: str, path: str, body: str, hints, body_hints):
     return None, None
 
 
+@dataclass
+class FormatMismatchData:
+    """A grouped low-precision GEMM entry point and the format it needs against the model's."""
+
+    entry: str
+    qualname: str
+    requires: dict  # {format, element, group_size, scale_dtype}
+    model: dict  # {format, group_size, scale_dtype}
+    adapt: list
+    format_from: str  # name | path | body
+    device_native: bool
+    callers: list  # [[qualname, path, line]]
+
 @dataclass(frozen=True)
 class QuantFormatParams:
     entry_pattern: str = r"group(ed)?_?(mm|gemm|matmul)|gemm\w*group(?!wise)"  # grouped low-precision GEMM entry points
@@ -69,7 +82,7 @@ class QuantFormatParams:
     format_hints: list[list[str]] = tuple(_DEFAULT_HINTS)  # [format, regex] tried on the name, the path, the body
 
 
-@check("quant_format_mismatch", params=QuantFormatParams)
+@check("quant_format_mismatch", params=QuantFormatParams, payload=(FormatMismatchData,))
 def quant_format_mismatch(ctx, rule) -> list[Finding]:
     params: QuantFormatParams = rule.params
     model, dev = ctx.model, ctx.device

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from ..findings import Evidence, Finding
 from ..runtime.gatemodel import GateDiscovery, _model, eval_test, evaluate_gates, gate_sites, interpreter
@@ -58,7 +59,35 @@ def _cite_line(ctx, path: str, start: int, end: int, words) -> int:
 # --- the check ----------------------------------------------------------------------------------
 
 
-@check("arch_gate", params=ArchGateParams)
+@dataclass
+class GateData:
+    """A gate definition evaluated for the device."""
+
+    gate: str
+    qualname: str
+    value: Optional[bool]  # None: the device does not decide it
+    predicate: str
+    form: str  # def | assignment | derived | platform-property
+    aliases: list
+    true_on: list  # short names of the truth-table devices it is true on
+    wraps: Optional[str]
+    kwargs: dict
+
+
+@dataclass
+class GatedSiteData:
+    """An `if` on a gate where this device takes another branch than a reference device."""
+
+    site: str
+    gates: list
+    test: str
+    value: bool
+    reference: dict  # reference device short name -> the test's value there
+    taken: Optional[list]  # [first, last] line of the branch taken; None: neither body
+    calls: list
+    patches: list
+
+@check("arch_gate", params=ArchGateParams, payload=(GateData, GatedSiteData))
 def arch_gate(ctx, rule) -> list[Finding]:
     params: ArchGateParams = rule.params
     disc = params.discovery

@@ -54,6 +54,34 @@ def _ranges_text(tiles: dict) -> str:
     return ", ".join(parts)
 
 
+@dataclass
+class CudaCoreReductionData:
+    """A Triton kernel that reduces a product with tl.sum in a loop and never calls tl.dot."""
+
+    kernel: str
+    qualname: str
+    path: str
+    line: int
+    sum_lines: list
+    sum_exprs: list
+    loop_lines: list
+    tiles: dict  # {configs, ranges, autotune_line, configs_source}
+    shape: dict  # {accumulator, ..., one_row_per_program}
+
+
+@dataclass
+class InnerLoopDequantData:
+    """A Triton kernel that decodes packed elements inside its loop."""
+
+    kernel: str
+    qualname: str
+    path: str
+    line: int
+    unpack_lines: list
+    helpers: list
+    uses_dot: bool
+    tiles: dict
+
 @dataclass(frozen=True)
 class CudaCoreReductionParams:
     min_sums: int = 1  # tl.sum reductions over a product inside a loop before a kernel is reported
@@ -65,7 +93,7 @@ class InnerLoopDequantParams:
     require_one_of: list[str] = ("exp2", "ldexp")  # "where" alone selects; a decode also rebuilds the exponent
 
 
-@check("triton_cuda_core_reduction", params=CudaCoreReductionParams)
+@check("triton_cuda_core_reduction", params=CudaCoreReductionParams, payload=(CudaCoreReductionData,))
 def triton_cuda_core_reduction(ctx: CheckContext, rule) -> list[Finding]:
     """``tl.sum`` over an elementwise product inside a loop, in a kernel with no ``tl.dot``."""
     min_sums = rule.params.min_sums
@@ -129,7 +157,7 @@ def _helper(ctx: CheckContext, kernel_node: str, path: str, summary: dict, name:
     return None
 
 
-@check("triton_inner_loop_dequant", params=InnerLoopDequantParams)
+@check("triton_inner_loop_dequant", params=InnerLoopDequantParams, payload=(InnerLoopDequantData,))
 def triton_inner_loop_dequant(ctx: CheckContext, rule) -> list[Finding]:
     """Bit-unpacking decoded per element (exp2/where) inside a kernel's loop, also through a jit helper."""
     decode_fns = set(rule.params.decode_functions)

@@ -180,6 +180,41 @@ def evaluated_launches(ctx: CheckContext, rule) -> list[dict]:
     return ctx.cache[key]
 
 
+@dataclass
+class LowOccupancyData:
+    """A launch whose grid leaves SMs idle at decode batches."""
+
+    kernel_name: str
+    kernel: str
+    caller: str
+    grid_source: str
+    grid_expr: str
+    configs: list
+    symbols: dict  # name -> {value, from, line, source}
+    assumptions: list
+    unresolved: list
+    sm_count: int
+    per_batch: list
+    low_up_to_batch: int
+    min_warps_per_sm: float
+    bindings: str
+
+
+@dataclass
+class UnjudgedLaunchData:
+    """A decode-shaped grid that needs model sizes the profile lacks: not judged."""
+
+    kernel_name: str
+    kernel: str
+    caller: str
+    grid_source: str
+    grid_expr: str
+    configs: list
+    symbols: dict
+    unresolved: list
+    missing: dict  # name -> the model attribute it needs
+    judged: bool
+
 @dataclass(frozen=True)
 class LowOccupancyParams:
     min_warps_per_sm: float = 4  # one wave with fewer warps per SM than this cannot hide memory latency
@@ -190,7 +225,7 @@ class LowOccupancyParams:
     symbols: Optional[list[dict]] = None  # names bound to model sizes; None: runtime.shapes.DEFAULT_SYMBOLS
 
 
-@check("low_occupancy_launch", params=LowOccupancyParams)
+@check("low_occupancy_launch", params=LowOccupancyParams, payload=(LowOccupancyData, UnjudgedLaunchData))
 def low_occupancy_launch(ctx: CheckContext, rule) -> list[Finding]:
     sms = getattr(ctx.device, "sm_count", None)
     if not sms:
