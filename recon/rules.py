@@ -75,7 +75,6 @@ class Rule:
     examples: dict[str, list] = field(default_factory=dict)  # {"positive": [Example], "negative": [Example]}
     spec: RuleSpec = field(default_factory=RuleSpec)  # where its findings go in the spec
     source: str = ""  # the YAML file it came from
-    extra: dict[str, Any] = field(default_factory=dict)  # any other keys, for templates
 
 
 class RuleError(ReconError):
@@ -160,6 +159,9 @@ def _load_one(path: Path) -> Rule:
     if rspec.section == "root-cause" and rspec.rank is None:
         raise RuleError(f"{path}: spec.rank is missing (a root cause needs its rank)")
     known = set(REQUIRED) | {"params", "examples", "spec"}
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        raise RuleError(f"{path}: field '{unknown[0]}' is not a rule field (known: {', '.join(sorted(known))})")
     return Rule(
         id=data["id"],
         title=data["title"],
@@ -173,7 +175,6 @@ def _load_one(path: Path) -> Rule:
         examples=examples,
         spec=rspec,
         source=str(path),
-        extra={k: v for k, v in data.items() if k not in known},
     )
 
 

@@ -2,10 +2,13 @@
 
 A positive example pins each finding it must give (the line its primary evidence lands on and a
 fragment of its message) and gives no other; a negative example gives none. Examples run on a tiny
-synthetic tree (``code`` becomes sglang/srt/example.py) with the default device and model.
+synthetic tree (``code`` becomes sglang/srt/example.py) with the default device and model. The
+shipped rules and the README's example rule (docs/rules/) are both run.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +16,8 @@ from recon.profiles import load_device, load_model
 from recon.rules import Example, Expect, RuleError, load_rules
 from recon.scan import run_rules
 
-RULES = load_rules()
+DOC_RULES = Path(__file__).resolve().parent.parent / "docs" / "rules"  # the README's YAML-only example rule
+RULES = load_rules([DOC_RULES])
 CASES = [
     pytest.param(rule, kind, i, ex, id=f"{rule.id}-{kind}-{i}")
     for rule in RULES
@@ -66,6 +70,10 @@ def test_rule_example(synthetic, rule, kind, i, example):
             assert 1 <= ev.line <= len(lines), f"{rule.id} cites a line out of range"
             if ev.snippet:
                 assert ev.snippet.splitlines()[0] == lines[ev.line - 1].strip(), (rule.id, ev)
+
+
+def test_the_readme_example_rule_is_loaded():
+    assert "small-grid-launch" in {r.id for r in RULES}
 
 
 def test_a_drifted_example_fails(synthetic):

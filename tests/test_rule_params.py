@@ -230,3 +230,8 @@ def test_spec_metadata_is_validated(tmp_path):
     text = BASE.replace("spec:\n  section: gates", "spec:\n  sektion: gates")
     with pytest.raises(RuleError, match=r"spec\.sektion"):
         load_rules([_rules_dir(tmp_path, text)])
+
+
+def test_a_misspelled_rule_field_is_refused(tmp_path):
+    with pytest.raises(RuleError, match=r"field 'prams' is not a rule field"):
+        load_rules([_rules_dir(tmp_path, BASE.replace("params:\n", "prams:\n", 1))])
