@@ -31,7 +31,7 @@ from ..runtime import runtime_view
 from ..runtime.handoffs import IGNORE, describe, handoffs
 from ..findings import Evidence, Finding
 from . import check
-from ..runtime.capture import _chain, _capture_chains, _model_forwards, _quant_methods, _reach
+from ..runtime.capture import CaptureScope, _chain, _capture_chains, _model_forwards, _quant_methods, _reach
 
 _DEFAULT_HAZARDS = {
     ".item": "host sync",
@@ -49,12 +49,13 @@ _CAPTURE_TEST = re.compile(r"captur", re.I)
 
 @dataclass(frozen=True)
 class CudaGraphParams:
-    capture_dirs: list[str] = ("model_executor",)  # where the decode capture lives
-    exclude_dirs: list[str] = ("test", "tests", "benchmark", "multimodal_gen", "npu", "xpu")
-    forward_names: list[str] = ("forward",)  # the name the captured function calls the model's forward by
-    max_depth: int = 14
-    max_nodes: int = 6000
-    dynamic_cap: int = 12  # follow an untyped dynamic call only when it has this few candidates
+    # where the capture and what it reaches are looked for (recon.runtime.capture.CaptureScope)
+    capture_dirs: list[str] = CaptureScope.capture_dirs  # where the decode capture lives
+    exclude_dirs: list[str] = CaptureScope.exclude_dirs
+    forward_names: list[str] = CaptureScope.forward_names  # what the captured function calls the model's forward by
+    max_depth: int = CaptureScope.max_depth
+    max_nodes: int = CaptureScope.max_nodes
+    dynamic_cap: int = CaptureScope.dynamic_cap  # follow an untyped dynamic call only when it has this few candidates
     kernel_depth: int = 3  # hops from a quant method's apply to the kernels it launches
     handoff_ignore: list[str] = IGNORE  # library calls that pick no kernel
     max_findings: int = 40
