@@ -70,13 +70,14 @@ def test_gates_false_on_h200(tree_0513, scan_0513_h200):
 
 
 def test_evaluate_gates_shared_cache(tree_0513):
-    from recon.runtime.gatemodel import evaluate_gates
+    from recon.runtime.gatemodel import DEFAULT_DISCOVERY, evaluate_gates
 
     ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"))
     vals = evaluate_gates(ctx)
     assert vals["sglang.srt.utils.common.is_sm120_supported"] is True
     assert vals["sglang.srt.utils.common.is_sm100_supported"] is False
-    assert ctx.cache["gates"] is vals
+    assert ctx.cache[("gates", DEFAULT_DISCOVERY)] is vals
+    assert evaluate_gates(ctx) is vals
 
 
 def test_sm120_patch_site(tree_0513, scan_0513):
