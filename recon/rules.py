@@ -45,7 +45,7 @@ class Example:
     expect: tuple = ()
 
 
-SECTIONS = ("gates", "backend-choice", "capture", "tensor-core-paths", "dense-configs", "root-cause")
+SPEC_SECTIONS = ("gates", "backend-choice", "capture", "tensor-core-paths", "dense-configs", "root-cause")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class RuleSpec:
     ``spec`` and ``apply`` use for it: the ``spec:`` mapping of the rule's YAML. The spec and apply
     read these, never rule ids."""
 
-    section: Optional[str] = None  # one of SECTIONS; None: the appendix only
+    section: Optional[str] = None  # one of SPEC_SECTIONS; None: the appendix only
     rank: Optional[int] = None  # root-cause: listed by rank, what costs the most first
     match: str = "kernel"  # root-cause: "kernel" (its kernel is on the MoE chain) or "file" (it is in a file of the chain)
     slot_kernel: bool = False  # root-cause: its one-row-per-program findings name the per-slot kernel
@@ -152,8 +152,8 @@ def _load_one(path: Path) -> Rule:
     if not isinstance(spec, dict):
         raise RuleError(f"{path}: field 'spec' must be a mapping")
     rspec = typed_params(path, "spec", RuleSpec, spec, "spec")
-    if rspec.section is not None and rspec.section not in SECTIONS:
-        raise RuleError(f"{path}: spec.section must be one of {', '.join(SECTIONS)}, not {rspec.section!r}")
+    if rspec.section is not None and rspec.section not in SPEC_SECTIONS:
+        raise RuleError(f"{path}: spec.section must be one of {', '.join(SPEC_SECTIONS)}, not {rspec.section!r}")
     if rspec.match not in ("kernel", "file"):
         raise RuleError(f"{path}: spec.match must be kernel or file, not {rspec.match!r}")
     if rspec.section == "root-cause" and rspec.rank is None:

@@ -8,7 +8,7 @@ from typing import Optional
 from .. import notanalyzed, roofline
 from ..runtime.handoffs import describe as describe_handoff
 from .common import TYPICAL_BATCH, _at, _by_name, _fd, _mb, _node, _short
-from .moepath import _slot_causes, _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime
+from .moepath import _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime, _slot_causes
 from .plan import SLOT_ANCHOR, _plan, _reference_kernel
 from .roles import Roles
 from .tables import _counts, _dense, _gated_sites, _gates, _tensor_core_paths

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-from .roles import Roles
 from .common import _at, _short
+from .roles import Roles
 
 
 def _gates(findings, roles: Roles) -> list[dict]:
