@@ -389,11 +389,15 @@ def rules_show(rule_id: str = typer.Argument(..., metavar="ID", help="A rule id 
     out.print(f"[bold]{esc(r.id)}[/bold] — {esc(r.title)}  ({esc(r.severity)}, {esc(r.category)})", highlight=False)
     for head, body in (("What it finds", r.finds), ("Why it costs", r.why), ("How to fix", r.fix)):
         out.print(f"\n[bold]{head}[/bold]\n{esc(str(body))}", highlight=False)
-    out.print(f"\n[bold]Check[/bold] {esc(r.check)}  params: {esc(json.dumps(r.params, sort_keys=True))}", highlight=False)
+    from .checks import params_dict
+
+    out.print(f"\n[bold]Check[/bold] {esc(r.check)}  params: {esc(json.dumps(params_dict(r.params), sort_keys=True))}", highlight=False)
     for kind in ("positive", "negative"):
         for ex in r.examples.get(kind, []):
-            text = ex if isinstance(ex, str) else "\n".join(f"# {k}\n{v}" for k, v in ex.items())
-            out.print(f"\n[bold]{kind} example[/bold]\n{esc(text)}", highlight=False)
+            text = "\n".join(f"# {k}\n{v}" for k, v in ex.files.items())
+            out.print(f"\n[bold]{kind} example[/bold]\n{esc(text.rstrip())}", highlight=False)
+            for e in ex.expect:
+                out.print(f"expect: {esc(e.path)}:{e.line} — {esc(e.message)}", highlight=False)
     out.print(f"\n[dim]{esc(str(r.source))}[/dim]", highlight=False)
 
 
@@ -517,7 +521,8 @@ def spec(
     """The optimization spec (Markdown or JSON): MoE dispatch chain, root causes with file:line, missing configs, plan with roofline numbers."""
     from .cache import atomic_write_bytes
     from .profiles import load_device, load_model
-    from .spec import render, spec_for, spec_target
+    from .spec import render, spec_for
+    from .target import spec_target
 
     try:
         dev = load_device(device)

@@ -18,11 +18,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
+from .runtime.dtypes import ELEMENT_BITS, SCALE_BYTES
+
 ANCHORS_DIR = Path(__file__).resolve().parent / "data" / "anchors"
 
-# Bits per stored weight element, and bytes per scale, for the expert formats profiles name.
-ELEMENT_BITS = {"mxfp4": 4, "nvfp4": 4, "int4": 4, "fp8": 8, "mxfp8": 8, "int8": 8, "bf16": 16, "fp16": 16}
-SCALE_BYTES = {"e8m0": 1, "e4m3": 1, "fp32": 4, "bf16": 2, None: 0}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ matching. A user adds a rule by adding a YAML file (``--rules DIR`` or ``RECON_R
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -22,6 +24,43 @@ RULES_DIR = resource_dir("rules")
 REQUIRED = ("id", "title", "severity", "category", "finds", "why", "fix", "check")
 
 
+EXAMPLE_PATH = "sglang/srt/example.py"  # where a one-file example's code is put
+
+
+@dataclass(frozen=True)
+class Expect:
+    """A finding an example must give: where its primary evidence lands and a fragment of its message."""
+
+    path: str
+    line: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Example:
+    """Code a rule is tried on (``{path: source}``), and for a positive example every finding it must
+    give, no more and no fewer."""
+
+    files: dict
+    expect: tuple = ()
+
+
+SPEC_SECTIONS = ("gates", "backend-choice", "capture", "tensor-core-paths", "dense-configs", "root-cause")
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """Where a rule's findings go in the spec (every finding is in its appendix too), and the words
+    ``spec`` and ``apply`` use for it: the ``spec:`` mapping of the rule's YAML. The spec and apply
+    read these, never rule ids."""
+
+    section: Optional[str] = None  # one of SPEC_SECTIONS; None: the appendix only
+    rank: Optional[int] = None  # root-cause: listed by rank, what costs the most first
+    match: str = "kernel"  # root-cause: "kernel" (its kernel is on the MoE chain) or "file" (it is in a file of the chain)
+    slot_kernel: bool = False  # root-cause: its one-row-per-program findings name the per-slot kernel
+    apply: Optional[str] = None  # why `recon apply`'s swap helps with what this rule finds (its commit message)
+
+
 @dataclass
 class Rule:
     id: str
@@ -32,14 +71,53 @@ class Rule:
     why: str  # why it costs
     fix: str  # how to fix
     check: str  # name of the registered check
-    params: dict[str, Any] = field(default_factory=dict)
-    examples: dict[str, list] = field(default_factory=dict)  # {"positive": [...], "negative": [...]}
+    params: Any = field(default_factory=dict)  # the check's params dataclass once loaded (a dict before)
+    examples: dict[str, list] = field(default_factory=dict)  # {"positive": [Example], "negative": [Example]}
+    spec: RuleSpec = field(default_factory=RuleSpec)  # where its findings go in the spec
     source: str = ""  # the YAML file it came from
-    extra: dict[str, Any] = field(default_factory=dict)  # any other keys, for templates
 
 
 class RuleError(ReconError):
     pass
+
+
+def _example(path: Path, where: str, item: Any, positive: bool) -> Example:
+    """One example: ``{code: ..., expect: [...]}`` or ``{files: {path: code}, expect: [...]}``; a
+    negative one may also be a bare code string or a ``{path: code}`` mapping. A positive example pins every finding it gives:
+    ``{line, message}`` (plus ``path`` when it has several files)."""
+    if isinstance(item, str) and not positive:
+        return Example({EXAMPLE_PATH: item})
+    if isinstance(item, dict) and not positive and not ({"code", "files", "expect"} & set(item)):  # {path: code}
+        item = {"files": item}
+    if not isinstance(item, dict) or not ({"code", "files"} & set(item)) or set(item) - {"code", "files", "expect"}:
+        raise RuleError(f"{path}: {where} must be a mapping with 'code' (or 'files') and 'expect'")
+    if "code" in item:
+        if not isinstance(item["code"], str) or "files" in item:
+            raise RuleError(f"{path}: {where}.code must be source text (and no 'files' beside it)")
+        files = {EXAMPLE_PATH: item["code"]}
+    else:
+        files = item["files"]
+        if not isinstance(files, dict) or not files or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            raise RuleError(f"{path}: {where}.files must map paths to source text")
+    expect = item.get("expect") or []
+    if positive and not expect:
+        raise RuleError(f"{path}: {where}.expect is missing: a positive example pins each finding (line and a message fragment)")
+    if not positive and expect:
+        raise RuleError(f"{path}: {where}.expect: a negative example gives no finding")
+    out = []
+    for j, e in enumerate(expect):
+        w = f"{where}.expect[{j}]"
+        if not isinstance(e, dict) or set(e) - {"path", "line", "message"} or "line" not in e or "message" not in e:
+            raise RuleError(f"{path}: {w} must be a mapping with line, message (and path when the example has several files)")
+        p = e.get("path") or (next(iter(files)) if len(files) == 1 else None)
+        if p not in files:
+            raise RuleError(f"{path}: {w}.path must name one of the example's files ({', '.join(files)})")
+        if not isinstance(e["line"], int) or isinstance(e["line"], bool) or not 1 <= e["line"] <= len(files[p].splitlines()):
+            raise RuleError(f"{path}: {w}.line must be a line of {p}")
+        if not isinstance(e["message"], str) or not e["message"]:
+            raise RuleError(f"{path}: {w}.message must be a fragment of the finding's message")
+        out.append(Expect(p, e["line"], e["message"]))
+    return Example(dict(files), tuple(out))
 
 
 def _load_one(path: Path) -> Rule:
@@ -67,9 +145,23 @@ def _load_one(path: Path) -> Rule:
     if not isinstance(examples, dict) or not set(examples) <= {"positive", "negative"}:
         raise RuleError(f"{path}: field 'examples' must be a mapping with 'positive' and/or 'negative' lists")
     for kind, items in examples.items():
-        if not isinstance(items, list) or not all(isinstance(i, (str, dict)) for i in items):
-            raise RuleError(f"{path}: field 'examples.{kind}' must be a list of code strings or {{path: code}} mappings")
-    known = set(REQUIRED) | {"params", "examples"}
+        if not isinstance(items, list):
+            raise RuleError(f"{path}: field 'examples.{kind}' must be a list")
+        examples[kind] = [_example(path, f"examples.{kind}[{i}]", item, kind == "positive") for i, item in enumerate(items)]
+    spec = data.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise RuleError(f"{path}: field 'spec' must be a mapping")
+    rspec = typed_params(path, "spec", RuleSpec, spec, "spec")
+    if rspec.section is not None and rspec.section not in SPEC_SECTIONS:
+        raise RuleError(f"{path}: spec.section must be one of {', '.join(SPEC_SECTIONS)}, not {rspec.section!r}")
+    if rspec.match not in ("kernel", "file"):
+        raise RuleError(f"{path}: spec.match must be kernel or file, not {rspec.match!r}")
+    if rspec.section == "root-cause" and rspec.rank is None:
+        raise RuleError(f"{path}: spec.rank is missing (a root cause needs its rank)")
+    known = set(REQUIRED) | {"params", "examples", "spec"}
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        raise RuleError(f"{path}: field '{unknown[0]}' is not a rule field (known: {', '.join(sorted(known))})")
     return Rule(
         id=data["id"],
         title=data["title"],
@@ -80,10 +172,73 @@ def _load_one(path: Path) -> Rule:
         fix=data["fix"].strip(),
         check=data["check"],
         params=params,
-        examples={k: list(v) for k, v in examples.items()},
+        examples=examples,
+        spec=rspec,
         source=str(path),
-        extra={k: v for k, v in data.items() if k not in known},
     )
+
+
+def _typed(where: str, value: Any, hint: Any) -> Any:
+    """``value`` (from YAML) checked against the type ``hint``; a RuleError naming ``where`` if it is not one."""
+    from .checks import Devices
+    from .profiles import load_device
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:  # Optional[X]
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _typed(where, value, inner[0]) if len(inner) == 1 else value
+    if hint is Devices:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise RuleError(f"{where} must be a list of device names")
+        try:
+            return Devices(load_device(v) for v in value)
+        except ReconError as e:
+            raise RuleError(f"{where}: {e}") from None
+    if hint is Any:
+        return value
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin in (list, tuple):
+        if not isinstance(value, list):
+            raise RuleError(f"{where} must be a list, not {type(value).__name__}")
+        return [_typed(f"{where}[{i}]", v, args[0] if args else Any) for i, v in enumerate(value)]
+    elif origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise RuleError(f"{where} must be a mapping, not {type(value).__name__}")
+        return value
+    else:
+        ok = True
+    if not ok:
+        raise RuleError(f"{where} must be {getattr(hint, '__name__', hint)}, not {type(value).__name__} ({value!r})")
+    return value
+
+
+def typed_params(path, check: str, cls: type, params: dict, label: str = "params") -> Any:
+    """A rule's ``params:`` as the check's parameter dataclass: every key known, every value of its
+    declared type, devices loaded, the declared defaults for the rest."""
+    from .checks import Devices
+
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in params:
+        if key not in known:
+            what = f"check {check!r} takes no parameter" if label == "params" else f"'{label}' has no key"
+            raise RuleError(f"{path}: {label}.{key}: {what} {key!r}"
+                            f" (known: {', '.join(sorted(known)) or 'none'})")
+    values = {k: _typed(f"{path}: {label}.{k}", v, hints[k]) for k, v in params.items()}
+    for k, f in known.items():  # a default that names devices is resolved like a YAML value
+        if k not in values and hints[k] is Devices and f.default is not dataclasses.MISSING and not isinstance(f.default, Devices):
+            values[k] = _typed(f"{path}: {label}.{k}", list(f.default), Devices)
+    return cls(**values)
 
 
 def rule_dirs(extra: Optional[list[Path]] = None) -> list[Path]:
@@ -107,6 +262,7 @@ def load_rules(extra: Optional[list[Path]] = None) -> list[Rule]:
             rule = _load_one(path)
             if rule.check not in registry():
                 raise RuleError(f"{path}: field 'check' names an unknown check {rule.check!r} (known: {', '.join(sorted(registry()))})")
+            rule.params = typed_params(path, rule.check, registry()[rule.check].params_class, rule.params)
             rules[rule.id] = rule
     return [rules[k] for k in sorted(rules)]
 

@@ -25,7 +25,6 @@ from .sources import DirSource, GitSource
 DEFAULT_VERSION = "0.5.13.post1"
 _VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*([.\-]?(post|dev|rc|a|b)[0-9]*)*$")
 
-
 @dataclass
 class Target:
     source: object  # DirSource | GitSource
@@ -52,7 +51,6 @@ class Target:
         """``sglang/srt/x.py`` -> the path as this target names it."""
         return f"{self.package_prefix}/{rel_in_package}" if self.package_prefix else rel_in_package
 
-
 def _layout(root: Path) -> Optional[tuple[str, tuple[str, ...]]]:
     """(package prefix, subdirs to read) when ``root`` holds SGLang, else None."""
     if (root / "python" / "sglang" / "__init__.py").is_file():
@@ -66,7 +64,6 @@ def _layout(root: Path) -> Optional[tuple[str, tuple[str, ...]]]:
     if root.name == "sglang" and (root / "__init__.py").is_file() and (root / "srt").is_dir():
         return None  # handled by the caller: the package folder itself
     return None
-
 
 def _git_layout(commit) -> Optional[tuple[str, tuple[str, ...]]]:
     tree = commit.tree
@@ -83,11 +80,9 @@ def _git_layout(commit) -> Optional[tuple[str, tuple[str, ...]]]:
         return "", ("sglang",)
     return None
 
-
 def _version_from_text(text: str) -> Optional[str]:
     m = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", text)
     return m.group(1) if m else None
-
 
 def detect_version(read, exists, prefix: str) -> Optional[str]:
     """The SGLang version a tree declares, read (never imported) from its files."""
@@ -107,7 +102,6 @@ def detect_version(read, exists, prefix: str) -> Optional[str]:
             return m.group(1)
     return None
 
-
 def _dist_info_version(root: Path) -> Optional[str]:
     bound = real_root(root)
     for d in root.glob("sglang-*.dist-info"):
@@ -117,7 +111,6 @@ def _dist_info_version(root: Path) -> Optional[str]:
             if m:
                 return m.group(1)
     return None
-
 
 def from_path(path: Path, rev: Optional[str] = None, reason: str = "--path") -> Target:
     path = Path(path).expanduser()
@@ -144,7 +137,6 @@ def from_path(path: Path, rev: Optional[str] = None, reason: str = "--path") -> 
     repo_root = path if (path / ".git").exists() else None
     return Target(src, "dir", str(path), reason, prefix, version, None, repo_root)
 
-
 def _from_git(path: Path, rev: str, reason: str) -> Target:
     import git
 
@@ -164,7 +156,6 @@ def _from_git(path: Path, rev: str, reason: str) -> Target:
     version = detect_version(src.read, src.exists, prefix)
     return Target(src, "git", f"{path}@{rev} ({commit.hexsha[:12]})", reason, prefix, version, commit.hexsha, path)
 
-
 def _download(version: str, wheel_dir: Path) -> Path:
     """``pip download --no-deps sglang==version`` into ``wheel_dir``; the wheel's path."""
     wheel_dir.mkdir(parents=True, exist_ok=True)
@@ -179,11 +170,9 @@ def _download(version: str, wheel_dir: Path) -> Path:
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     raise ReconError(f"could not fetch sglang=={version} from PyPI: {last}")
 
-
 def _note(msg: str) -> None:
     sys.stderr.write(f"recon: {msg}\n")
     sys.stderr.flush()
-
 
 def _wheel(version: str, fresh: bool = False) -> Path:
     """The downloaded wheel of ``version`` (fetched when absent, or again with ``fresh``)."""
@@ -194,7 +183,6 @@ def _wheel(version: str, fresh: bool = False) -> Path:
     for w in have:
         w.unlink(missing_ok=True)
     return _download(version, wheel_dir)
-
 
 def _unpack_verified(version: str, dest: Path, only: Optional[list[str]] = None) -> None:
     """Unpack the wheel (all of it, or ``only`` those files) checked against its RECORD. A wheel
@@ -214,7 +202,6 @@ def _unpack_verified(version: str, dest: Path, only: Optional[list[str]] = None)
             _note(f"{e}: fetching sglang=={version} again")
             wheel = _wheel(version, fresh=True)
 
-
 def fetch_wheel(version: str) -> Path:
     """``sglang==version`` unpacked in the cache, fetched with ``pip download --no-deps`` the first
     time; a cached tree is checked against the wheel's RECORD (see :mod:`recon.wheelcache`) and
@@ -229,7 +216,6 @@ def fetch_wheel(version: str) -> Path:
         shutil.rmtree(dest, ignore_errors=True)
     _unpack_verified(version, dest)
     return dest
-
 
 def verify_unpacked(version: str, full: bool = False) -> "wheelcache.Check":
     """Check the cached tree of ``version`` against RECORD (stats, or every hash with ``full``),
@@ -248,12 +234,10 @@ def verify_unpacked(version: str, full: bool = False) -> "wheelcache.Check":
         _unpack_verified(version, dest, res.bad)
     return res
 
-
 def from_version(version: str, reason: str = "--sglang") -> Target:
     root = fetch_wheel(version)
     src = DirSource(root, ("sglang",))
     return Target(src, "wheel", f"sglang=={version}", reason, "", _dist_info_version(root) or version)
-
 
 def _installed_sglang() -> Optional[Path]:
     """An installed sglang package, found on sys.path without importing it."""
@@ -264,7 +248,6 @@ def _installed_sglang() -> Optional[Path]:
         if (cand / "__init__.py").is_file() and (cand / "srt").is_dir():
             return cand
     return None
-
 
 def resolve(path: Optional[Path] = None, rev: Optional[str] = None, sglang: Optional[str] = None) -> Target:
     """The target named by the options, or the default one, with the reason it was chosen."""
@@ -283,3 +266,18 @@ def resolve(path: Optional[Path] = None, rev: Optional[str] = None, sglang: Opti
     if installed is not None:
         return from_path(installed, reason=f"no --path given; using the installed package at {installed}")
     return from_version(DEFAULT_VERSION, reason=f"no --path given and no SGLang here; using the released sglang=={DEFAULT_VERSION}")
+
+def spec_target(path=None, rev=None, sglang=None) -> tuple[Optional[str], Optional[str]]:
+    """(the --sglang version to read, the reason) for ``recon spec``'s target options.
+
+    With no options the spec is the seed scenario's: a folder holding SGLang is read as
+    :func:`recon.target.resolve` would (the current folder comes first); otherwise the released
+    SGLang 0.5.13.post1, named explicitly — an installed sglang package is read only when given
+    with ``--path``, so a spec without options is the same on every machine.
+    """
+
+    if path or rev or sglang:
+        return sglang, None
+    if _layout(Path.cwd()) is not None:
+        return None, "no target options; the current folder holds SGLang"
+    return DEFAULT_VERSION, f"no target options and no SGLang in the current folder: the seed scenario's released sglang=={DEFAULT_VERSION}"

@@ -130,7 +130,9 @@ def test_bombs_evaluate_to_unknown_not_to_a_value():
     tree = load(from_path(root))
     res = run_rules(tree, load_device("h200"), load_model(None), load_rules(), use_cache=False)
     assert res.errors == []
-    gates = res.context.cache["gates"]
+    from recon.runtime.gatemodel import DEFAULT_DISCOVERY
+
+    gates = res.context.cache[("gates", DEFAULT_DISCOVERY)]  # arch-gate's settings are the defaults
     assert gates["sglang.srt.layers.g.is_sm_fuzz"] is None
     assert not [f for f in res.findings if f.rule_id == "low-occupancy-launch" and "p.py" in f.evidence[0].path]
 

@@ -80,13 +80,10 @@ def test_h200_has_some_shapes(which, request):
 
 
 def test_all_present_gives_nothing(synthetic):
-    code = open(get_rule("missing-device-config").source).read()
-    import yaml
-
-    ex = yaml.safe_load(code)["examples"]["positive"][0]
+    ex = get_rule("missing-device-config").examples["positive"][0]
     name = "sglang/srt/layers/quantization/configs/{}"
     model = load_model("dsv4-flash")
-    files = dict(ex)
+    files = dict(ex.files)
     for n, k in model.dense_gemm_shapes:
         files[name.format(tc.render(FP8, dict(N=n, K=k, device_name="NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition", block_n=128, block_k=128)))] = "{}"
     tree = synthetic(files)

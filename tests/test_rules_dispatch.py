@@ -70,13 +70,14 @@ def test_gates_false_on_h200(tree_0513, scan_0513_h200):
 
 
 def test_evaluate_gates_shared_cache(tree_0513):
-    from recon.checks.gates import evaluate_gates
+    from recon.runtime.gatemodel import DEFAULT_DISCOVERY, evaluate_gates
 
     ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"))
     vals = evaluate_gates(ctx)
     assert vals["sglang.srt.utils.common.is_sm120_supported"] is True
     assert vals["sglang.srt.utils.common.is_sm100_supported"] is False
-    assert ctx.cache["gates"] is vals
+    assert ctx.cache[("gates", DEFAULT_DISCOVERY)] is vals
+    assert evaluate_gates(ctx) is vals
 
 
 def test_sm120_patch_site(tree_0513, scan_0513):
@@ -226,7 +227,7 @@ def test_gate_forms_synthetic(synthetic):
             "def supports_fp4():\n    return is_bw() and not is_hopper()\n"
         ),
     })
-    from recon.checks.gates import evaluate_gates
+    from recon.runtime.gatemodel import evaluate_gates
 
     vals = {k.rsplit(".", 1)[-1]: v for k, v in evaluate_gates(_ctx(tree)).items()}
     assert vals["is_bw"] is True and vals["is_sm90_plus"] is True
@@ -244,7 +245,7 @@ def test_gate_predicate_folds_early_returns():
     with the final return, any other early return becomes a conditional (not just the last line)."""
     import ast
 
-    from recon.checks.gates import _predicate_of
+    from recon.runtime.gatemodel import _predicate_of
 
     def pred(src):
         return _predicate_of(ast.parse(src).body[0])
@@ -277,20 +278,3 @@ def test_platform_table_synthetic(synthetic):
     res = _scan(tree, ids=("arch-gate",))
     sites = [f for f in res.findings if "site" in f.data]
     assert len(sites) == 1 and sites[0].data["value"] is True and sites[0].evidence[0].line == 4
-
-
-def _examples():
-    for r in load_rules():
-        if r.id in RULES:
-            for kind, items in r.examples.items():
-                for i, ex in enumerate(items):
-                    yield pytest.param(r.id, kind, ex, id=f"{r.id}-{kind}-{i}")
-
-
-@pytest.mark.parametrize("rule_id,kind,example", list(_examples()))
-def test_rule_examples(synthetic, rule_id, kind, example):
-    """Each rule's own YAML examples: positives give a finding of the rule, negatives none."""
-    files = example if isinstance(example, dict) else {"sglang/srt/example.py": example}
-    res = _scan(synthetic(files), ids=(rule_id,))
-    n = len([f for f in res.findings if f.rule_id == rule_id])
-    assert (n > 0) == (kind == "positive"), [f.message for f in res.findings]

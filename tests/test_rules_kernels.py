@@ -50,25 +50,6 @@ def assert_lines_hold(tree, findings):
                 assert e.snippet.splitlines()[0] == lines[e.line - 1].strip()
 
 
-# ── the YAML examples, run on synthetic trees ──
-
-
-@pytest.mark.parametrize("rule_id", MINE)
-def test_examples(rule_id, rules, device, model, synthetic):
-    rule = rules[rule_id]
-    assert rule.examples.get("positive") and rule.examples.get("negative")
-    for kind in ("positive", "negative"):
-        for ex in rule.examples[kind]:
-            files = ex if isinstance(ex, dict) else {"sglang/srt/example.py": ex}
-            tree = synthetic(files)
-            out = [f for f in run(tree, device, model, rule) if f.severity != "note"]
-            if kind == "positive":
-                assert out, f"{rule_id}: positive example gave no finding"
-                assert_lines_hold(tree, out)
-            else:
-                assert not out, f"{rule_id}: negative example gave {[f.message for f in out]}"
-
-
 def test_helper_in_another_file_is_followed(rules, device, model, synthetic):
     """The decode helper imported from another module is found through the graph's call edge."""
     tree = synthetic(

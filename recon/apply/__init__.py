@@ -21,12 +21,12 @@ from .swap import WRAPPER, NoSwapPoint, SwapPoint, applied_sites, find_swap_poin
 
 __all__ = ["Plan", "Outcome", "plan", "run", "NoSwapPoint", "SwapPoint"]
 
-FINDINGS = {
-    "triton-cuda-core-reduction": "the slot kernel reduces with tl.sum on CUDA cores; the grouped kernel runs tensor-core block GEMMs over each expert's segment",
-    "per-call-weight-conversion": "the slot path converts the E8M0 scales to float32 on every call; the grouped kernel reads the E8M0 bits as they are stored",
-    "eager-epilogue": "SiLU-and-mul, the clamp and the weighted top-k sum run as separate eager ops; the grouped kernel fuses them into its GEMM epilogues",
-    "low-occupancy-launch": "one program per (token, expert) slot streams a whole expert's weights per slot; the grouped kernel sorts slots by expert and reads each expert's weights once per step",
-}
+def _why() -> list[tuple[str, str]]:
+    """(rule id, why the swap helps) for each rule whose ``spec.apply`` says so, by root-cause rank."""
+    from ..rules import load_rules
+
+    rules = [r for r in load_rules() if r.spec.apply]
+    return [(r.id, r.spec.apply) for r in sorted(rules, key=lambda r: (r.spec.rank if r.spec.rank is not None else 1 << 30, r.id))]
 
 
 @dataclass
@@ -117,7 +117,7 @@ def commit_text(p: Plan, device) -> tuple[str, str]:
         " self-contained (relative imports), replacing the launch of " + sp.kernel.rsplit(".", 1)[1] + ".",
         "",
         "Why (recon spec findings):",
-        *[f"- {k}: {v}." for k, v in FINDINGS.items()],
+        *[f"- {k}: {v}." for k, v in _why()],
         "",
         "How to switch back:",
         f"- at run time: {codemod.ENV_VAR}=0 runs {sp.host_name} again (read on every call; set it before the",

@@ -3,7 +3,7 @@
 The swap-in point is a call, inside an MXFP4 MoE quant method's ``apply``, to a host function that
 launches a Triton kernel reducing on CUDA cores (``tl.sum`` over a product, no ``tl.dot``): the
 per-(token, expert) slot GEMV. Which part of ``apply`` runs on the device is decided by a backend
-string set under arch gates at load time (:func:`recon.checks.backends.resolve_selections`), so
+string set under arch gates at load time (:func:`recon.runtime.selections.resolve_selections`), so
 only calls on the lines the device really runs count. Nothing here is named by file: a release
 that moved or renamed the files is read the same way, and one without the slot path is refused
 with the path its device takes instead.
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..checks import CheckContext
-from ..checks.backends import resolve_selections
-from ..checks.kernels import kernel_summary
+from ..runtime.selections import resolve_selections
+from ..runtime.kernelfacts import kernel_summary
 from ..errors import NothingToDo, ReconError
 
 # apply() of a quant method for MXFP4 MoE experts (Mxfp4MarlinMoEMethod, Mxfp4MoEMethod, ...)
@@ -78,7 +78,7 @@ def _ranges(ctx: CheckContext, device) -> dict[str, list[tuple]]:
     """{apply method: [(lo, hi, selection text)]}: the lines of each MXFP4 MoE apply the device runs."""
     G = ctx.tree.graph
     out: dict[str, list[tuple]] = {}
-    for s in resolve_selections(ctx, {}, device):
+    for s in resolve_selections(ctx, None, device):
         if s["range"] and METHOD_PATTERN.search(s["taken_in"]):
             text = f"{s['attribute']} {s['op']} {s['const']!r} ({s['value']!r} on {device.short})"
             out.setdefault(s["taken_in"], []).append((s["range"][0], s["range"][1], text, bool(s["taken"])))

@@ -13,44 +13,18 @@ from __future__ import annotations
 
 import ast
 import posixpath
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
-from .. import bounded
 from .. import tunedconfigs as tc
 from ..findings import Evidence, Finding
+from ..runtime.asts import _ast, _function
+from ..runtime.configwalk import _dict_values, _Eval
 from . import check
 
-_UNKNOWN = object()
 
 
 # --- reading a few files with stdlib ast ---------------------------------------------------------
-
-
-def _ast(ctx, path: str) -> Optional[ast.Module]:
-    key = ("ast", path)
-    if key not in ctx.cache:
-        try:
-            ctx.cache[key] = bounded.parse(ctx.tree.read_text(path))
-        except (SyntaxError, ValueError, OSError, KeyError):
-            ctx.cache[key] = None
-    return ctx.cache[key]
-
-
-def _function(ctx, node_id: str) -> Optional[tuple[str, ast.FunctionDef]]:
-    """(path, def node) of a graph function node, found by its line."""
-    d = ctx.tree.graph.nodes.get(node_id) or {}
-    path, line = d.get("path"), d.get("line")
-    if not path or d.get("kind") not in ("function", "triton_kernel"):
-        return None
-    mod = _ast(ctx, path)
-    if mod is None:
-        return None
-    for n in ast.walk(mod):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == d.get("name"):
-            first = min([n.lineno] + [x.lineno for x in n.decorator_list])
-            if first <= line <= n.lineno or n.lineno == line:
-                return path, n
-    return None
 
 
 def _callers(G, node_id: str) -> list[str]:
@@ -91,130 +65,13 @@ def _folder(ctx, fn: str, lookups: list[str]) -> Optional[tuple[str, str, int]]:
     return None
 
 
-# --- the default config: walk the fallback branch --------------------------------------------------
+# --- the default config: walk the fallback branch (recon.runtime.configwalk) -----------------------
 
 
-class _Eval:
-    """A tiny evaluator of the statements that pick a default config.
-
-    ``env`` binds names to values; calls to the lookup functions evaluate to None (no file); a call
-    to an in-tree ``*default*`` function is evaluated with its parameters bound. Anything else is
-    unknown, and an ``if`` whose test is unknown takes its ``else`` (the tests that matter here,
-    "found a file?", are known).
-    """
-
-    def __init__(self, ctx, lookups: set, env: dict, module_funcs: dict):
-        self.ctx, self.lookups, self.env, self.funcs = ctx, lookups, dict(env), module_funcs
-        self.result: Optional[tuple[ast.Dict, dict]] = None
-        self.assumed: list[str] = []
-
-    def expr(self, n) -> Any:
-        if isinstance(n, ast.Constant):
-            return n.value
-        if isinstance(n, ast.Name):
-            return self.env.get(n.id, _UNKNOWN)
-        if isinstance(n, (ast.List, ast.Tuple)):
-            return [self.expr(e) for e in n.elts]
-        if isinstance(n, ast.Subscript):
-            v, i = self.expr(n.value), self.expr(n.slice)
-            try:
-                return v[i] if v is not _UNKNOWN and i is not _UNKNOWN else _UNKNOWN
-            except (TypeError, IndexError, KeyError):
-                return _UNKNOWN
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
-            v = self.expr(n.operand)
-            return _UNKNOWN if v is _UNKNOWN else (not v)
-        if isinstance(n, ast.BoolOp):
-            vals = [self.expr(v) for v in n.values]
-            if isinstance(n.op, ast.And):
-                if any(v is not _UNKNOWN and not v for v in vals):
-                    return False
-                return _UNKNOWN if any(v is _UNKNOWN for v in vals) else vals[-1]
-            if any(v is not _UNKNOWN and v for v in vals):
-                return True
-            return _UNKNOWN if any(v is _UNKNOWN for v in vals) else vals[-1]
-        if isinstance(n, ast.Compare) and len(n.ops) == 1:
-            a, b = self.expr(n.left), self.expr(n.comparators[0])
-            if a is _UNKNOWN or b is _UNKNOWN:
-                return _UNKNOWN
-            op = type(n.ops[0])
-            try:
-                return {ast.Eq: a == b, ast.NotEq: a != b, ast.Is: a is b, ast.IsNot: a is not b}.get(op) if op in (ast.Eq, ast.NotEq, ast.Is, ast.IsNot) else {
-                    ast.Lt: lambda: a < b, ast.LtE: lambda: a <= b, ast.Gt: lambda: a > b, ast.GtE: lambda: a >= b,
-                    ast.In: lambda: a in b, ast.NotIn: lambda: a not in b}[op]()
-            except (TypeError, KeyError):
-                return _UNKNOWN
-        if isinstance(n, ast.IfExp):
-            t = self.expr(n.test)
-            if t is _UNKNOWN:
-                return _UNKNOWN
-            return self.expr(n.body if t else n.orelse)
-        if isinstance(n, ast.Call):
-            name = n.func.id if isinstance(n.func, ast.Name) else (n.func.attr if isinstance(n.func, ast.Attribute) else "")
-            if name in self.lookups:
-                return None  # the lookup found no file: this is the case we are evaluating
-            if "default" in name and name in self.funcs:
-                return self._call(self.funcs[name], n)
-            return _UNKNOWN
-        if isinstance(n, ast.Dict):
-            return n  # evaluated lazily, so the cited line is the literal's
-        return _UNKNOWN
-
-    def _call(self, fn: ast.FunctionDef, call: ast.Call):
-        params = [a.arg for a in fn.args.args]
-        defaults = fn.args.defaults
-        env = {p: self.expr(d) for p, d in zip(params[len(params) - len(defaults) :], defaults)}
-        for p, a in zip(params, call.args):
-            env[p] = self.expr(a)
-        for kw in call.keywords:
-            if kw.arg:
-                env[kw.arg] = self.expr(kw.value)
-        sub = _Eval(self.ctx, self.lookups, {**self.env, **env}, self.funcs)
-        ret = sub.block(fn.body)
-        self.assumed += sub.assumed
-        return ret
-
-    def block(self, body) -> Any:
-        """Run statements; the value of a ``return`` when one is reached, else _UNKNOWN."""
-        for s in body:
-            if isinstance(s, ast.Return):
-                return self.expr(s.value) if s.value is not None else None
-            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
-                self.env[s.targets[0].id] = self.expr(s.value)
-            elif isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.value is not None:
-                self.env[s.target.id] = self.expr(s.value)
-            elif isinstance(s, ast.If):
-                t = self.expr(s.test)
-                if t is _UNKNOWN:
-                    self.assumed.append(ast.unparse(s.test)[:80])
-                    t = False
-                r = self.block(s.body if t else s.orelse)
-                if r is not _UNKNOWN:
-                    return r
-            elif isinstance(s, ast.Try):
-                r = self.block(s.body)
-                if r is not _UNKNOWN:
-                    return r
-        return _UNKNOWN
-
-
-def _dict_values(ev: _Eval, d: ast.Dict) -> tuple[dict, dict]:
-    """(values, sources): each key's evaluated value, and the source of values that were expressions."""
-    vals, srcs = {}, {}
-    for k, v in zip(d.keys, d.values):
-        if not isinstance(k, ast.Constant):
-            continue
-        x = ev.expr(v)
-        if not isinstance(v, ast.Constant):
-            srcs[k.value] = ast.unparse(v)
-        vals[k.value] = x if x is not _UNKNOWN and not isinstance(x, ast.AST) else ast.unparse(v)
-    return vals, srcs
-
-
-def _default(ctx, lookups: list[str], env: dict, params: dict) -> Optional[dict]:
+def _default(ctx, lookups: list[str], env: dict, params: "MissingConfigParams") -> Optional[dict]:
     """The config used when no file matches: {"values", "sources", "path", "line", "function", "assumed"}."""
     G = ctx.tree.graph
-    key = params.get("default_key", "BLOCK_SIZE_M")
+    key = params.default_key
     names = {G.nodes[f]["name"] for f in lookups}
     seen = set()
     for fn in lookups + [c for f in lookups for c in _callers(G, f)]:
@@ -260,9 +117,9 @@ def _kind(template: str) -> Optional[str]:
     return None
 
 
-def _wanted(kind: str, template: str, model, device, params: dict) -> Optional[tuple[list[dict], dict]]:
+def _wanted(kind: str, template: str, model, device, params: "MissingConfigParams") -> Optional[tuple[list[dict], dict]]:
     """([{shape fields}], common values) this model needs from the template, or None if it does not use it."""
-    tp = int(params.get("tp_size", 1))
+    tp = params.tp_size
     if kind == "gemm":
         dtype = tc.literal_value(template, "dtype") or ""
         quant = dtype.split("_")[0]
@@ -275,7 +132,7 @@ def _wanted(kind: str, template: str, model, device, params: dict) -> Optional[t
         shapes = [{"N": int(s[0]), "K": int(s[1])} for s in (model.dense_gemm_shapes or [])]
         return (shapes, common) if shapes else None
     if kind == "moe":
-        if model.expert_quant not in params.get("moe_triton_quants", ["bf16", "fp16", "fp8", "int8"]):
+        if model.expert_quant not in params.moe_triton_quants:
             return None
         dtype = {"fp8": "fp8_w8a8", "int8": "int8_w8a8"}.get(model.expert_quant)
         block = list(model.dense_block_shape) if dtype and model.dense_block_shape else None
@@ -302,8 +159,8 @@ def _argparse_flags(ctx, path: str) -> Optional[set]:
     return flags
 
 
-def _tuning(ctx, kind: str, params: dict, model, missing: list[dict], common: dict) -> tuple[dict, list[str]]:
-    spec = (params.get("tuning") or {}).get(kind) or {}
+def _tuning(ctx, kind: str, params: "MissingConfigParams", model, missing: list[dict], common: dict) -> tuple[dict, list[str]]:
+    spec = (params.tuning or {}).get(kind) or {}
     script = spec.get("script")
     if not script:
         return {}, []
@@ -317,7 +174,7 @@ def _tuning(ctx, kind: str, params: dict, model, missing: list[dict], common: di
     cmds = []
     seen = set()
     for m in missing:
-        vals = {**common, **m, "script": script, "tp": int(params.get("tp_size", 1)), "hf_model": _hf_id(model),
+        vals = {**common, **m, "script": script, "tp": params.tp_size, "hf_model": _hf_id(model),
                 "input_type": (common.get("dtype") or "").split("_")[0] or "auto", "dtype_arg": common.get("dtype") or "auto"}
         try:
             cmd = spec["command"].format(**vals)
@@ -343,10 +200,45 @@ def _tuning(ctx, kind: str, params: dict, model, missing: list[dict], common: di
 # --- the check -----------------------------------------------------------------------------------
 
 
-@check("missing_device_config")
+@dataclass
+class MissingConfigData:
+    """A tuned-config template with no file for this device at the model's shapes."""
+
+    template: str
+    template_at: str
+    kind: str  # moe | gemm
+    lookup: str
+    folder: str
+    folder_at: str
+    folder_files: int
+    template_files: int
+    existing_devices: dict
+    device: str
+    device_config_name: str
+    device_files: int
+    shapes: list
+    missing: list
+    present: list
+    default: Optional[dict]
+    default_sources: Optional[dict]
+    default_at: Optional[str]
+    default_assumed: Optional[list]
+    tuning_script: Optional[str]
+    tuning_script_in_tree: bool
+    commands: list
+
+@dataclass(frozen=True)
+class MissingConfigParams:
+    tp_size: int = 1  # the tensor-parallel size the wanted shapes are split by
+    moe_triton_quants: list[str] = ("bf16", "fp16", "fp8", "int8")  # expert formats the Triton fused MoE runs with tuned configs
+    default_key: str = "BLOCK_SIZE_M"  # a key of the config used when no file matches
+    tuning: Optional[dict] = None  # {kind: {script, command[, repo]}}: how to make the missing files
+
+
+@check("missing_device_config", params=MissingConfigParams, payload=(MissingConfigData,))
 def missing_device_config(ctx, rule) -> list[Finding]:
     G = ctx.tree.graph
-    params = rule.params or {}
+    params: MissingConfigParams = rule.params
     device, model = ctx.device, ctx.model
     files = ctx.tree.index.files
     out: list[Finding] = []

@@ -3,7 +3,7 @@
 eager-epilogue: in a function that launches a Triton kernel (graph ``launches`` edges) or calls a
 native op, the chain of elementwise torch ops applied to the kernel's output buffers afterwards,
 with the bytes each op reads and writes at the model's decode shapes (a small shape interpreter
-over the function's statements; sizes bound as in :mod:`recon.checks.launches`).
+over the function's statements; sizes bound as in :mod:`recon.runtime.shapes`).
 
 per-call-weight-conversion: ``.to(torch.float32)`` / ``.float()`` of weight- or scale-named tensors
 inside forward/apply functions, with the bytes converted per call at the model's shapes.
@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 from ..facts import Call
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
-from . import CheckContext, check
-from .launches import DEFAULT_SYMBOLS, ShapeEval, Unresolved
+from . import CheckContext, check, params_dict
+from ..runtime.dtypes import DTYPE_BYTES, SCALE_BYTES
+from ..runtime.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 
-DTYPE_BYTES = {
-    "float32": 4, "float": 4, "float64": 8, "double": 8, "bfloat16": 2, "float16": 2, "half": 2,
-    "float8_e4m3fn": 1, "float8_e8m0fnu": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1, "int32": 4, "int64": 8,
-}
-SCALE_BYTES = {"e8m0": 1, "e4m3": 1, "ue8m0": 1, "fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2}
 ELEMENTWISE = {
     "silu", "gelu", "relu", "sigmoid", "tanh", "exp", "clamp", "clamp_", "clip", "mul", "mul_", "add", "add_",
     "sub", "div", "sum", "mean", "index_add", "index_add_", "to", "float", "half", "bfloat16", "where",
@@ -148,7 +145,7 @@ class Shapes:
                         target = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "dtype"), None)
                         nb2 = _dtype_bytes(target, self.ev, line, self.act)
                     else:
-                        nb2 = {"float": 4, "half": 2, "bfloat16": 2}[last]
+                        nb2 = DTYPE_BYTES[last]
                     if nb2 is None or nb2 == nb:
                         return base  # same dtype (or a device move): no conversion kernel
                     out = (dims, nb2)
@@ -263,8 +260,8 @@ def _chain(rule, fsum: dict, site_lines: list[int]):
         if st.get("k") in ("assign", "aug"):
             tainted |= {t for t in st["targets"] if t}
     n_ops = sum(len(v) for v in ast_ops.values())
-    compute = set(rule.params.get("compute_ops", COMPUTE_OPS))
-    if n_ops < int(rule.params.get("min_ops", 3)) or not any(o.strip(".()").rsplit(".", 1)[-1] in compute for v in ast_ops.values() for o in v):
+    compute = set(rule.params.compute_ops)
+    if n_ops < rule.params.min_ops or not any(o.strip(".()").rsplit(".", 1)[-1] in compute for v in ast_ops.values() for o in v):
         return None  # index bookkeeping (+1, .add_) is not an epilogue
     return outputs, allocs, chain, ast_ops
 
@@ -276,8 +273,8 @@ def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, sit
     outputs, allocs, chain, ast_ops = found
     stmts = fsum["stmts"]
     sites = sorted(set(site_lines))
-    act = int(rule.params.get("activation_bytes", 2))
-    symbols = rule.params.get("symbols") or DEFAULT_SYMBOLS
+    act = rule.params.activation_bytes
+    symbols = rule.params.symbols or DEFAULT_SYMBOLS
     n_ops = sum(len(v) for v in ast_ops.values())
     # bytes at each decode batch, op by op
     per_batch, per_line = [], {}
@@ -369,16 +366,57 @@ def _mb(b: int) -> str:
     return f"{b / 1e6:.2f} MB" if b < 1e9 else f"{b / 1e9:.2f} GB"
 
 
-@check("eager_epilogue")
+@dataclass
+class EpilogueData:
+    """Eager elementwise ops on a kernel's output, with their bytes at each decode batch."""
+
+    function: str
+    path: str
+    line: int
+    kernel_sites: list
+    outputs: list
+    ops: list  # [{line, ops, bytes}]
+    per_batch: list
+    activation_bytes: int
+    assumptions: list
+
+
+@dataclass
+class WeightConversionData:
+    """A weight-sized tensor converted on every call."""
+
+    function: str
+    tensor: str
+    target: str
+    target_bytes: Optional[int]
+    shape: Optional[list]
+    stored: Optional[str]
+    stored_bytes: Optional[int]
+    bytes_per_call: Optional[int]
+    layers: Optional[int]
+    bytes_per_step: Optional[int]
+    guard: Optional[str]
+    anchor: Optional[dict]
+
+@dataclass(frozen=True)
+class EagerEpilogueParams:
+    min_ops: int = 3  # elementwise ops on kernel outputs before it is reported
+    activation_bytes: int = 2  # bf16 activations where the code uses the input's dtype
+    exclude_paths: str = r"(^|/)(tests?|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$"
+    compute_ops: list[str] = tuple(COMPUTE_OPS)  # at least one of these makes it an epilogue, not bookkeeping
+    symbols: Optional[list[dict]] = None  # names bound to model sizes; None: runtime.shapes.DEFAULT_SYMBOLS
+
+
+@check("eager_epilogue", params=EagerEpilogueParams, payload=(EpilogueData,))
 def eager_epilogue(ctx: CheckContext, rule) -> list[Finding]:
     findings = []
-    sites = {p: f for p, f in _kernel_sites(ctx).items() if not re.search(rule.params.get("exclude_paths", r"(^|/)(tests?|benchmark|benchmarks)/|(^|/)test_[^/]*\.py$"), p)}
+    sites = {p: f for p, f in _kernel_sites(ctx).items() if not re.search(rule.params.exclude_paths, p)}
 
     def candidates(path):  # content-only, so kept per file digest: a warm scan reads no summaries
         summary = file_summary(ctx.tree, path)
         return [q for q, lines in sorted(sites[path].items()) if q in summary["functions"] and _chain(rule, summary["functions"][q], lines)]
 
-    cands = per_file_memo(ctx.tree, f"eager-{params_key(rule.params)}", sites, candidates, ctx.cache)
+    cands = per_file_memo(ctx.tree, f"eager-{params_key(params_dict(rule.params))}", sites, candidates, ctx.cache)
     for path, qs in sorted(cands.items()):
         if not qs:
             continue
@@ -409,12 +447,21 @@ def _stored_bytes(model, stored: str) -> Optional[int]:
     return DTYPE_BYTES.get(stored)
 
 
-@check("per_call_weight_conversion")
+@dataclass(frozen=True)
+class WeightConversionParams:
+    function_pattern: str = r"^(forward\w*|apply\w*|\w*_forward\w*|\w*_apply|__call__|run_moe\w*)$"  # per-call functions
+    tensor_pattern: str = r"(weight|scale|^w\d+|^w13|^w2)"  # tensors that are weights
+    report_unknown_shapes: bool = False
+    anchor: Optional[dict] = None  # a measured cost of the conversion, shown with the finding
+    tensors: Optional[list[dict]] = None  # {pattern, shape, stored}; None: DEFAULT_TENSORS
+
+
+@check("per_call_weight_conversion", params=WeightConversionParams, payload=(WeightConversionData,))
 def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
-    fn_pat = re.compile(rule.params.get("function_pattern", r"^(forward\w*|apply\w*|\w*_forward\w*|\w*_apply|__call__|run_moe\w*)$"))
-    tensor_pat = re.compile(rule.params.get("tensor_pattern", r"(weight|scale|^w\d+|^w13|^w2)"))
-    report_unknown = bool(rule.params.get("report_unknown_shapes", False))
-    tensors = rule.params.get("tensors") or DEFAULT_TENSORS
+    fn_pat = re.compile(rule.params.function_pattern)
+    tensor_pat = re.compile(rule.params.tensor_pattern)
+    report_unknown = rule.params.report_unknown_shapes
+    tensors = rule.params.tensors or DEFAULT_TENSORS
     G = ctx.tree.graph
     by_file: dict[str, set] = {}
     for n, d in G.nodes(data=True):
@@ -443,11 +490,11 @@ def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
                     continue  # a device move or a dtype we cannot name
             else:
                 target = f".{m.group('m')}()"
-                dst = {"float": 4, "half": 2, "bfloat16": 2}[m.group("m")]
+                dst = DTYPE_BYTES[m.group("m")]
             hits.append((tuple(c), recv, leaf, target, dst))
         return hits
 
-    memo = per_file_memo(ctx.tree, f"conv-{params_key({k: rule.params.get(k) for k in ('function_pattern', 'tensor_pattern')})}", by_file, conversions, ctx.cache)
+    memo = per_file_memo(ctx.tree, f"conv-{params_key({k: getattr(rule.params, k) for k in ('function_pattern', 'tensor_pattern')})}", by_file, conversions, ctx.cache)
     for path in sorted(memo):
         hits = memo[path]
         if not hits:
@@ -498,7 +545,7 @@ def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
                 "bytes_per_call": per_call, "layers": layers,
                 "bytes_per_step": per_call * layers if per_call and layers else None,
                 "guard": guard["src"] if guard else None,
-                "anchor": rule.params.get("anchor"),
+                "anchor": rule.params.anchor,
             }
             findings.append(Finding(rule.id, msg, rule.severity, ev_, data))
     return findings

@@ -12,6 +12,7 @@ what would adapt one to the other.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ..findings import Evidence, Finding
 from . import check
@@ -60,17 +61,38 @@ def _format_of(name: str, path: str, body: str, hints, body_hints):
     return None, None
 
 
-@check("quant_format_mismatch")
+@dataclass
+class FormatMismatchData:
+    """A grouped low-precision GEMM entry point and the format it needs against the model's."""
+
+    entry: str
+    qualname: str
+    requires: dict  # {format, element, group_size, scale_dtype}
+    model: dict  # {format, group_size, scale_dtype}
+    adapt: list
+    format_from: str  # name | path | body
+    device_native: bool
+    callers: list  # [[qualname, path, line]]
+
+@dataclass(frozen=True)
+class QuantFormatParams:
+    entry_pattern: str = r"group(ed)?_?(mm|gemm|matmul)|gemm\w*group(?!wise)"  # grouped low-precision GEMM entry points
+    exclude_names: str = r"quant|topk|norm|rope|config|metadata|select|probe"
+    exclude_paths: str = r"(^|/)(tests?|benchmark|bench)(/|_)"
+    format_hints: list[list[str]] = tuple(_DEFAULT_HINTS)  # [format, regex] tried on the name, the path, the body
+
+
+@check("quant_format_mismatch", params=QuantFormatParams, payload=(FormatMismatchData,))
 def quant_format_mismatch(ctx, rule) -> list[Finding]:
-    params = rule.params or {}
+    params: QuantFormatParams = rule.params
     model, dev = ctx.model, ctx.device
     mformat = (model.expert_quant or "").lower()
     if mformat not in FORMATS:
         return []  # bf16 experts: no low-precision format to mismatch
-    entry_re = re.compile(params.get("entry_pattern", r"group(ed)?_?(mm|gemm|matmul)|gemm\w*group(?!wise)"), re.I)
-    not_entry = re.compile(params.get("exclude_names", r"quant|topk|norm|rope|config|metadata|select|probe"), re.I)
-    exclude = re.compile(params.get("exclude_paths", r"(^|/)(tests?|benchmark|bench)(/|_)"))
-    hints = params.get("format_hints", _DEFAULT_HINTS)
+    entry_re = re.compile(params.entry_pattern, re.I)
+    not_entry = re.compile(params.exclude_names, re.I)
+    exclude = re.compile(params.exclude_paths)
+    hints = params.format_hints
     G = ctx.tree.graph
     mreq = {"format": mformat, "group_size": model.expert_group_size or FORMATS[mformat]["group_size"],
             "scale_dtype": model.expert_scale_dtype or FORMATS[mformat]["scale_dtype"]}

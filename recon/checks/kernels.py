@@ -6,33 +6,14 @@ Candidates come from the graph (nodes of kind ``triton_kernel``); only their fil
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from collections import defaultdict
 from typing import Optional
 
 from ..findings import Evidence, Finding
+from ..runtime.kernelfacts import kernels_by_file
 from ..tritonast import file_summary
 from . import CheckContext, check
-
-
-def kernels_by_file(ctx: CheckContext) -> dict[str, list[tuple[str, dict]]]:
-    """{path: [(node id, node attrs)]} of every Triton kernel in the graph, computed once per run."""
-    key = ("kernels", "by_file")
-    if key not in ctx.cache:
-        out: dict[str, list] = defaultdict(list)
-        for n, d in ctx.tree.graph.nodes(data=True):
-            if d.get("kind") == "triton_kernel" and d.get("path"):
-                out[d["path"]].append((n, d))
-        ctx.cache[key] = {p: sorted(v, key=lambda x: x[1].get("line", 0)) for p, v in sorted(out.items())}
-    return ctx.cache[key]
-
-
-def kernel_summary(ctx: CheckContext, node: str) -> Optional[dict]:
-    """The :mod:`recon.tritonast` summary of the kernel at graph node ``node``."""
-    d = ctx.tree.graph.nodes.get(node) if node in ctx.tree.graph else None
-    if not d or not d.get("path"):
-        return None
-    s = file_summary(ctx.tree, d["path"], ctx.cache)
-    return s["kernels"].get(d.get("qualname") or d.get("name"))
 
 
 def tile_report(k: dict) -> dict:
@@ -73,10 +54,49 @@ def _ranges_text(tiles: dict) -> str:
     return ", ".join(parts)
 
 
-@check("triton_cuda_core_reduction")
+@dataclass
+class CudaCoreReductionData:
+    """A Triton kernel that reduces a product with tl.sum in a loop and never calls tl.dot."""
+
+    kernel: str
+    qualname: str
+    path: str
+    line: int
+    sum_lines: list
+    sum_exprs: list
+    loop_lines: list
+    tiles: dict  # {configs, ranges, autotune_line, configs_source}
+    shape: dict  # {accumulator, ..., one_row_per_program}
+
+
+@dataclass
+class InnerLoopDequantData:
+    """A Triton kernel that decodes packed elements inside its loop."""
+
+    kernel: str
+    qualname: str
+    path: str
+    line: int
+    unpack_lines: list
+    helpers: list
+    uses_dot: bool
+    tiles: dict
+
+@dataclass(frozen=True)
+class CudaCoreReductionParams:
+    min_sums: int = 1  # tl.sum reductions over a product inside a loop before a kernel is reported
+
+
+@dataclass(frozen=True)
+class InnerLoopDequantParams:
+    decode_functions: list[str] = ("exp2", "where")  # per-element calls that decode packed values
+    require_one_of: list[str] = ("exp2", "ldexp")  # "where" alone selects; a decode also rebuilds the exponent
+
+
+@check("triton_cuda_core_reduction", params=CudaCoreReductionParams, payload=(CudaCoreReductionData,))
 def triton_cuda_core_reduction(ctx: CheckContext, rule) -> list[Finding]:
     """``tl.sum`` over an elementwise product inside a loop, in a kernel with no ``tl.dot``."""
-    min_sums = int(rule.params.get("min_sums", 1))
+    min_sums = rule.params.min_sums
     findings = []
     for path, nodes in kernels_by_file(ctx).items():
         summary = file_summary(ctx.tree, path, ctx.cache)
@@ -137,12 +157,12 @@ def _helper(ctx: CheckContext, kernel_node: str, path: str, summary: dict, name:
     return None
 
 
-@check("triton_inner_loop_dequant")
+@check("triton_inner_loop_dequant", params=InnerLoopDequantParams, payload=(InnerLoopDequantData,))
 def triton_inner_loop_dequant(ctx: CheckContext, rule) -> list[Finding]:
     """Bit-unpacking decoded per element (exp2/where) inside a kernel's loop, also through a jit helper."""
-    decode_fns = set(rule.params.get("decode_functions", ["exp2", "where"]))
+    decode_fns = set(rule.params.decode_functions)
     # "where" alone selects (masks, clamps); a decode also rebuilds the value's exponent
-    required = set(rule.params.get("require_one_of", ["exp2", "ldexp"]))
+    required = set(rule.params.require_one_of)
     findings = []
     for path, nodes in kernels_by_file(ctx).items():
         summary = file_summary(ctx.tree, path, ctx.cache)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..checks.gates import Dev, _model
+from .gatemodel import _model
+from .interp import Dev
 from .evaluator import Evaluator
 from .moe import apply_path, quant_methods
 from .serverargs import ServerArgsError, later_writers, load_schema, parse_flags, resolve

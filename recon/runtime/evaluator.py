@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..checks.gates import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
+from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ServerArgsObj
 
 MAX_OUTCOMES = 16

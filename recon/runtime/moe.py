@@ -25,8 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..checks.gates import UNKNOWN, _dotted
-from ..checks.handoffs import _guarded_calls
+from .interp import UNKNOWN, _dotted
+from .handoffs import _guarded_calls
 from .evaluator import _src
 from .values import ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
 
@@ -62,7 +62,7 @@ class Leaf:
 
 def registry(world) -> dict:
     """quant method name -> (config class, path, line) from the tree's own registry dicts."""
-    from ..checks.gates import tree_memo
+    from .interp import tree_memo
     memo = tree_memo(world.tree)
     if "qreg" in memo:
         return memo["qreg"]
@@ -220,7 +220,7 @@ def _bound_names(world, path: str, scope: str) -> dict:
 def registrations(world) -> list[tuple[tuple, str, str, int]]:
     """(keys, decorator, function, line) for functions registered by a decorator called with
     constant strings (``@register_fused_func("none", "marlin")``)."""
-    from ..checks.gates import tree_memo
+    from .interp import tree_memo
     memo = tree_memo(world.tree)
     if "regs" in memo:
         return memo["regs"]

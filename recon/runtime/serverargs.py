@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import ReconError
-from ..checks.gates import UNKNOWN
+from .interp import UNKNOWN
 from .values import MISSING, HFConfig, ServerArgsObj
 from .writes import writes_in_module
 
@@ -76,7 +76,7 @@ def _const_list(tree_lookup, node) -> Optional[list]:
 
 def load_schema(world) -> Optional[Schema]:
     """ServerArgs' fields, defaults and choices, read from the tree (None if the tree has none)."""
-    from ..checks.gates import tree_memo
+    from .interp import tree_memo
     memo = tree_memo(world.tree)
     if "schema" not in memo:
         memo["schema"] = _load_schema(world)
@@ -304,7 +304,7 @@ def _called(world, w, state, evaluator) -> bool:
     if qual in cache:
         return cache[qual]
     cache[qual] = True  # recursion guard
-    from ..checks.handoffs import _guarded_calls
+    from .handoffs import _guarded_calls
     from .writes import Write
     G = world.G
     sites = [(u, d.get("line")) for u, _, d in G.in_edges(qual, data=True) if d.get("kind") == "calls"]
@@ -375,7 +375,7 @@ def later_writers(world, schema: Schema, field: str) -> list:
 
 
 def _writes(world, schema: Schema) -> list:
-    from ..checks.gates import tree_memo
+    from .interp import tree_memo
     memo = tree_memo(world.tree)
     if "hook_writes" in memo:
         return memo["hook_writes"]

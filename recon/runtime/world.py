@@ -9,7 +9,7 @@ import ast
 import re
 from typing import Any, Optional
 
-from ..checks.gates import UNKNOWN, tree_memo
+from .interp import UNKNOWN, tree_memo
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
 

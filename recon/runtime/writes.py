@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from ..checks.handoffs import _exits  # every path through a block ends (return/raise)
+from .handoffs import _exits  # every path through a block ends (return/raise)
 
 
 @dataclass

@@ -1,0 +1,419 @@
+"""The gate interpreter: evaluates gate bodies and branch tests of the tree for one device, over
+stdlib ``ast`` (never importing SGLang), with the device's capability, CUDA version and vendor
+standing in for the probes. Three-valued: True, False, or :data:`UNKNOWN` (what cannot be told
+without running the code); :func:`public` maps unknown to None at the boundaries.
+
+Where the gates are (definitions, variables holding their values, platform tables) is
+:mod:`recon.runtime.gatemodel`.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from .. import bounded
+
+if TYPE_CHECKING:
+    from .gatemodel import GateModel
+
+class _Unknown:
+    """What cannot be told without running the code. Distinct from Python's None, which is a value
+    code compares against (``routed_experts_quant_method is None``); falsy so that a test nobody
+    decided never counts as taken. Public results (:func:`evaluate_gates`, :func:`eval_test`) map
+    it to None."""
+
+    _it = None
+
+    def __new__(cls):
+        if cls._it is None:
+            cls._it = super().__new__(cls)
+        return cls._it
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "unknown"
+
+    def __reduce__(self):
+        return (_Unknown, ())
+
+
+UNKNOWN = _Unknown()  # three-valued logic: True, False, or UNKNOWN
+
+
+def tree_memo(tree) -> dict:
+    """Device-independent results kept on the loaded tree for the life of the process (parsed
+    modules, indexes of its facts), so evaluating it for a second device or model re-reads nothing."""
+    memo = getattr(tree, "_recon_memo", None)
+    if memo is None:
+        memo = {}
+        try:
+            tree._recon_memo = memo
+        except AttributeError:  # a tree object that takes no attributes: no sharing
+            pass
+    return memo
+
+
+def public(v):
+    """A value for code outside the interpreter: unknown is None there."""
+    return None if v is UNKNOWN else v
+_PROBE_TAILS = ("get_device_capability", "get_device_sm", "has_device_capability", "is_device_capability", "device_capability", "device_sm")
+
+
+class Cap(tuple):
+    """A compute capability that compares like a tuple and has ``.major`` / ``.minor``."""
+
+    @property
+    def major(self):
+        return self[0]
+
+    @property
+    def minor(self):
+        return self[1]
+
+    def to_int(self):
+        return self[0] * 10 + self[1]
+
+
+@dataclass(frozen=True)
+class Dev:
+    vendor: str
+    cc: tuple
+    cuda: Optional[tuple]
+
+    @classmethod
+    def of(cls, profile) -> "Dev":
+        return cls(profile.vendor, tuple(profile.compute_capability), tuple(profile.cuda_version) if profile.cuda_version else None)
+
+
+
+class _Ref:
+    """A callable the interpreter met: an in-tree function (qualname) or an outside dotted name."""
+
+    def __init__(self, dotted: str, qual: Optional[str] = None, bound: Any = None):
+        self.dotted, self.qual, self.bound = dotted, qual, bound
+
+    @property
+    def tail(self) -> str:
+        return self.dotted.rsplit(".", 1)[-1]
+
+
+_SAFE_BUILTINS = {"tuple": tuple, "map": map, "int": int, "list": list, "len": len, "str": str, "any": any, "all": all,
+                  "min": min, "max": max, "bool": bool, "float": float, "set": set, "sorted": sorted}
+_STR_METHODS = {"split", "startswith", "endswith", "strip", "lower", "upper", "count", "index", "replace"}
+_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+        ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+        ast.Is: operator.is_, ast.IsNot: operator.is_not}
+# bounded: the operands are literals of untrusted code (`"a" * 10 ** 9` must not be built)
+_BIN = {ast.Add: bounded.ADD, ast.Sub: bounded.SUB, ast.Mult: bounded.MUL, ast.FloorDiv: bounded.FLOORDIV, ast.Mod: bounded.MOD}
+STEP_BUDGET = 100_000  # expressions one top-level evaluation may visit (SGLang 0.5.5-0.5.23: at most 1,411, in the runtime view)
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+class _OutOfSteps(Exception):
+    """The evaluation visited :data:`STEP_BUDGET` expressions: its value is unknown. Calls that
+    branch both ways on unknown tests can otherwise grow exponentially with the call depth."""
+
+
+class Interpreter:
+    """Evaluates gate bodies and branch tests for one device. Parses only the files it needs."""
+
+    def __init__(self, tree, dev: Dev, model: "GateModel", depth_limit: int = 6):
+        self.tree, self.dev, self.model, self.depth_limit = tree, dev, model, depth_limit
+        self.flag_memo: dict[tuple[str, str], Any] = {}  # (module, flag) -> value on this device
+        self.memo: dict[str, Any] = {}
+        self.touched = False  # did the last evaluation read the device's capability / CUDA version
+        self.steps = STEP_BUDGET  # left for the current top-level evaluation
+
+    # --- probes --------------------------------------------------------------------------------
+    def _probe(self, tail: str, dotted: str, args: list):
+        d = self.dev
+        if tail in ("get_device_capability", "device_capability"):
+            self.touched = True
+            return Cap(d.cc)
+        if tail in ("get_device_sm", "device_sm"):
+            self.touched = True
+            return d.cc[0] * 10 + d.cc[1]
+        if tail in ("has_device_capability", "is_device_capability"):
+            self.touched = True
+            if not args or args[0] is UNKNOWN:
+                return UNKNOWN
+            want = args[0]
+            have = Cap(d.cc).to_int() if isinstance(want, int) else tuple(d.cc)
+            return have >= want if tail.startswith("has") else have == tuple(want) if not isinstance(want, int) else have == want
+        if tail in ("is_cuda", "is_cuda_static", "is_available") and ("cuda" in dotted or tail != "is_available"):
+            return d.vendor == "nvidia"
+        if tail in ("is_cuda_alike",):
+            return d.vendor in ("nvidia", "amd")
+        if tail in ("is_hip", "is_rocm"):
+            return d.vendor == "amd"
+        if tail in ("is_npu", "is_xpu", "is_cpu", "is_musa", "is_mps", "is_hpu"):
+            return False
+        return KeyError
+
+    # --- functions -----------------------------------------------------------------------------
+    def gate_value(self, qual: str, depth: int = 0):
+        if qual in self.memo:
+            return self.memo[qual]
+        if depth == 0:
+            self.steps = STEP_BUDGET
+        self.memo[qual] = UNKNOWN  # recursion guard
+        g = self.model.gates.get(qual)
+        try:
+            if g is not None and g.form == "platform-property":
+                v = self.gate_value(g.wraps, depth + 1) if g.wraps else UNKNOWN
+            elif g is not None and g.form == "assignment":
+                target = self.model.resolve_in(g.qualname, g.wraps) if g.wraps else None
+                v = self.call_function(target, [], dict(g.kwargs), depth + 1) if target else UNKNOWN
+            else:
+                v = self.call_function(qual, [], {}, depth + 1)
+        except (_OutOfSteps, RecursionError):
+            v = UNKNOWN
+        self.memo[qual] = v
+        return v
+
+    def call_function(self, qual: Optional[str], args: list, kwargs: dict, depth: int):
+        if qual is None or depth > self.depth_limit:
+            return UNKNOWN
+        if qual in self.model.gates and not args and not kwargs and qual not in self.memo:
+            return self.gate_value(qual, depth)
+        fn = self.model.function_ast(qual)
+        if fn is None:
+            g = self.model.gates.get(qual)
+            return self.gate_value(qual, depth) if g else UNKNOWN
+        env: dict[str, Any] = {}
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        if params and params[0] in ("self", "cls"):
+            params = params[1:]
+        defaults = fn.args.defaults
+        for p, dflt in zip(params[len(params) - len(defaults):], defaults):
+            env[p] = _literal(dflt)
+        for p, v in zip(params, args):
+            env[p] = v
+        env.update(kwargs)
+        mod, scope = self.model.module_scope(qual)
+        try:
+            self.exec_block(fn.body, env, mod, scope, depth)
+        except _Return as r:
+            return r.value
+        return None if not fn.body else UNKNOWN
+
+    def exec_block(self, stmts, env, mod, scope, depth):
+        for st in stmts:
+            self._step()
+            if isinstance(st, ast.Return):
+                raise _Return(self.eval(st.value, env, mod, scope, depth) if st.value is not None else None)
+            if isinstance(st, ast.If):
+                t = self.eval(st.test, env, mod, scope, depth)
+                if t is UNKNOWN:
+                    # both ways possible: the result is known only when both agree
+                    outs = []
+                    for body in (st.body, st.orelse):
+                        try:
+                            self.exec_block(body, dict(env), mod, scope, depth)
+                            outs.append(KeyError)
+                        except _Return as r:
+                            outs.append(r.value)
+                    if outs[0] is not KeyError and outs[0] == outs[1]:
+                        raise _Return(outs[0])
+                    if KeyError not in outs:
+                        raise _Return(UNKNOWN)
+                    # one side falls through: what follows is reached only on some paths
+                    raise _Return(UNKNOWN)
+                self.exec_block(st.body if t else st.orelse, env, mod, scope, depth)
+            elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                env[st.targets[0].id] = self.eval(st.value, env, mod, scope, depth)
+            elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+                env[st.target.id] = self.eval(st.value, env, mod, scope, depth)
+            elif isinstance(st, ast.Try):
+                self.exec_block(st.body, env, mod, scope, depth)
+            elif isinstance(st, ast.Raise):
+                raise _Return(UNKNOWN)
+            elif isinstance(st, (ast.Expr, ast.Pass, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom)):
+                continue
+            else:
+                raise _Return(UNKNOWN)  # loops, with, ...: out of this interpreter's depth
+
+    # --- expressions ---------------------------------------------------------------------------
+    def eval(self, node, env, mod, scope, depth=0):
+        if depth == 0:
+            self.steps = STEP_BUDGET
+        try:
+            return _value(self._eval(node, env, mod, scope, depth))
+        except _Return:
+            raise
+        except Exception:  # unknown names, bad operands, _OutOfSteps, bounded.TooLarge, recursion
+            return UNKNOWN
+
+    def _step(self):
+        self.steps -= 1
+        if self.steps < 0:
+            raise _OutOfSteps()
+
+    def _eval(self, node, env, mod, scope, depth):
+        self._step()
+        ev = lambda n: _value(self._eval(n, env, mod, scope, depth))  # noqa: E731
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            vals = [ev(e) for e in node.elts]
+            return UNKNOWN if any(v is UNKNOWN for v in vals) else (tuple(vals) if isinstance(node, ast.Tuple) else list(vals) if isinstance(node, ast.List) else set(vals))
+        if isinstance(node, ast.Name):
+            if node.id in env:
+                return env[node.id]
+            if node.id in _SAFE_BUILTINS:
+                return _SAFE_BUILTINS[node.id]
+            return self._name(node.id, mod, scope, depth)
+        if isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            if dotted == "torch.version.cuda":
+                self.touched = True
+                return ".".join(map(str, self.dev.cuda)) if self.dev.cuda else None
+            if dotted == "torch.version.hip":
+                return "6.3" if self.dev.vendor == "amd" else None
+            prop = self.model.platform_property(dotted)
+            if prop:
+                return self.gate_value(prop, depth + 1)
+            if node.attr in ("major", "minor"):
+                base = ev(node.value)
+                if isinstance(base, Cap):
+                    return getattr(base, node.attr)
+            base = ev(node.value) if not dotted else None
+            if isinstance(base, str) and node.attr == "replace":
+                return functools.partial(bounded.replace, base)
+            if isinstance(base, (str, tuple, list)) and node.attr in _STR_METHODS:
+                return getattr(base, node.attr)
+            if dotted:
+                if isinstance(node.value, ast.Name) and node.value.id in env:
+                    return UNKNOWN
+                return self._name(dotted, mod, scope, depth, call=False)
+            return UNKNOWN
+        if isinstance(node, ast.Call):
+            return self._call(node, env, mod, scope, depth)
+        if isinstance(node, ast.Subscript):
+            v, i = ev(node.value), ev(node.slice)
+            return UNKNOWN if v is UNKNOWN or i is UNKNOWN else v[i]
+        if isinstance(node, ast.Slice):
+            parts = [ev(p) if p is not None else None for p in (node.lower, node.upper, node.step)]
+            return slice(*parts)
+        if isinstance(node, ast.Compare):
+            left = ev(node.left)
+            result = True
+            for op, right_n in zip(node.ops, node.comparators):
+                right = ev(right_n)
+                if left is UNKNOWN or right is UNKNOWN:
+                    return UNKNOWN
+                if not _CMP[type(op)](left, right):
+                    result = False
+                left = right
+            return result
+        if isinstance(node, ast.BoolOp):
+            vals = []
+            for v in node.values:
+                x = ev(v)
+                if x is not UNKNOWN:
+                    x = bool(x)
+                    if isinstance(node.op, ast.And) and not x:
+                        return False
+                    if isinstance(node.op, ast.Or) and x:
+                        return True
+                vals.append(x)
+            return UNKNOWN if UNKNOWN in vals else isinstance(node.op, ast.And)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            x = ev(node.operand)
+            return UNKNOWN if x is UNKNOWN else not x
+        if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
+            a, b = ev(node.left), ev(node.right)
+            return UNKNOWN if a is UNKNOWN or b is UNKNOWN else _BIN[type(node.op)](a, b)
+        if isinstance(node, ast.IfExp):
+            t = ev(node.test)
+            return UNKNOWN if t is UNKNOWN else ev(node.body if t else node.orelse)
+        return UNKNOWN
+
+    def _name(self, dotted: str, mod, scope, depth, call=False):
+        """A free name: a gate's value holder (module variable), a module flag made of gates
+        (evaluated where it is read), a function reference, or unknown."""
+        gate = self.model.gate_var(mod, dotted)
+        if gate:
+            return self.gate_value(gate, depth + 1)
+        qual = self.model.resolve(mod, scope, dotted)
+        if self.model.G.nodes.get(qual, {}).get("kind") in ("function", "class"):
+            return _Ref(dotted, qual)
+        flag = self.model.module_flag(mod, dotted)
+        if flag is not None:
+            fmod, expr = flag
+            key = (fmod, dotted)
+            if key not in self.flag_memo:
+                self.flag_memo[key] = UNKNOWN  # recursion guard: `_a = _b and x`, `_b = _a or y`
+                self.flag_memo[key] = self.eval(expr, {}, fmod, "", depth + 1) if depth < self.depth_limit else UNKNOWN
+            return self.flag_memo[key]
+        return _Ref(dotted, qual)
+
+    def _call(self, node, env, mod, scope, depth):
+        func = node.func
+        args = [_value(self._eval(a, env, mod, scope, depth)) for a in node.args if not isinstance(a, ast.Starred)]
+        kwargs = {k.arg: _value(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords if k.arg}
+        # method on a plain value: "12.8".split(".")
+        if isinstance(func, ast.Attribute) and func.attr in _STR_METHODS:
+            base = self._eval(func.value, env, mod, scope, depth)
+            if isinstance(base, str) and func.attr == "replace":
+                return bounded.replace(base, *args, **kwargs)
+            if isinstance(base, (str, tuple, list)):
+                return getattr(base, func.attr)(*args, **kwargs)
+        target = self._eval(func, env, mod, scope, depth)
+        if callable(target) and not isinstance(target, _Ref):
+            if any(a is UNKNOWN for a in args):
+                return UNKNOWN
+            out = target(*args, **kwargs)
+            return tuple(out) if isinstance(out, map) else out
+        if isinstance(target, _Ref):
+            probe = self._probe(target.tail, target.dotted, args)
+            if probe is not KeyError:
+                return probe
+            if target.qual:
+                return self.call_function(target.qual, args, kwargs, depth + 1)
+        return UNKNOWN
+
+
+def _value(x):
+    """A function reference is not a truth value: in a test it is unknown."""
+    return UNKNOWN if isinstance(x, _Ref) else x
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    if isinstance(node, ast.Call):
+        inner = _dotted(node.func)
+        if inner:
+            parts.append(inner + "()")
+            return ".".join(reversed(parts))
+    return ""
+
+
+def _literal(node):
+    try:
+        return ast.literal_eval(node)
+    except Exception:
+        return UNKNOWN
+
+
+def _literal_src(src: str):
+    try:
+        return ast.literal_eval(src)
+    except Exception:
+        return UNKNOWN

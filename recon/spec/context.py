@@ -1,0 +1,223 @@
+"""The one object the spec is made of, assembled from the parts: :func:`build_context` and :func:`spec_for`."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from .. import notanalyzed, roofline
+from ..runtime.handoffs import describe as describe_handoff
+from .common import TYPICAL_BATCH, _at, _by_name, _fd, _mb, _node, _short
+from .moepath import _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime, _slot_causes
+from .plan import SLOT_ANCHOR, _plan, _reference_kernel
+from .roles import Roles
+from .tables import _counts, _dense, _gated_sites, _gates, _tensor_core_paths
+from .weights import weights_as_created
+
+
+SECTIONS = [
+    "Summary",
+    "The MoE decode path on this device",
+    "What a tuned kernel needs",
+    "Dense FP8 GEMM tuning",
+    "Integration points and constraints",
+    "The plan",
+    "Appendix: every finding",
+    "Not analyzed",
+]
+
+
+REFERENCE_DEVICES = ("h200", "b200", "rtx-pro-6000")
+
+
+def scan(tree, device, model, rules=None, server_flags=None, env=None):
+    """The findings the spec is built from: ``recon.scan.run_rules``, whose results are cached on
+    disk by the tree's content, recon's code, the rules, the device and the model."""
+    from ..rules import load_rules
+    from ..scan import run_rules
+
+    return run_rules(tree, device, model, load_rules() if rules is None else rules, server_flags=server_flags, env=env)
+
+
+def _target(tree, reason: Optional[str]) -> dict:
+    t = tree.target
+    return {"label": t.label, "kind": t.kind, "version": t.version, "revision": t.revision, "reason": reason or t.reason}
+
+
+def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None, view=None) -> dict:
+    """The one object the spec is made of (JSON as is; Markdown through the templates)."""
+    G = tree.graph
+    titles = {r.id: r.title for r in (rules or [])}
+    roles = Roles(rules)
+    rl = roofline.moe_roofline(model, device)
+    gap = roofline.slot_gap(model, device, SLOT_ANCHOR)
+    cg, backend = _pick_moe(findings, roles, view)
+    hops = _chain(G, cg, backend)
+    kernels = _kernels_of(cg, backend)
+    apply_q = (cg.data["quant_method"] if cg else None) or ((backend.data.get("taken_in") or [None])[0] if backend else None)
+    quant_class = apply_q.rsplit(".", 1)[0] if apply_q else None
+    apply_node = _node(G, apply_q)
+    path_files = {h["at"].rsplit(":", 1)[0] for h in hops if h.get("qualname")} | {h["defined_at"].rsplit(":", 1)[0] for h in hops if h.get("defined_at")}
+    causes = _root_causes(findings, kernels, path_files, rl, model, roles)
+    for c in causes:
+        c["title"] = c["title"] or titles.get(c["rule"], c["rule"])
+    slot = next(iter(_slot_causes(causes, roles)), None)
+    slot_kernel = None
+    if slot:
+        d = slot["data"]
+        tiles = d.get("tiles") or {}
+        slot_kernel = {"name": d.get("kernel"), "qualname": d.get("qualname"), "at": _at(d.get("path"), d.get("line")),
+                       "sum_lines": [_at(d.get("path"), l) for l in d.get("sum_lines", [])], "sum_exprs": d.get("sum_exprs", []),
+                       "autotune_at": _at(d.get("path"), tiles.get("autotune_line")) if tiles.get("autotune_line") else "",
+                       "tiles": tiles.get("ranges", {})}
+    arch_names = [n for n in model.architectures if any(G.nodes[q].get("kind") == "class" for q in _by_name(G, n))]
+    model_class = sorted(q for n in model.architectures for q in _by_name(G, n) if G.nodes[q].get("kind") == "class")
+    backends = []
+    for f in _moe_backends(findings, roles):
+        d = f.data
+        backends.append({"attribute": d.get("attribute"), "value": d.get("value"), "taken": d.get("taken"), "compared_with": d.get("compared_with"),
+                         "set_in": _short((d.get("set_in") or [None])[0]), "set_at": _at(*(d.get("set_in") or [None, None, None])[1:3]),
+                         "taken_in": _short((d.get("taken_in") or [None])[0]), "taken_at": _at(*(d.get("taken_in") or [None, None, None])[1:3]),
+                         "others": {k: v.get("value") for k, v in sorted((d.get("reference") or {}).items())}})
+    backends.sort(key=lambda b: (b["taken_in"], b["attribute"] or "", str(b["compared_with"])))
+    cg_warn = next((f for f in findings if roles.is_(f, "capture") and "reachable_functions" in f.data), None)
+    cg_note = next((f for f in findings if roles.is_(f, "capture") and f.data.get("unresolved_quant_methods")), None)
+    cg_unresolved = cg_note.data["unresolved_quant_methods"] if cg_note else []
+    cg_handoffs = sorted({describe_handoff({**h, "when": []}) for q in cg_unresolved
+                          for h in (cg_note.data.get("handoffs") or {}).get(q, [])}) if cg_note else []
+    rows = {r["M"]: r for r in rl["rows"]}
+    r1, rt = rows.get(1, rl["rows"][0]), rows.get(TYPICAL_BATCH, rl["rows"][-1])
+    gap_rows = {g["M"]: g for g in gap.get("rows", [])}
+    summary = {
+        "expert_mb": _mb(rl["expert_bytes"]["total"]),
+        "batch1": {"M": r1["M"], "experts": r1["unique_experts"], "layer_mb": _mb(r1["layer_bytes"]), "step_mb": _mb(r1["step_bytes"]), "floor_ms": r1["step_floor_ms"]},
+        "typical": {"M": rt["M"], "experts": rt["unique_experts"], "layer_mb": _mb(rt["layer_bytes"]), "step_mb": _mb(rt["step_bytes"]), "floor_ms": rt["step_floor_ms"]},
+        "gap": None,
+    }
+    if slot_kernel and gap.get("available") and 1 in gap_rows:
+        g1 = gap_rows[1]
+        gt = gap_rows.get(TYPICAL_BATCH)
+        summary["gap"] = {"kind": "slot kernel measured on " + gap["measured_on"] + (", scaled by bandwidth (an estimate)" if gap["estimate"] else ""),
+                          "batch1": g1, "typical": gt}
+    ctx: dict = {
+        "sections": list(SECTIONS),
+        "target": _target(tree, target_reason),
+        "not_analyzed": notanalyzed.entries(tree),  # files the findings do not cover
+        "device": device.to_dict(),
+        "model": model.to_dict(),
+        "model_class": {"architectures": list(model.architectures), "found": model_class, "missing": sorted(set(model.architectures) - set(arch_names))},
+        "summary": summary,
+        "roofline": rl,
+        "slot_gap": gap,
+        "moe_path": {
+            "found": bool(hops),
+            "quant_method": apply_q,
+            "quant_method_at": _at(apply_node.get("path"), apply_node.get("line")),
+            "backend": ({"attribute": backend.data.get("attribute"), "value": backend.data.get("value"), "taken": backend.data.get("taken"),
+                         "set_at": _at(*(backend.data.get("set_in") or [None, None, None])[1:3]), "taken_at": _at(*(backend.data.get("taken_in") or [None, None, None])[1:3])}
+                        if backend else None),
+            "backends": backends,
+            "chain": hops,
+            "mermaid": _mermaid(hops) if hops else "",
+            "kernels": kernels,
+            "slot_kernel": slot_kernel,
+            "unresolved_in_capture": [] if apply_q else [_short(q) for q in cg_unresolved],
+            "unresolved_handoffs": [] if apply_q else cg_handoffs,
+            "weights": weights_as_created(tree, quant_class, model),
+            "root_causes": causes,
+            "root_cause_rules": roles.root_causes(),  # the rules whose findings can be root causes, by rank
+            "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}, roles),
+        },
+        "gates": _gates(findings, roles),
+        "tensor_core_paths": _tensor_core_paths(findings, device, roles),
+        "dense_fp8": _dense(findings, device, roles),
+        "integration": {
+            "swap_in": {"symbol": _short(apply_q), "qualname": apply_q, "at": _at(apply_node.get("path"), apply_node.get("line"))} if apply_q else None,
+            "in_capture": cg.data.get("in_capture") if cg else None,
+            "capture_safe": cg.data.get("capture_safe") if cg else None,
+            "capture_site": cg.data.get("capture_chain", [{}])[0] and _at(cg.data["capture_chain"][0].get("path"), cg.data["capture_chain"][0].get("line")) if cg else (cg_warn.data.get("capture_site") if cg_warn else None),
+            "constraints": list(cg.data.get("constraints", [])) if cg else [],
+            "hazards_on_path": list(cg.data.get("hazards", [])) if cg else [],
+            "forward_hazards": ({"message": cg_warn.message, "count": max(0, len(cg_warn.evidence) - 1), "at": _at(cg_warn.primary.path, cg_warn.primary.line)} if cg_warn else None),
+        },
+        "errors": [{"rule": r, "error": e} for r, e in sorted(errors)],
+        "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in findings],
+        "finding_counts": _counts(findings),
+    }
+    ctx["runtime"] = _runtime(view)
+    gop = view.grouped_op() if view is not None else None
+    ctx["moe_path"]["grouped_op"] = ({"name": gop["name"], "what": gop["what"], "at": _at(gop["path"], gop["line"]), "kind": gop["kind"]}
+                                     if gop else None)
+    if view is not None and ctx["moe_path"]["found"] and not kernels:
+        # a chain that ends in a library op (FlashInfer, DeepGEMM, ...): its hops as the view walked them
+        lib = next((lf for lf in view.primary_leaves() if lf["kind"] in ("library", "native_op")), None)
+        if lib:
+            seen_at = {h["at"] for h in hops}
+            for h in lib["via"]:
+                if _at(h["path"], h["line"]) not in seen_at:
+                    hops.append({"symbol": h["what"], "qualname": None, "at": _at(h["path"], h["line"]), "how": "calls", "inferred": False, "defined_at": "", "kind": ""})
+            hops.append({"symbol": lib["name"], "qualname": None, "at": _at(lib["path"], lib["line"]), "how": f"{lib['kind'].replace('_', ' ')} (outside the tree)", "inferred": False, "defined_at": "", "kind": lib["kind"]})
+            ctx["moe_path"]["mermaid"] = _mermaid(hops)
+    tests = " ".join(g["test"] or "" for g in ctx["moe_path"]["gated_sites"])
+    ctx["moe_path"]["gates"] = [g for g in ctx["gates"] if g["gate"] in tests] or [g for g in ctx["gates"] if g["gate"].startswith("is_sm")]
+    ctx["reference_kernel"] = _reference_kernel(model, device, rl)
+    ctx["plan"] = _plan(ctx, model, device)
+    ctx["not_found"] = _not_found(ctx)
+    # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
+    # the object the templates render are the same data
+    return json.loads(json.dumps(ctx, sort_keys=True))
+
+
+def _not_found(ctx: dict) -> list[str]:
+    """What the spec looked for and did not find, said plainly rather than left out."""
+    out = []
+    mp = ctx["moe_path"]
+    if ctx["model_class"]["missing"]:
+        out.append(f"model class {', '.join(ctx['model_class']['missing'])} (the model's registered architecture) is not in this tree")
+    if not mp["quant_method"] and mp["unresolved_in_capture"]:
+        names, many = mp["unresolved_in_capture"], len(mp["unresolved_in_capture"]) > 1
+        out.append(f"which kernel the {ctx['model']['expert_quant'].upper()} MoE quant method runs on this device: "
+                   f"{'the candidates ' if many else ''}{', '.join(names)} {'are' if many else 'is'} reached from the "
+                   f"captured forward, but {'their' if many else 'its'} kernels are picked through calls not resolved "
+                   "statically (a runner chosen at run time from server arguments, for instance)"
+                   + (f"; {'they hand' if many else 'it hands'} the work to {', '.join(mp['unresolved_handoffs'])} "
+                      "(the CUDA-graph note says under which branch tests)" if mp.get("unresolved_handoffs") else ""))
+    elif not mp["quant_method"]:
+        out.append(f"no MoE quant method for {ctx['model']['expert_quant'].upper()} experts was found on the captured forward of this model for this device")
+    if not mp["found"]:
+        out.append("no MoE dispatch chain (capture site -> model forward -> quant method -> kernel)")
+    if mp["quant_method"] and not mp["backend"]:
+        out.append("no backend selection (a string attribute set in one method and compared in another) on the MoE quant method")
+    if not mp["slot_kernel"]:
+        out.append("no per-slot CUDA-core MoE kernel (tl.sum reduction, one row per program) on the MoE path")
+    if not mp["weights"]["found"]:
+        out.append("no create_weights on the MoE quant method, so weight shapes are from the model profile only")
+    if not ctx["tensor_core_paths"]:
+        out.append("no grouped low-precision GEMM entry points")
+    if not ctx["dense_fp8"]:
+        out.append("no tuned-config lookup for the dense FP8 GEMM")
+    if ctx["integration"]["in_capture"] is None and not mp["unresolved_in_capture"]:
+        out.append("whether the MoE runs inside CUDA-graph capture (no capture chain to the MoE quant method)")
+    return out
+
+
+def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = None, server_flags=None, env=None) -> dict:
+    """Scan (cached) and build the context: the whole spec as data."""
+    from ..rules import load_rules
+
+    rules = load_rules() if rules is None else rules
+    res = scan(tree, device, model, rules, server_flags, env)
+    view = _view_of(res)
+    return build_context(tree, device, model, res.findings, res.errors, target_reason, rules, view)
+
+
+def _view_of(res):
+    """The runtime view the findings were made with (kept with them, or in its own cache entry)."""
+    ctx = res.context
+    if ctx is None or not getattr(ctx.model, "num_experts", 0):
+        return None
+    v = ctx.cache.get(("runtime_view", ctx.flags_key))
+    if v is None:
+        from ..runtime.cached import view_for
+        v = view_for(ctx)
+    return v

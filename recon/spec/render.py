@@ -1,0 +1,54 @@
+"""Rendering the context: JSON as is, Markdown through the Jinja2 templates in ``templates/``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from ..errors import ReconError
+from ..resources import resource_dir
+
+
+TEMPLATES_DIR = resource_dir("templates")
+
+
+def to_json(ctx: dict) -> str:
+    return json.dumps(ctx, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def render_markdown(ctx: dict, templates_dir: Optional[Path] = None) -> str:
+    import jinja2
+
+    d = Path(templates_dir or TEMPLATES_DIR)
+    if not (d / "spec.md.j2").is_file():
+        raise ReconError(f"spec template not found: {d / 'spec.md.j2'}")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(d)), undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters["mb"] = lambda b: f"{b / 1e6:,.2f} MB" if b is not None else "?"
+    env.filters["ms"] = lambda x: "?" if x is None else (f"{x:.4f}" if x < 0.1 else f"{x:.3f}" if x < 10 else f"{x:.1f}")
+    env.filters["code"] = lambda s: f"`{s}`" if s else "—"
+    text = env.get_template("spec.md.j2").render(**ctx)
+    # headings set off by one blank line, one blank line between blocks, one newline at the end
+    out: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        line = line.rstrip()
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = not fenced and line.startswith("#")
+        if heading and out and out[-1]:
+            out.append("")
+        if not line and out and not out[-1]:
+            continue
+        if out and out[-1].startswith("#") and line and not fenced:
+            out.append("")
+        out.append(line)
+    return "\n".join(out).strip("\n") + "\n"
+
+
+def render(ctx: dict, fmt: str = "md") -> str:
+    if fmt == "json":
+        return to_json(ctx)
+    if fmt == "md":
+        return render_markdown(ctx)
+    raise ReconError(f"unknown spec format {fmt!r}; known: md, json")
