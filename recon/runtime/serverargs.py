@@ -254,7 +254,7 @@ def _arch_guard(decorators, archs, classes=frozenset(), ev=None, module: str = "
 
 
 def _class_names(world) -> frozenset:
-    from ..checks.gates import tree_memo
+    from .interp import tree_memo
     memo = tree_memo(world.tree)
     if "class_names" not in memo:
         memo["class_names"] = frozenset(d.get("name") for _, d in world.G.nodes(data=True) if d.get("kind") == "class")
@@ -356,7 +356,7 @@ def later_writers(world, schema: Schema, field: str) -> list:
     """(path, line, scope) of stores to ``<server args>.field`` outside ServerArgs and its hook
     package (0.5.3's ModelRunner picks the attention backend itself): such a field is decided after
     the arguments are resolved, by code this view does not evaluate."""
-    from ..checks.gates import tree_memo
+    from .interp import tree_memo
     memo = tree_memo(world.tree)
     if "later_writers" not in memo:
         hooks = {p for p, _ in hook_modules(world, schema)}
