@@ -17,6 +17,7 @@ undecided tests that lead there, following returned calls into further dispatche
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -131,7 +132,7 @@ def choices(ev: StepEvaluator, qual: str, args: Optional[dict] = None, assumed: 
     env.update(args or {})
     rets = {n.lineno: n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
     out: list[Choice] = []
-    for o in ev.explore(fn.body, env, mod, scope, path, depth, assumed):
+    for o in ev.explore(_marked(fn.body), env, mod, scope, path, depth, assumed):
         if o.raises or o.line not in rets:
             continue
         expr = rets[o.line].value
@@ -158,9 +159,10 @@ def choices(ev: StepEvaluator, qual: str, args: Optional[dict] = None, assumed: 
         if isinstance(expr, ast.Name) and expr.id in o.env and not isinstance(o.value, Instance):
             # `backend = make_backend(runner); return backend`: what the local was made by
             last = None
+            ran = o.env.get(_SITE + expr.id)  # the assignment this outcome's path ran
             for n in ast.walk(fn):
                 if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
-                        and n.targets[0].id == expr.id and n.lineno < o.line:
+                        and n.targets[0].id == expr.id and n.lineno < o.line and (ran is None or n.lineno == ran):
                     last = n.value
             if isinstance(last, ast.Call):
                 expr = last
@@ -185,6 +187,26 @@ def choices(ev: StepEvaluator, qual: str, args: Optional[dict] = None, assumed: 
         if len(out) >= MAX_CHOICES:
             break
     out.sort(key=lambda c: sum(1 for a in c.assumptions if a[1]))
+    return out
+
+
+_SITE = "__assigned_at__"
+
+
+def _marked(stmts: list) -> list:
+    """A copy of a body where each ``name = ...`` is followed by ``__assigned_at__name = <line>``, so
+    an explored outcome says which of several assignments to a local its path ran."""
+    out = []
+    for st in stmts:
+        if isinstance(st, ast.If):
+            st = ast.If(test=st.test, body=_marked(st.body), orelse=_marked(st.orelse), lineno=st.lineno, col_offset=0)
+        elif isinstance(st, (ast.With, ast.Try)):
+            st = copy.copy(st)
+            st.body = _marked(st.body)
+        out.append(st)
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            out.append(ast.Assign(targets=[ast.Name(id=_SITE + st.targets[0].id, ctx=ast.Store())],
+                                  value=ast.Constant(value=st.lineno), lineno=st.lineno, col_offset=0))
     return out
 
 

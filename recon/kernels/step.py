@@ -82,7 +82,7 @@ class Step:
         if qual:
             w.walk(qual, inst, [], (), 0, args)
             w.launched_locals()
-        return {"entry": qual, "leaves": [_leaf(self, lf) for lf in w.leaves],
+        return {"entry": qual, "leaves": [_leaf(self, lf) for lf in w.leaves if _is_op(lf)],
                 "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
                 "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()}}
 
@@ -137,6 +137,13 @@ class StepWalker(PathWalker):
                 if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call):
                     assigns[n.targets[0].id] = n.value
             for n in ast.walk(fn):
+                jit = self._jit_call(n, assigns, mod, scope)
+                if jit is not None:
+                    name, files, target = jit
+                    hop = Hop(f"{_short(qual)} calls {ast.unparse(n.func)[:60]}, a module {_short(target)} compiles with load_jit",
+                              path, n.lineno, qual, ())
+                    self._leaf("jit_kernel", f"{name} ({', '.join(files)})" if files else name, path, n.lineno, via + [hop], when)
+                    continue
                 if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)
                         and n.func.value.id in assigns):
                     continue
@@ -150,6 +157,39 @@ class StepWalker(PathWalker):
                                   path, n.lineno, qual, ())
                         pick = Hop(c.hops[-1][0], c.hops[-1][1], c.hops[-1][2], target, ())
                         self._leaf("triton_kernel", c.qual, path, n.lineno, via + [hop, pick], when + tuple((a[0], a[1]) for a in c.assumptions))
+
+
+    def _jit_call(self, n, assigns, mod, scope):
+        """``module = _jit_module(); module.op(...)`` where ``_jit_module`` returns ``load_jit(name,
+        cuda_files=[...])``: (name, cuda files, the function) of the module compiled at run time."""
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                and n.func.value.id in assigns):
+            return None
+        sel = assigns[n.func.value.id]
+        target = self.ev.model.resolve(mod, scope, ast.unparse(sel.func))
+        fn = self.ev.model.function_ast(target) if target else None
+        for r in ast.walk(fn) if fn is not None else ():
+            if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and ast.unparse(r.value.func).rsplit(".", 1)[-1] == "load_jit":
+                args = r.value.args
+                name = args[0].value if args and isinstance(args[0], ast.Constant) else n.func.attr
+                files = []
+                for k in r.value.keywords:
+                    if k.arg == "cuda_files" and isinstance(k.value, (ast.List, ast.Tuple)):
+                        files = [e.value for e in k.value.elts if isinstance(e, ast.Constant)]
+                return str(name), files, target
+        return None
+
+
+# the machinery that compiles or tunes a kernel at first use is not the kernel
+_NOT_OPS = ("/utils/compile/", "compile_utils.py", "/autotuner")
+
+
+def _is_op(lf) -> bool:
+    if any(x in lf.path for x in _NOT_OPS):
+        return False
+    if lf.kind == "library" and any(x in lf.name for x in ("compile_mode", "autotune", "json.")):
+        return False
+    return True
 
 
 def _leaf(step: Step, lf) -> dict:
