@@ -187,6 +187,8 @@ def choices(ev: StepEvaluator, qual: str, args: Optional[dict] = None, assumed: 
         if len(out) >= MAX_CHOICES:
             break
     out.sort(key=lambda c: sum(1 for a in c.assumptions if a[1]))
+    if len({c.qual or c.name for c in out}) == 1 and len(out) > 1:
+        out = [Choice(out[0].qual, out[0].name, (), out[0].hops, out[0].constructs)]  # every way gives the same function
     return out
 
 

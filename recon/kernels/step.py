@@ -32,7 +32,7 @@ from ..runtime.serverargs import _arch_guard, _called, hook_modules, load_schema
 from ..runtime.values import EnumVal, Instance, LayerObj, plain
 from ..runtime.writes import writes_in_module
 from .dispatch import StepEvaluator, choices, resolve_held
-from .world import StepWorld
+from .world import Reads, StepWorld
 
 ATTN_FIELDS = ("attention_backend", "decode_attention_backend", "prefill_attention_backend")
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
@@ -59,6 +59,7 @@ class Step:
         self.ctx, self.tree, self.G = ctx, ctx.tree, ctx.tree.graph
         self.flags, self.env = dict(flags or {}), dict(env or {})
         self.world = StepWorld(ctx.tree, ctx.model, env)
+        self.world.notes = Reads()
         gm = _model(ctx)
         self.world.shared_asts = gm._module_ast
         self.world.schema = load_schema(self.world)
@@ -187,8 +188,8 @@ _NOT_OPS = ("/utils/compile/", "compile_utils.py", "/autotuner")
 def _is_op(lf) -> bool:
     if any(x in lf.path for x in _NOT_OPS):
         return False
-    if lf.kind == "library" and any(x in lf.name for x in ("compile_mode", "autotune", "json.")):
-        return False
+    if lf.kind == "library" and (any(x in lf.name for x in ("compile_mode", "autotune", "json.")) or "." not in lf.name):
+        return False  # compile machinery, or a value recon could not tie to a library
     return True
 
 
@@ -397,14 +398,21 @@ def simple_layers(step: Step, mcls: Optional[str]) -> list[dict]:
     out = []
     built = constructed_classes(step, mcls) if mcls else []
     for kind, where in _LAYER_MODULES:
-        for q in built:
-            if where in step.G.nodes[q].get("path", ""):
-                inst = Instance(q)
-                got = step.walk(inst, "forward")
-                out.append({"kind": kind, "class": q, **got})
+        # one class a kind: the most basic one the model builds there (ParallelLMHead, a
+        # VocabParallelEmbedding whose weight the logits processor multiplies, is not the embedding)
+        cands = sorted((q for q in built if where in step.G.nodes[q].get("path", "")), key=lambda q: (len(step.world.mro(q)), q))
+        if cands:
+            inst = Instance(cands[0])
+            try:
+                out.append({"kind": kind, "class": cands[0], **step.walk(inst, "forward")})
+            except RecursionError:
+                out.append({"kind": kind, "class": cands[0], "leaves": [], "note": "recon ran out of depth following this layer's code"})
     sampler = step.classes("Sampler", "layers/sampler.py")
     if sampler:
-        out.append({"kind": "sampling", "class": sampler[0], **step.walk(Instance(sampler[0]), "forward")})
+        try:
+            out.append({"kind": "sampling", "class": sampler[0], **step.walk(Instance(sampler[0]), "forward")})
+        except RecursionError:
+            out.append({"kind": "sampling", "class": sampler[0], "leaves": [], "note": "recon ran out of depth following this layer's code"})
     return out
 
 

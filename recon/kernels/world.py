@@ -47,3 +47,19 @@ class StepWorld(World):
                 out.append(w)
         self._class_writes[key] = out
         return out
+
+
+class Reads(dict):
+    """``World.notes`` that also remembers which names were read since :meth:`mark`."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.since: set = set()
+
+    def __setitem__(self, key, value):
+        self.since.add(key)
+        super().__setitem__(key, value)
+
+    def mark(self) -> set:
+        got, self.since = self.since, set()
+        return got
