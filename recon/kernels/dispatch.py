@@ -57,7 +57,33 @@ class StepEvaluator(Evaluator):
             got = self.startup_global(mod, dotted, depth)
             if got is not NotImplemented:
                 return got
+        elif dotted.count(".") == 1 and not call:
+            # `deep_gemm_wrapper.ENABLE_JIT_DEEPGEMM`: a flag another module binds once at import
+            head, name = dotted.split(".")
+            target = self.model.resolve(mod, scope, head)
+            if target and self.model.G.nodes.get(target, {}).get("kind") == "module":
+                flag = self._flag_through(target, name, 3)
+                if flag is not None:
+                    fmod, expr = flag
+                    key = (fmod, name)
+                    if key not in self.flag_memo:
+                        self.flag_memo[key] = UNKNOWN  # recursion guard
+                        self.flag_memo[key] = self.eval(expr, {}, fmod, "", depth + 1) if depth < self.depth_limit else UNKNOWN
+                    return self.flag_memo[key]
         return super()._name(dotted, mod, scope, depth, call)
+
+    def _flag_through(self, module: str, name: str, hops: int):
+        """A module flag of ``module``, also through its ``from .x import *`` re-exports."""
+        flag = self.model.module_flag(module, name)
+        if flag is not None or hops <= 0:
+            return flag
+        facts = self.model._facts(module)
+        for imp in facts.imports if facts is not None else ():
+            if imp.name == "*" and imp.module != module:
+                got = self._flag_through(imp.module, name, hops - 1)
+                if got is not None:
+                    return got
+        return None
 
     def startup_global(self, mod: str, name: str, depth: int = 0):
         key = (mod, name)
