@@ -118,6 +118,23 @@ class StepEvaluator(Evaluator):
         self._globals[key] = found
         return found
 
+    # --- ServerArgs methods ----------------------------------------------------------------------
+    def _call_known(self, node, env, mod, scope, depth):
+        got = super()._call_known(node, env, mod, scope, depth)
+        f = node.func
+        if got is NotImplemented and isinstance(f, ast.Attribute) and self.world.schema is not None:
+            recv = self._receiver(f.value, env, mod, scope, depth)
+            if isinstance(recv, ServerArgsObj):
+                # `self.is_attention_backend_not_set()`: ServerArgs's own method, on the resolved state
+                sch = self.world.schema
+                cls = sch.class_qual if "." in sch.class_qual and sch.class_qual.startswith(sch.module) else f"{sch.module}.{sch.class_qual}"
+                meth = self.world.method(cls, f.attr)
+                if meth:
+                    args = [_plainval(self._eval(a, env, mod, scope, depth)) for a in node.args if not isinstance(a, ast.Starred)]
+                    kwargs = {k.arg: _plainval(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords if k.arg}
+                    return self.call_method(meth, recv, args, kwargs, depth + 1)
+        return got
+
     # --- configuration bags ----------------------------------------------------------------------
     def _attribute_raw(self, node, env, mod, scope, depth):
         got = super()._attribute_raw(node, env, mod, scope, depth)
@@ -137,6 +154,10 @@ class StepEvaluator(Evaluator):
             return False
         return any(isinstance(n, ast.Return) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
                    and n.value.func.attr == "config_bag" for n in ast.walk(fn))
+
+
+def _plainval(v):
+    return UNKNOWN if isinstance(v, _Ref) else v
 
 
 def _fn_path(ev, qual):

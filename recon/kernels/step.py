@@ -242,8 +242,10 @@ def attention_backend(step: Step, mode: str = "DECODE") -> dict:
             und = [(ast.unparse(t)[:160], want) for v, t, want in tests if v is UNKNOWN]
             rec = {"value": value, "field": wr.key, "source": f"{path}:{wr.line}", "path": path, "line": wr.line,
                    "test": " and ".join(("" if want else "not ") + f"({ast.unparse(t)[:120]})" for _, t, want in tests),
-                   "specific": specific, "undecided": und}
-            (maybe if und else fired).append(rec)
+                   "specific": specific, "undecided": und,
+                   "assumed": [{"test": t, "holds": want, "path": path, "line": wr.line} for t, want in und]}
+            # the runtime view's primary rule: an undecided test is taken as false
+            (maybe if any(want for _, want in und) else fired).append(rec)
     fired.sort(key=lambda r: (not r["specific"], order.index(r["field"])))
     if fired:
         best = dict(fired[0])
@@ -253,6 +255,7 @@ def attention_backend(step: Step, mode: str = "DECODE") -> dict:
         f = w.schema.fields.get("attention_backend")
         best = {"value": f.default if f else None, "field": "attention_backend", "source": "default",
                 "path": f.path if f else None, "line": f.line if f else None, "test": "", "policy": "no write fires"}
+    best["assumed"] = best.get("assumed", [])
     best["others"] = [{"value": r["value"], "at": r["source"], "when": "; ".join(("" if h else "not ") + t for t, h in r["undecided"])}
                       for r in maybe if r["value"] != best["value"]][:4]
     best.pop("undecided", None)
@@ -261,7 +264,7 @@ def attention_backend(step: Step, mode: str = "DECODE") -> dict:
 
 def attention(step: Step, mode: str = "DECODE") -> dict:
     name = attention_backend(step, mode)
-    out = {"kind": "attention", "backend_name": name, "gates": []}
+    out = {"kind": "attention", "backend_name": name, "gates": list(name.get("assumed", []))}
     if not name.get("value"):
         out["note"] = "the attention backend is not settled statically (no write fires for this configuration)"
         return out
@@ -277,7 +280,7 @@ def attention(step: Step, mode: str = "DECODE") -> dict:
         return out
     prim = cs[0]
     out["backend_class"] = prim.qual
-    out["gates"] = [_assume(a) for a in prim.assumptions]
+    out["gates"] += [_assume(a) for a in prim.assumptions]
     out["class_returned_at"] = [{"what": h[0], "path": h[1], "line": h[2]} for h in prim.hops]
     out["other_classes"] = [{"class": c.qual, "assumptions": [_assume(a) for a in c.assumptions]} for c in cs[1:4]]
     inst = Instance(prim.qual)
@@ -332,7 +335,18 @@ def dense(step: Step) -> dict:
             env[params[1]] = LayerObj(lin[0], frozenset(w.mro(lin[0])))
         mod, scope = step.ev.model.module_scope(gqm)
         outs = step.ev.explore(fn.body, env, mod, scope, w.path_of(gqm))
-        outs = sorted((o for o in outs if isinstance(o.value, Instance) and not o.raises), key=lambda o: sum(1 for a in o.assumptions if a[1]))
+        ranked = sorted((o for o in outs if not o.raises), key=lambda o: sum(1 for a in o.assumptions if a[1]))
+        if ranked and ranked[0].value is None:
+            # no method for a linear layer of this checkpoint: SGLang builds LinearBase with none only
+            # for layers the checkpoint leaves unquantized (its ignored layers): said, not hidden
+            out["note"] = (f"{_short(gqm)} returns None for a LinearBase layer of this checkpoint "
+                           f"[{w.path_of(gqm)}:{ranked[0].line}]: its dense layers are the ones it leaves unquantized")
+            un = step.classes("UnquantizedLinearMethod")
+            if un:
+                out["method"] = un[0]
+                out.update(step.walk(Instance(un[0]), "apply"))
+            return out
+        outs = [o for o in ranked if isinstance(o.value, Instance)]
         if not outs:
             out["note"] = f"{_short(gqm)} returns no linear method recon can follow for a LinearBase layer"
             return out

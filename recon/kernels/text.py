@@ -70,7 +70,7 @@ def _ops_lines(lay: dict, width: int = 96) -> list[str]:
         out.append("runs: no kernel or library op recon can name (torch ops, or the path is not followed)" if lay["kind"] != "communication" else "")
         return [x for x in out if x]
     for o in ops:
-        out.append(f"runs {o['kind']}: {_short(o['name'])}  [{_at(o['path'], o['line'])}]")
+        out.append(f"runs {o['kind']}: {o['name'] if o['kind'] == 'library' else _short(o['name'])}  [{_at(o['path'], o['line'])}]")
         if o.get("when"):
             out.append("    assuming " + "; ".join(w[:100] for w in o["when"] if not w.startswith("not ") or True)[:300])
         for h in o.get("via", []):
