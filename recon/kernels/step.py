@@ -199,7 +199,7 @@ def _leaf(step: Step, lf) -> dict:
             "defined_at": f"{d['path']}:{d.get('line')}" if d.get("path") else None,
             "when": [t if h else (f"not ({t})" if " " in t else f"not {t}") for t, h in lf.when],
             "via": [{"what": h.what.replace(", registered for ('returned by ", ", returned by ").replace("',)", ""),
-                     "path": h.path, "line": h.line} for h in lf.via]}
+                     "path": h.path, "line": h.line, "node": h.node} for h in lf.via]}
 
 
 def _dispatch_dict(d: dict) -> dict:
