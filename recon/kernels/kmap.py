@@ -234,5 +234,7 @@ def diff_maps(a: dict, b: dict) -> list[dict]:
         if sa and sb:
             row["ops_removed"] = sorted(set(sa["ops"]) - set(sb["ops"]))
             row["ops_added"] = sorted(set(sb["ops"]) - set(sa["ops"]))
+            # a side with no op named is a path recon did not follow to the end, not "no kernel"
+            row["unnamed"] = [side for side, sig in (("before", sa), ("after", sb)) if not sig["ops"]]
         out.append(row)
     return out
