@@ -119,6 +119,16 @@ class StepWalker(PathWalker):
         super().__init__(world, ev, instance)
         self.entered: dict = {}
 
+    def _locals_at(self, fn, line, env, mod, scope, wanted):
+        # the runtime view's local filling recurses without a bound on a self-referencing local
+        # (`x = f(x)`, each level with a fresh `seen`): a bound here keeps the walk finite
+        self._depth_locals = getattr(self, "_depth_locals", 0) + 1
+        try:
+            if self._depth_locals <= 32:
+                super()._locals_at(fn, line, env, mod, scope, wanted)
+        finally:
+            self._depth_locals -= 1
+
     def walk(self, qual, selfval, via, when, depth, args=None):
         primary = all(not h for _, h in when)
         if qual not in self.entered or (primary and not all(not h for _, h in self.entered[qual][1])):
@@ -126,7 +136,7 @@ class StepWalker(PathWalker):
         return super().walk(qual, selfval, via, when, depth, args)
 
     def launched_locals(self) -> None:
-        from ..runtime.moe import Hop, Leaf
+        from ..runtime.moe import Hop
         for qual, (via, when) in list(self.entered.items()):
             fn = self.ev.model.function_ast(qual)
             path = self.world.path_of(qual)
@@ -238,7 +248,8 @@ def attention_backend(step: Step, mode: str = "DECODE") -> dict:
             value = step.ev.eval(wr.value, env, wr.module, wr.scope)
             if not isinstance(value, str):
                 continue
-            specific = g is True or any("arch" in ast.unparse(t) or "model_type" in ast.unparse(t) for _, t, _ in tests)
+            specific = g is True or any("arch" in ast.unparse(t) or "model_type" in ast.unparse(t) for _, t, _ in tests) \
+                or _called_for_model(step, wr, archs)
             und = [(ast.unparse(t)[:160], want) for v, t, want in tests if v is UNKNOWN]
             rec = {"value": value, "field": wr.key, "source": f"{path}:{wr.line}", "path": path, "line": wr.line,
                    "test": " and ".join(("" if want else "not ") + f"({ast.unparse(t)[:120]})" for _, t, want in tests),
@@ -260,6 +271,29 @@ def attention_backend(step: Step, mode: str = "DECODE") -> dict:
                       for r in maybe if r["value"] != best["value"]][:4]
     best.pop("undecided", None)
     return best
+
+
+def _called_for_model(step: Step, wr, archs: list) -> bool:
+    """The write's function is called only under a test naming the model's architecture
+    (``elif model_arch in ["DeepseekV4ForCausalLM"]: apply_deepseek_v4_defaults(self, model_arch)``)."""
+    if not wr.scope or not archs:
+        return False
+    from ..checks.handoffs import _guarded_calls
+    qual = f"{wr.module}.{wr.scope}"
+    sites = [(u, d.get("line")) for u, _, d in step.G.in_edges(qual, data=True) if d.get("kind") == "calls"]
+    if not sites:
+        return False
+    for caller, line in sites:
+        fn = step.ev.model.function_ast(caller)
+        if fn is None:
+            return False
+        hit = False
+        for call, guards in _guarded_calls(fn):
+            if call.lineno <= (line or 0) <= getattr(call, "end_lineno", call.lineno):
+                hit = any(want and any(a in ast.unparse(t) for a in archs) for t, want in guards)
+        if not hit:
+            return False
+    return True
 
 
 def attention(step: Step, mode: str = "DECODE") -> dict:
