@@ -476,6 +476,15 @@ def communication(step: Step) -> dict:
                 and "/srt/" in dd.get("path", ""))
     if ar:
         dd = step.G.nodes[ar[0]]
-        out["leaves"] = [{"kind": "collective", "name": ar[0], "path": dd["path"], "line": dd.get("line"), "primary": True, "when": [], "via": []}]
-    out["note"] = f"tp_size {tp}: an all-reduce after each attention output projection and each MLP/MoE block"
+        w = StepWalker(step.world, step.ev, None)
+        try:
+            w.walk(ar[0], None, [], (), 0)
+            w.launched_locals()
+        except RecursionError:
+            pass
+        out["entry"] = ar[0]
+        out["leaves"] = [_leaf(step, lf) for lf in w.leaves if _is_op(lf)] or [
+            {"kind": "collective", "name": ar[0], "path": dd["path"], "line": dd.get("line"), "primary": True, "when": [], "via": []}]
+    out["note"] = (f"tp_size {tp}: launches assume the usual placement, an all-reduce after attention's output projection "
+                   "and after the MLP/MoE of each layer (not read from this model's code)")
     return out

@@ -59,7 +59,7 @@ def _head(lay: dict) -> list[str]:
             out.append(f"  or {_short(a.get('method'))} if " + "; ".join(x["test"][:90] for x in a["assumptions"]))
         return out
     if k == "communication":
-        return [lay.get("note", "")]
+        return [f"tp_size {lay.get('tp_size')}"]
     return [f"class {_short(lay.get('class'))}" + (f" -> {_short(lay['entry'])}" if lay.get("entry") else "")]
 
 
