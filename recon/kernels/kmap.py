@@ -217,6 +217,10 @@ def _sig(lay: dict) -> dict:
         "class": _short(lay.get("backend_class") or lay.get("method") or lay.get("class")),
         "ops": sorted({_short(o["name"]) if "/" not in o["name"] else o["name"] for o in lay.get("ops", [])}),
         "launches": lay.get("per_step", {}).get("launches"),
+        # what the method was built with (MXFP8 activations or not) and what its dispatchers return
+        "settings": sorted([f"self.{c['attr']} = {c['value']}" for c in lay.get("construction", []) or []]
+                           + [f"self.{a} = {_short(next((c['function'] for c in d['choices'] if c['primary']), None))}"
+                              for a, d in sorted((lay.get("dispatchers") or {}).items()) if any(c["primary"] for c in d["choices"])]),
     }
 
 

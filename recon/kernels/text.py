@@ -165,6 +165,10 @@ def render_diff(a: dict, b: dict, rows: list[dict]) -> str:
         for key in ("backend", "class"):
             if x.get(key) != y.get(key):
                 out.append(f"  {key}: {x.get(key)} -> {y.get(key)}")
+        for st in sorted(set(x.get("settings", [])) - set(y.get("settings", []))):
+            out.append(f"  - {st}")
+        for st in sorted(set(y.get("settings", [])) - set(x.get("settings", []))):
+            out.append(f"  + {st}")
         for side in r.get("unnamed", []):
             out.append(f"  {side}: no kernel or library op recon can name on this path (torch ops, or not followed)")
         for o in r.get("ops_removed", []):
