@@ -149,3 +149,12 @@ def test_cli_kernels_env_warning_and_bad_pair():
     assert "declares no environment variable RECON_TEST_NOT_DECLARED" in ok.output
     data = json.loads(ok.stdout[ok.stdout.index("{"):])
     assert {lay["kind"] for lay in data["layers"]} >= {"attention", "dense_gemm", "moe"}
+
+
+def test_diff_between_devices_names_the_activation_format(new_rtx, tree_new):
+    rows = {r["kind"]: r for r in diff_maps(new_rtx, _map(tree_new, "h200"))}
+    # the same MoE method on both, built with MXFP8 activations on sm_120 only
+    assert rows["moe"]["before"]["class"] == rows["moe"]["after"]["class"] == "Mxfp4FlashinferCutlassMoEMethod"
+    assert "self._use_mxfp8_act_scaling = True" in rows["moe"]["before"]["settings"]
+    assert "self._use_mxfp8_act_scaling = False" in rows["moe"]["after"]["settings"]
+    assert "self.w8a8_block_fp8_linear = deepgemm_w8a8_block_fp8_linear_with_fallback" in rows["dense_gemm"]["after"]["settings"]
