@@ -605,6 +605,66 @@ def runtime(
         _lines(render_text(view).rstrip("\n").split("\n"))
 
 
+class KernelsFmt(str, Enum):
+    text = "text"
+    json = "json"
+    md = "md"
+
+
+@app.command()
+def kernels(
+    path: Optional[Path] = PathOpt,
+    rev: Optional[str] = RevOpt,
+    sglang: Optional[str] = VersionOpt,
+    device: Optional[str] = DeviceOpt,
+    model: Optional[str] = ModelOpt,
+    server_args: Optional[str] = ServerArgsOpt,
+    env: Optional[list[str]] = EnvOpt,
+    fmt: KernelsFmt = typer.Option(KernelsFmt.text, "--format", help="text to read, md (Markdown), json for scripts."),
+    prefill_m: Optional[int] = typer.Option(None, "--prefill-m", metavar="M", min=1, help="Also map prefill at M tokens (attention in extend mode, roofline at M)."),
+    diff: Optional[str] = typer.Option(None, "--diff", metavar="VERSION", help="Compare with the map of another released SGLang version (same device, model, flags): what changes per layer."),
+    diff_device: Optional[str] = typer.Option(None, "--diff-device", metavar="GPU", help="Compare with the map on another device (same tree, model, flags)."),
+    diff_server_args: Optional[str] = typer.Option(None, "--diff-server-args", metavar="FLAGS", help="Compare with the map under other server flags (same tree, device, model)."),
+) -> None:
+    """Every layer kind's kernel for one decode step on a device, for a model and server flags: the code path that runs (file:line per hop), the gates, flags and environment defaults that chose it, CUDA-graph capture, launches per step and the roofline floor."""
+    from .checks import CheckContext
+    from .kernels.kmap import diff_maps, map_for
+    from .kernels.text import render_diff, render_md, render_text
+    from .profiles import load_device, load_model
+
+    try:
+        dev = load_device(device)
+        mdl = load_model(model)
+        tree = load_target(path, rev, sglang, quiet=fmt == KernelsFmt.json)
+        flags, envs = _flags(tree, server_args, env)
+        from .progress import phase
+        with phase("kernel map"):
+            kmap = map_for(CheckContext(tree, dev, mdl, server_flags=flags, env=envs), prefill_m)
+        other = None
+        if diff or diff_device or diff_server_args:
+            tree2 = load_target(None, None, diff, quiet=fmt == KernelsFmt.json) if diff else tree
+            dev2 = load_device(diff_device) if diff_device else dev
+            flags2 = _flags(tree2, diff_server_args if diff_server_args is not None else server_args, env)[0]
+            with phase("kernel map (other)"):
+                other = map_for(CheckContext(tree2, dev2, mdl, server_flags=flags2, env=envs), prefill_m)
+    except ReconError as e:
+        _fail(e)
+    if other is not None:
+        rows = diff_maps(kmap, other)
+        if fmt == KernelsFmt.json:
+            _print_json({"before": {"target": kmap["target"], "device": kmap["device"], "flags": kmap["flags"]},
+                         "after": {"target": other["target"], "device": other["device"], "flags": other["flags"]}, "changes": rows})
+        else:
+            _lines(render_diff(kmap, other, rows).rstrip("\n").split("\n"))
+        return
+    if fmt == KernelsFmt.json:
+        _print_json(kmap)
+    elif fmt == KernelsFmt.md:
+        sys.stdout.write(render_md(kmap))
+    else:
+        _lines(render_text(kmap).rstrip("\n").split("\n"))
+
+
 def main() -> None:
     """Console entry: run the app, then leave without tearing down the large graph object by object
     (freeing hundreds of MB of small objects costs longer than the query that built them).

@@ -23,9 +23,9 @@ def test_template_render_and_parse():
     assert tc.literal_value(FP8, "dtype") == "fp8_w8a8"
 
 
-def _scan(tree, device, model):
+def _scan(tree, device, model, flags=None):
     rule = get_rule("missing-device-config")
-    res = run_rules(tree, load_device(device), load_model(model), [rule])
+    res = run_rules(tree, load_device(device), load_model(model), [rule], server_flags=flags)
     assert not res.errors
     return res.findings
 
@@ -40,13 +40,22 @@ def _check_lines(tree, f):
         assert "BLOCK_SIZE_M" in tree.lines(rest[0].path)[rest[0].line - 1]
 
 
+def test_fp8_block_configs_not_raised_where_another_backend_runs(tree_new):
+    # 0.5.23 on sm_120: start-up sets the FP8 GEMM backend to CUTLASS, whose JIT GEMM reads no
+    # Triton config for these shapes (recon kernels' map says what runs)
+    found = _scan(tree_new, "rtx-pro-6000-server", "dsv4-flash")
+    assert not [f for f in found if f.data["kind"] == "gemm"], [f.message for f in found]
+
+
 @pytest.mark.parametrize("which", ["tree_0513", "tree_new"])
 def test_fp8_block_configs_missing_for_rtx_pro(which, request):
     tree = request.getfixturevalue(which)
-    found = _scan(tree, "rtx-pro-6000-server", "dsv4-flash")
+    # on the newest release the Triton GEMM runs only when asked for (--fp8-gemm-backend triton)
+    found = _scan(tree, "rtx-pro-6000-server", "dsv4-flash", None if which == "tree_0513" else {"fp8_gemm_runner_backend": "triton"})
     gemm = [f for f in found if f.data["kind"] == "gemm"]
     assert len(gemm) == 1, [f.message for f in found]
     f = gemm[0]
+    assert f.data["runs"]["backend"] == "triton_w8a8_block_fp8_linear" and f.message.startswith("Dense FP8 GEMMs run triton_w8a8_block_fp8_linear")
     _check_lines(tree, f)
     d = f.data
     assert d["template_at"].endswith(f"fp8_kernel.py:{f.evidence[0].line}")
@@ -65,7 +74,10 @@ def test_fp8_block_configs_missing_for_rtx_pro(which, request):
 @pytest.mark.parametrize("which", ["tree_0513", "tree_new"])
 def test_h200_has_some_shapes(which, request):
     tree = request.getfixturevalue(which)
-    found = _scan(tree, "h200", "dsv3")
+    # DeepGEMM runs the dense FP8 GEMMs on the H200 by default: the Triton configs are read with
+    # --fp8-gemm-backend triton
+    assert not [f for f in _scan(tree, "h200", "dsv3") if f.data["kind"] == "gemm"]
+    found = _scan(tree, "h200", "dsv3", {"fp8_gemm_runner_backend": "triton"})
     gemm = next(f for f in found if f.data["kind"] == "gemm")
     d = gemm.data
     assert d["present"] and d["missing"]  # H200 has tuned files for some DeepSeek-V3 shapes, not all

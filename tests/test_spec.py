@@ -168,7 +168,8 @@ def test_h200_differs(seed, h200):
     marlin = [b for b in ctx["moe_path"]["backends"] if b["attribute"] == "_dsv4_mxfp4_backend"]
     assert marlin and marlin[0]["value"] == "marlin"
     files = lambda c: {m["file"] for d in c["dense_fp8"] for m in d["missing"]}  # noqa: E731
-    assert files(ctx) != files(pro) and all("NVIDIA_H200" in f for f in files(ctx))
+    # the H200 runs the dense FP8 GEMMs on DeepGEMM: the Triton block-GEMM configs are not read there
+    assert files(pro) and not files(ctx)
     assert ctx["summary"]["batch1"]["floor_ms"] < pro["summary"]["batch1"]["floor_ms"]  # more bandwidth
     assert "_mxfp4_slot_gemv_kernel" not in md.split("## 3.")[0].split("## 2.")[1].split("### Weight")[0]
 

@@ -226,6 +226,7 @@ class MissingConfigData:
     tuning_script: Optional[str]
     tuning_script_in_tree: bool
     commands: list
+    runs: Optional[dict] = None  # what the step's dense GEMMs run (recon kernels' map), when it says
 
 @dataclass(frozen=True)
 class MissingConfigParams:
@@ -233,6 +234,24 @@ class MissingConfigParams:
     moe_triton_quants: list[str] = ("bf16", "fp16", "fp8", "int8")  # expert formats the Triton fused MoE runs with tuned configs
     default_key: str = "BLOCK_SIZE_M"  # a key of the config used when no file matches
     tuning: Optional[dict] = None  # {kind: {script, command[, repo]}}: how to make the missing files
+
+
+def _dense_step(ctx, lookups: list[str]) -> Optional[dict]:
+    """What the step's dense FP8 GEMMs run (``recon kernels``' map) and whether the config reader
+    ``lookups`` is on that path; None when the map has no dense layer to say."""
+    try:
+        from ..kernels.kmap import map_for
+        lay = next((x for x in map_for(ctx)["layers"] if x["kind"] == "dense_gemm"), None)
+    except Exception:  # noqa: BLE001 - the finding stands on its own without the map
+        return None
+    if not lay or not lay.get("ops"):
+        return None
+    nodes = {h.get("node") for o in lay["ops"] for h in o.get("via", [])}
+    chosen = [c for d in (lay.get("dispatchers") or {}).values() for c in d["choices"] if c["primary"]
+              and any(c["function"] == h.get("node") for o in lay["ops"] for h in o.get("via", []))]
+    backend = chosen[0]["function"].rsplit(".", 1)[-1] if chosen else (lay.get("method") or "").rsplit(".", 1)[-1]
+    return {"on_step": bool(nodes & set(lookups)), "backend": backend,
+            "ops": sorted({o["name"].rsplit(".", 1)[-1] if "(" not in o["name"] else o["name"].split(" ")[0] for o in lay["ops"]})}
 
 
 @check("missing_device_config", params=MissingConfigParams, payload=(MissingConfigData,))
@@ -284,6 +303,9 @@ def missing_device_config(ctx, rule) -> list[Finding]:
                 missing.append({**s, "file": name})
         if not missing:
             continue
+        runs = _dense_step(ctx, lookups) if kind == "gemm" and "block_n" in common else None
+        if runs is not None and not runs["on_step"]:
+            continue  # the dense GEMMs run another backend here: these configs are not read
         env = {"M": 1, "configs": None, "block_size": [common.get("block_n"), common.get("block_k")] if "block_n" in common else None,
                "block_shape": common.get("block_shape") or ([common["block_n"], common["block_k"]] if "block_n" in common else None),
                "block_n": common.get("block_n"), "block_k": common.get("block_k"), "dtype": common.get("dtype"),
@@ -300,7 +322,8 @@ def missing_device_config(ctx, rule) -> list[Finding]:
         shape_txt = ", ".join(("E={E},N={N}" if kind == "moe" else "N={N},K={K}").format(**m) for m in missing)
         own = devices.get(device.config_name, 0)
         invalid = [m["file"] for m in missing if m.get("invalid")]
-        msg = (f"No tuned {label} config for {device.name} at {len(missing)} of {len(shapes)} {model.name} shape(s) ({shape_txt}); "
+        msg = (f"Dense FP8 GEMMs run {runs['backend']} ({', '.join(runs['ops'])}); " if runs else "") + (
+               f"No tuned {label} config for {device.name} at {len(missing)} of {len(shapes)} {model.name} shape(s) ({shape_txt}); "
                + (f"{len(invalid)} of them present but invalid JSON ({', '.join(invalid)}); " if invalid else "")
                + f"{len(mine)} files in {folder} cover {len(devices)} devices")
         msg += f", {own} of them for this device" if own else ", none for this device"
@@ -330,6 +353,7 @@ def missing_device_config(ctx, rule) -> list[Finding]:
             "tuning_script": tuning.get("where"),
             "tuning_script_in_tree": tuning.get("in_tree", False),
             "commands": commands,
+            "runs": runs,
         }
         out.append(Finding(rule.id, msg, rule.severity, ev, data))
     return out

@@ -67,6 +67,7 @@ class CudaCoreReductionData:
     loop_lines: list
     tiles: dict  # {configs, ranges, autotune_line, configs_source}
     shape: dict  # {accumulator, ..., one_row_per_program}
+    step: Optional[dict] = None  # whether the kernel is on the mapped decode step (recon kernels)
 
 
 @dataclass
@@ -119,6 +120,9 @@ def triton_cuda_core_reduction(ctx: CheckContext, rule) -> list[Finding]:
             if shape["one_row_per_program"]:
                 pid = shape["single_row_program_ids"][0]
                 msg += f"; one row per program: accumulator `{shape['accumulator']}` is 1-D [{', '.join(shape['accumulator_shape'])}] and program_id({pid['axis']}) (`{pid['name']}`) picks a single row"
+            from ..kernels.annotate import on_step, suffix
+            step = on_step(ctx, node)
+            msg += suffix(step)
             findings.append(
                 Finding(
                     rule.id,
@@ -135,6 +139,7 @@ def triton_cuda_core_reduction(ctx: CheckContext, rule) -> list[Finding]:
                         "loop_lines": loops,
                         "tiles": tiles,
                         "shape": shape,
+                        "step": step,
                     },
                 )
             )

@@ -198,6 +198,7 @@ class LowOccupancyData:
     low_up_to_batch: int
     min_warps_per_sm: float
     bindings: str
+    step: Optional[dict] = None  # whether the kernel is on the mapped decode step (recon kernels)
 
 
 @dataclass
@@ -279,6 +280,9 @@ def low_occupancy_launch(ctx: CheckContext, rule) -> list[Finding]:
             ev.append(Evidence(r["kernel_path"], r["kernel_loops"][0][0], None, "each program runs this loop serially", ctx.snippet(r["kernel_path"], r["kernel_loops"][0][0])))
         data = {k: r[k] for k in ("kernel_name", "kernel", "caller", "grid_source", "grid_expr", "configs", "symbols", "assumptions", "unresolved")}
         data.update(sm_count=sms, per_batch=r["rows"], low_up_to_batch=upto, min_warps_per_sm=min_warps, bindings=binds)
+        from ..kernels.annotate import on_step, suffix
+        data["step"] = on_step(ctx, r["kernel"]) if r.get("kernel") else None
+        msg += suffix(data["step"])
         findings.append(Finding(rule.id, msg, rule.severity, ev, data))
     return findings
 

@@ -449,7 +449,8 @@ class PathWalker:
                     continue
                 if isinstance(held, FuncRef):
                     reg = Hop(f"{name} is {held.qual.rsplit('.', 1)[-1]}, registered for {held.keys!r}", held.site[0], held.site[1], held.qual)
-                    self.walk(held.qual, None, via + [hop, reg], cwhen, depth + 1, self._bind(held.qual, call, env, mod, scope, False))
+                    own = held.qual.rsplit(".", 1)[0] in self.world.mro(selfval.cls)  # the object's own method
+                    self.walk(held.qual, selfval if own else None, via + [hop, reg], cwhen, depth + 1, self._bind(held.qual, call, env, mod, scope, own))
                     continue
             # a held object's method: self.runner.run(...)
             if name.startswith("self.") and name.count(".") >= 2 and isinstance(selfval, Instance):

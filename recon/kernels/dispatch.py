@@ -1,0 +1,314 @@
+"""Dispatchers: functions that choose which function runs, evaluated for one configuration.
+
+SGLang picks many kernels by calling a function that returns a function
+(``self.w8a8_block_fp8_linear = dispatch_w8a8_block_fp8_linear()``), which reads module state a
+start-up function set from the server arguments (``global FP8_GEMM_RUNNER_BACKEND`` in
+``initialize_fp8_gemm_config``). Two additions to the runtime view's evaluator follow that:
+
+- a module global that a function declares ``global`` and assigns is evaluated by exploring that
+  function with the resolved server arguments, and read back where the global is read;
+- a resolved configuration bag (a function returning ``<ctx>.config_bag(...)``, SGLang's snapshot
+  of the resolved server arguments) answers a ServerArgs field by its resolved value.
+
+:func:`choices` explores a dispatcher and returns every function it can hand back, each with the
+undecided tests that lead there, following returned calls into further dispatchers.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..runtime.interp import UNKNOWN, _dotted, _Ref
+from ..runtime.evaluator import Evaluator
+from ..runtime.values import MISSING, ClassRef, FuncRef, Instance, ServerArgsObj
+
+MAX_CHOICES = 12
+
+
+@dataclass
+class Choice:
+    """One function a dispatcher can return."""
+
+    qual: Optional[str]  # the in-tree function, or None (an outside callable: ``name``)
+    name: str
+    assumptions: tuple = ()  # ((test, holds, path, line), ...)
+    hops: list = field(default_factory=list)  # [(what, path, line)] dispatcher returns on the way
+    constructs: bool = False  # qual is a class the function builds and returns (a factory)
+
+    @property
+    def primary(self) -> bool:
+        return all(not a[1] for a in self.assumptions)
+
+
+class StepEvaluator(Evaluator):
+    """The runtime view's evaluator, also reading start-up globals and configuration bags."""
+
+    def __init__(self, world, dev, gate_model):
+        super().__init__(world, dev, gate_model)
+        self._globals: dict = {}
+        self.global_sites: dict = {}  # (module, name) -> (value, path, line, function, assumptions)
+
+    # --- globals set at start-up -----------------------------------------------------------------
+    def _name(self, dotted, mod, scope, depth, call=False):
+        if "." not in dotted:
+            got = self.startup_global(mod, dotted, depth)
+            if got is not NotImplemented:
+                return got
+        elif dotted.count(".") == 1 and not call:
+            # `deep_gemm_wrapper.ENABLE_JIT_DEEPGEMM`: a flag another module binds once at import
+            head, name = dotted.split(".")
+            target = self.model.resolve(mod, scope, head)
+            if target and self.model.G.nodes.get(target, {}).get("kind") == "module":
+                flag = self._flag_through(target, name, 3)
+                if flag is not None:
+                    fmod, expr = flag
+                    key = (fmod, name)
+                    if key not in self.flag_memo:
+                        self.flag_memo[key] = UNKNOWN  # recursion guard
+                        self.flag_memo[key] = self.eval(expr, {}, fmod, "", depth + 1) if depth < self.depth_limit else UNKNOWN
+                    return self.flag_memo[key]
+        return super()._name(dotted, mod, scope, depth, call)
+
+    def _flag_through(self, module: str, name: str, hops: int):
+        """A module flag of ``module``, also through its ``from .x import *`` re-exports."""
+        flag = self.model.module_flag(module, name)
+        if flag is not None or hops <= 0:
+            return flag
+        facts = self.model._facts(module)
+        for imp in facts.imports if facts is not None else ():
+            if imp.name == "*" and imp.module != module:
+                got = self._flag_through(imp.module, name, hops - 1)
+                if got is not None:
+                    return got
+        return None
+
+    def startup_global(self, mod: str, name: str, depth: int = 0):
+        key = (mod, name)
+        if key in self._globals:
+            return self._globals[key]
+        self._globals[key] = NotImplemented  # recursion guard
+        path = self.world.G.nodes.get(mod, {}).get("path")
+        tree = self.world.module_ast(path) if path else None
+        found = NotImplemented
+        for fn in tree.body if tree is not None else ():
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if not any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(fn)):
+                continue
+            stores = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+            if not stores:
+                continue
+            # the getter (`if X is None: X = DEFAULT; return X`) is not where X is settled
+            if isinstance(fn.body[-1], ast.Return) and isinstance(fn.body[-1].value, ast.Name) and fn.body[-1].value.id == name:
+                continue
+            env = {}
+            for a in fn.args.posonlyargs + fn.args.args:
+                if self.world.state is not None and "args" in a.arg:
+                    env[a.arg] = ServerArgsObj(self.world.state)
+            body = list(fn.body) + [ast.Return(value=ast.Name(id=name, ctx=ast.Load()), lineno=stores[-1].lineno, col_offset=0)]
+            outs = [o for o in self.explore(body, env, mod, fn.name, path, depth + 1) if not o.raises]
+            outs.sort(key=lambda o: sum(1 for a in o.assumptions if a[1]))
+            if outs and outs[0].value is not UNKNOWN and not isinstance(outs[0].value, _Ref):
+                found = outs[0].value
+                self.global_sites[key] = (found, path, stores[-1].lineno, fn.name, outs[0].assumptions)
+                break
+        self._globals[key] = found
+        return found
+
+    # --- ServerArgs methods ----------------------------------------------------------------------
+    def _call_known(self, node, env, mod, scope, depth):
+        got = super()._call_known(node, env, mod, scope, depth)
+        f = node.func
+        if got is NotImplemented and isinstance(f, ast.Attribute) and self.world.schema is not None:
+            recv = self._receiver(f.value, env, mod, scope, depth)
+            if isinstance(recv, ServerArgsObj):
+                # `self.is_attention_backend_not_set()`: ServerArgs's own method, on the resolved state
+                sch = self.world.schema
+                cls = sch.class_qual if "." in sch.class_qual and sch.class_qual.startswith(sch.module) else f"{sch.module}.{sch.class_qual}"
+                meth = self.world.method(cls, f.attr)
+                if meth:
+                    args = [_plainval(self._eval(a, env, mod, scope, depth)) for a in node.args if not isinstance(a, ast.Starred)]
+                    kwargs = {k.arg: _plainval(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords if k.arg}
+                    return self.call_method(meth, recv, args, kwargs, depth + 1)
+        return got
+
+    # --- configuration bags ----------------------------------------------------------------------
+    def _attribute_raw(self, node, env, mod, scope, depth):
+        got = super()._attribute_raw(node, env, mod, scope, depth)
+        if (got is UNKNOWN or got is NotImplemented or got is MISSING) and self.world.is_field(node.attr) and self._bag(node.value, mod, scope):
+            return self.world.state.get(node.attr)
+        return got
+
+    def _bag(self, node, mod, scope) -> bool:
+        """True when ``node`` is (an attribute of) a call to a function returning a config bag."""
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        if not isinstance(node, ast.Call):
+            return False
+        q = self.model.resolve(mod, scope, _dotted(node.func)) if _dotted(node.func) else None
+        fn = self.model.function_ast(q) if q else None
+        if fn is None:
+            return False
+        return any(isinstance(n, ast.Return) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
+                   and n.value.func.attr == "config_bag" for n in ast.walk(fn))
+
+
+def _plainval(v):
+    return UNKNOWN if isinstance(v, _Ref) else v
+
+
+def _fn_path(ev, qual):
+    return ev.world.path_of(qual) or ""
+
+
+def choices(ev: StepEvaluator, qual: str, args: Optional[dict] = None, assumed: tuple = (), depth: int = 0,
+            hops: Optional[list] = None) -> list[Choice]:
+    """Every function the dispatcher ``qual`` returns, with the undecided tests on the way."""
+    fn = ev.model.function_ast(qual)
+    if fn is None or depth > 4:
+        return []
+    mod, scope = ev.model.module_scope(qual)
+    path = _fn_path(ev, qual)
+    env = {}
+    names = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    for p, d in zip(names[len(names) - len(fn.args.defaults):], fn.args.defaults):
+        env[p] = ev.world.literal(d)
+    env.update(args or {})
+    rets = {n.lineno: n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
+    out: list[Choice] = []
+    for o in ev.explore(_marked(fn.body), env, mod, scope, path, depth, assumed):
+        if o.raises or o.line not in rets:
+            continue
+        expr = rets[o.line].value
+        if isinstance(expr, ast.Call) and _dotted(expr.func).endswith("partial") and expr.args:
+            expr = expr.args[0]  # partial(f, ...) runs f
+        here = (hops or []) + [(f"{qual.rsplit('.', 1)[-1]} returns {ast.unparse(expr)[:60]}", path, o.line)]
+        selfval = (args or {}).get(names[0]) if names else None
+        if (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and names and expr.value.id == names[0]
+                and isinstance(selfval, Instance) and ev.world.method(selfval.cls, expr.attr)):
+            # `return self.forward_cuda`: the object's own method
+            out.append(Choice(ev.world.method(selfval.cls, expr.attr), expr.attr, o.assumptions, here))
+        elif isinstance(expr, (ast.Name, ast.Attribute)) and not isinstance(o.value, Instance) and not (
+                isinstance(expr, ast.Name) and expr.id in o.env):
+            d = _dotted(expr)
+            target = ev.model.resolve(mod, scope, d) if d else None
+            if target and ev.model.G.nodes.get(target, {}).get("kind") in ("function", "triton_kernel"):
+                out.append(Choice(target, target, o.assumptions, here))
+            else:
+                full = ev.world.imported_as(mod, scope, d) if d else None
+                out.append(Choice(None, full or d or ast.unparse(expr), o.assumptions, here))
+        elif isinstance(o.value, Instance):
+            out.append(Choice(o.value.cls, o.value.cls, o.assumptions, here, constructs=True))
+            continue
+        if isinstance(expr, ast.Name) and expr.id in o.env and not isinstance(o.value, Instance):
+            # `backend = make_backend(runner); return backend`: what the local was made by
+            last = None
+            ran = o.env.get(_SITE + expr.id)  # the assignment this outcome's path ran
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                        and n.targets[0].id == expr.id and n.lineno < o.line and (ran is None or n.lineno == ran):
+                    last = n.value
+            if isinstance(last, ast.Call):
+                expr = last
+        if isinstance(expr, ast.Call) and not isinstance(o.value, Instance):
+            d = _dotted(expr.func)
+            target = ev.model.resolve(mod, scope, d) if d else None
+            if target and ev.model.G.nodes.get(target, {}).get("kind") == "function":
+                inner = ev.model.function_ast(target)
+                bound = {}
+                if inner is not None:
+                    pn = [a.arg for a in inner.args.posonlyargs + inner.args.args]
+                    for p, a in zip(pn, expr.args):
+                        v = ev._eval_raw(a, o.env, mod, scope)
+                        if v is not UNKNOWN:
+                            bound[p] = v
+                    for k in expr.keywords:
+                        if k.arg:
+                            v = ev._eval_raw(k.value, o.env, mod, scope)
+                            if v is not UNKNOWN:
+                                bound[k.arg] = v
+                out += choices(ev, target, bound, o.assumptions, depth + 1, here)
+        if len(out) >= MAX_CHOICES:
+            break
+    out.sort(key=lambda c: sum(1 for a in c.assumptions if a[1]))
+    if len({c.qual or c.name for c in out}) == 1 and len(out) > 1:
+        out = [Choice(out[0].qual, out[0].name, (), out[0].hops, out[0].constructs)]  # every way gives the same function
+    return out
+
+
+_SITE = "__assigned_at__"
+
+
+def _marked(stmts: list) -> list:
+    """A copy of a body where each ``name = ...`` is followed by ``__assigned_at__name = <line>``, so
+    an explored outcome says which of several assignments to a local its path ran."""
+    out = []
+    for st in stmts:
+        if isinstance(st, ast.If):
+            st = ast.If(test=st.test, body=_marked(st.body), orelse=_marked(st.orelse), lineno=st.lineno, col_offset=0)
+        elif isinstance(st, (ast.With, ast.Try)):
+            st = copy.copy(st)
+            st.body = _marked(st.body)
+        out.append(st)
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            out.append(ast.Assign(targets=[ast.Name(id=_SITE + st.targets[0].id, ctx=ast.Store())],
+                                  value=ast.Constant(value=st.lineno), lineno=st.lineno, col_offset=0))
+    return out
+
+
+def held_dispatcher(world, ev, cls: str, attr: str):
+    """(dispatcher qual, call node, write) when ``self.attr`` is first assigned the result of an
+    in-tree function call (or of one of the object's methods) in ``cls`` or its bases; else None."""
+    for w in world.class_writes(cls, attr):
+        v = w.value
+        if w.receiver != "self" or not w.scope.endswith("__init__"):
+            continue
+        if isinstance(v, ast.Call) and _dotted(v.func):
+            d = _dotted(v.func)
+            if d.startswith("self.") and d.count(".") == 1:
+                q = world.method(cls, d.split(".", 1)[1])
+            else:
+                q = ev.model.resolve(w.module, w.scope, d)
+            if q and world.G.nodes.get(q, {}).get("kind") == "function":
+                return q, v, w
+    return None
+
+
+def resolve_held(world, ev, inst: Instance, attrs) -> dict:
+    """For each attribute in ``attrs`` that a dispatcher fills: its choices, and the primary one
+    stored on ``inst`` (a FuncRef) so that a walk through ``self.attr(...)`` follows it."""
+    out = {}
+    for attr in attrs:
+        got = held_dispatcher(world, ev, inst.cls, attr)
+        if got is None:
+            continue
+        q, call, w = got
+        env = world.write_env(w, inst, ev)
+        fn = ev.model.function_ast(q)
+        bound = {}
+        if fn is not None:
+            pn = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+            if _dotted(call.func).startswith("self."):
+                bound[pn[0]] = inst
+                pn = pn[1:]
+            for p, a in zip(pn, call.args):
+                v = ev._eval_raw(a, env, w.module, w.scope)
+                if v is not UNKNOWN:
+                    bound[p] = v
+            for k in call.keywords:
+                if k.arg:
+                    v = ev._eval_raw(k.value, env, w.module, w.scope)
+                    if v is not UNKNOWN:
+                        bound[k.arg] = v
+        cs = choices(ev, q, bound)
+        out[attr] = {"dispatcher": q, "path": w.path, "line": w.line, "choices": cs}
+        prim = next((c for c in cs if c.primary and c.qual), None)
+        if prim is not None:
+            inst.attrs[attr] = FuncRef(prim.qual, (f"returned by {q.rsplit('.', 1)[-1]}",), (w.path, w.line))
+    return out
+
+
+__all__ = ["StepEvaluator", "Choice", "choices", "held_dispatcher", "resolve_held", "ClassRef", "FuncRef"]

@@ -1,0 +1,244 @@
+"""The kernel map: the layer kinds of :mod:`recon.kernels.step` put together for one step, with
+launches per step, CUDA-graph capture and the roofline floor; cached on disk like the runtime view
+(by the tree's content, recon's code, device, model, flags, environment and prefill M)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+from ..roofline import ELEMENT_BITS, moe_roofline
+from ..runtime.values import EnumVal
+
+ORDER = ("embedding", "norm", "attention", "rotary", "dense_gemm", "moe", "communication", "logits", "sampling")
+
+
+def _short(q) -> str:
+    return q.rsplit(".", 1)[-1] if q else ""
+
+
+def _ops(layer: dict) -> list[dict]:
+    """The leaves on the path that runs: the primary ones, else those with the fewest conditions
+    (every leaf is reached only under some undecided test: said, not hidden)."""
+    leaves = layer.get("leaves", [])
+    prim = [lf for lf in leaves if lf.get("primary")]
+    if prim or not leaves:
+        return prim
+    least = min(len(lf.get("when", [])) for lf in leaves)
+    return [lf for lf in leaves if len(lf.get("when", [])) == least]
+
+
+def _launches(ops: list[dict]) -> int:
+    """Launches one instance makes: the ops, less those that are the other branch of an op's
+    condition (the same op at two sites under a test and its negation runs once)."""
+    n = len(ops)
+    seen = set()
+    for i, a in enumerate(ops):
+        for j in range(i + 1, len(ops)):
+            b = ops[j]
+            if j in seen or i in seen:
+                continue
+            wa, wb = set(a.get("when", [])), set(b.get("when", []))
+            diff = wa ^ wb
+            if len(diff) == 2 and any(f"not ({x})" in diff or f"not {x}" in diff for x in diff):
+                seen.add(j)
+                n -= 1
+    return n
+
+
+def _instances(kind: str, model, tp: int) -> tuple[int, str]:
+    L = model.num_layers
+    roles = max(1, len(model.dense_gemm_shapes))
+    return {
+        "embedding": (1, "once a step"),
+        "norm": (2 * L + 1, "two per decoder layer and the final norm"),
+        "attention": (L, f"{L} decoder layers"),
+        "rotary": (L, f"{L} decoder layers"),
+        "dense_gemm": (roles * L, f"{roles} dense linear roles x {L} layers (the model profile's dense GEMM shapes)"),
+        "moe": (model.num_moe_layers, f"{model.num_moe_layers} MoE layers"),
+        "communication": (2 * L if tp > 1 else 0, f"2 all-reduces x {L} layers" if tp > 1 else "tp_size 1"),
+        "logits": (1, "once a step"),
+        "sampling": (1, "once a step"),
+    }.get(kind, (1, "once a step"))
+
+
+def _roofline(kind: str, model, device, m: int) -> Optional[dict]:
+    bw = device.mem_bandwidth_tbs * 1e12
+    if kind == "dense_gemm" and model.dense_gemm_shapes:
+        bits = ELEMENT_BITS.get(model.dense_quant, 16)
+        blk = model.dense_block_shape
+        wbytes = flops = 0
+        for s in model.dense_gemm_shapes:
+            n, k = s[0], s[1]
+            wbytes += n * k * bits // 8 + ((n // blk[0]) * (k // blk[1]) * 4 if blk else 0)
+            flops += 2 * m * n * k
+        step_bytes, step_flops = wbytes * model.num_layers, flops * model.num_layers
+        return {"M": m, "bytes": step_bytes, "flops": step_flops, "floor_us": round(step_bytes / bw * 1e6, 1),
+                "basis": "every dense linear's weights (and block scales) read once per layer"}
+    if kind == "moe" and model.num_experts:
+        r = moe_roofline(model, device, [m])["rows"][0]
+        flops = 2 * m * model.top_k * 3 * model.hidden_size * model.moe_intermediate_size * model.num_moe_layers
+        return {"M": m, "bytes": r["step_bytes"], "flops": flops, "floor_us": round(r["step_floor_ms"] * 1e3, 1),
+                "basis": f"{r['unique_experts']} experts touched per layer, each read once"}
+    if kind == "embedding":
+        b = m * model.hidden_size * 2
+        return {"M": m, "bytes": b, "flops": 0, "floor_us": round(b / bw * 1e6, 3), "basis": "one bf16 row gathered per token"}
+    if kind == "attention":
+        return {"M": m, "bytes": None, "flops": None, "floor_us": None,
+                "basis": "KV-cache reads depend on the context length (not modelled); its projections are under dense_gemm"}
+    return None
+
+
+def _guarded(kind: str, fn, *args):
+    """A layer kind's answer, or a layer saying recon could not follow it (never a crash)."""
+    try:
+        return fn(*args)
+    except RecursionError:
+        return {"kind": kind, "note": "recon ran out of depth following this layer's code", "leaves": []}
+
+
+def build_map(ctx, prefill_m: Optional[int] = None) -> dict:
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20000))
+    try:
+        return _build_map(ctx, prefill_m)
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
+    from ..runtime.cached import view_for
+    from .step import Step, attention, communication, dense, model_class, moe, simple_layers
+
+    view = view_for(ctx)
+    step = Step(ctx, ctx.server_flags, ctx.env)
+    st = step.world.state
+    mcls = model_class(step)
+    layers = []
+    notes = step.world.notes
+    notes.mark()
+
+    def add(lay):
+        if lay:
+            # the environment variables this layer's decisions read (their defaults or --env)
+            lay["env_read"] = [notes[n] for n in sorted(notes.mark())]
+            layers.append(lay)
+
+    for got in _guarded("norm", simple_layers, step, mcls) or []:
+        got["env_read"] = []
+        layers.append(got)
+    notes.mark()
+    add(_guarded("attention", attention, step, "DECODE"))
+    add(_guarded("dense_gemm", dense, step))
+    if getattr(ctx.model, "num_experts", 0):
+        lay = moe(view)
+        if lay:
+            lay["env_read"] = list(view.notes)
+            layers.append(lay)
+    tp = st.get("tp_size")
+    tp = tp if isinstance(tp, int) else 1
+    add(communication(step))
+    dcg = st.get("disable_cuda_graph")
+    dec = st.decisions.get("disable_cuda_graph")
+    graph = {"captured": dcg is False, "value": dcg if isinstance(dcg, bool) else None,
+             "source": dec.source if dec else "default" if isinstance(dcg, bool) else "not decided"}
+    m = min(ctx.model.decode_batches) if ctx.model.decode_batches else 1
+    mmax = max(ctx.model.decode_batches) if ctx.model.decode_batches else 1
+    for lay in layers:
+        n, why = _instances(lay["kind"], ctx.model, tp)
+        ops = _ops(lay)
+        lay["ops"] = ops
+        lay["per_step"] = {"instances": n, "basis": why, "launches": n * _launches(ops) if ops else None}
+        lay["cuda_graph"] = graph["captured"]
+        lay["roofline"] = [r for r in (_roofline(lay["kind"], ctx.model, ctx.device, mm) for mm in sorted({m, mmax})) if r]
+    layers.sort(key=lambda lay: ORDER.index(lay["kind"]) if lay["kind"] in ORDER else len(ORDER))
+    out = {
+        "target": ctx.tree.target.label, "version": ctx.tree.target.version,
+        "device": ctx.device.name, "arch": ctx.device.sm, "model": ctx.model.name, "model_class": mcls,
+        "flags": ctx.server_flags, "env": ctx.env, "cuda_graph": graph, "tp_size": tp,
+        # the start-up choices (an enum a start-up function settles from the server arguments)
+        "startup": [{"global": f"{k[0]}.{k[1]}", "value": _plain(v[0]), "path": v[1], "line": v[2], "set_in": v[3]}
+                    for k, v in sorted(step.ev.global_sites.items()) if isinstance(v[0], EnumVal)],
+        "layers": layers,
+        "notes": sorted(set(view.notes) | set(step.world.notes.values())),
+        "diagnostics": list(view.diagnostics),
+    }
+    if prefill_m:
+        pre = _guarded("attention", attention, step, "EXTEND")
+        pre["ops"] = _ops(pre)
+        out["prefill"] = {"M": prefill_m, "attention": pre, "cuda_graph": False,
+                          "dense_gemm_roofline": _roofline("dense_gemm", ctx.model, ctx.device, prefill_m),
+                          "moe_roofline": _roofline("moe", ctx.model, ctx.device, prefill_m)}
+    return out
+
+
+def _plain(v):
+    from ..runtime.values import plain
+    return plain(v)
+
+
+def _key(ctx, prefill_m) -> Optional[str]:
+    if not getattr(ctx.tree, "key", ""):
+        return None
+    h = hashlib.sha1(ctx.tree.key.encode())
+    here = Path(__file__).resolve().parent.parent
+    for p in sorted(here.rglob("*.py")):
+        h.update(p.read_bytes())
+    for p in sorted((here / "data").rglob("*.yaml")):
+        h.update(p.read_bytes())
+    h.update(repr((ctx.device, ctx.model, ctx.flags_key, prefill_m)).encode())
+    return h.hexdigest()
+
+
+def map_for(ctx, prefill_m: Optional[int] = None) -> dict:
+    """The map for the context, from the cache when it is there (stored when it was not)."""
+    from ..cache import cache_dir, load_pickle, save_pickle
+
+    key = _key(ctx, prefill_m)
+    store = cache_dir() / "kernels" / f"{key}.pkl" if key else None
+    if store is not None:
+        hit = load_pickle(store)
+        if hit is not None:
+            return hit
+    got = build_map(ctx, prefill_m)
+    if store is not None:
+        save_pickle(store, got)
+    return got
+
+
+# --- diff ------------------------------------------------------------------------------------------
+def _sig(lay: dict) -> dict:
+    return {
+        "backend": (lay.get("backend_name") or {}).get("value") if lay["kind"] == "attention" else
+        ((lay.get("backend") or {}).get("value") if lay["kind"] == "moe" else None),
+        "class": _short(lay.get("backend_class") or lay.get("method") or lay.get("class")),
+        "ops": sorted({_short(o["name"]) if "/" not in o["name"] else o["name"] for o in lay.get("ops", [])}),
+        "launches": lay.get("per_step", {}).get("launches"),
+        # what the method was built with (MXFP8 activations or not) and what its dispatchers return
+        "settings": sorted([f"self.{c['attr']} = {c['value']}" for c in lay.get("construction", []) or []]
+                           + [f"self.{a} = {_short(next((c['function'] for c in d['choices'] if c['primary']), None))}"
+                              for a, d in sorted((lay.get("dispatchers") or {}).items()) if any(c["primary"] for c in d["choices"])]),
+    }
+
+
+def diff_maps(a: dict, b: dict) -> list[dict]:
+    """Per layer kind: what differs between map ``a`` and map ``b`` (only the kinds that differ)."""
+    ka = {lay["kind"]: lay for lay in a["layers"]}
+    kb = {lay["kind"]: lay for lay in b["layers"]}
+    out = []
+    for kind in [k for k in ORDER if k in ka or k in kb]:
+        sa = _sig(ka[kind]) if kind in ka else None
+        sb = _sig(kb[kind]) if kind in kb else None
+        if sa == sb:
+            continue
+        row = {"kind": kind, "before": sa, "after": sb}
+        if sa and sb:
+            row["ops_removed"] = sorted(set(sa["ops"]) - set(sb["ops"]))
+            row["ops_added"] = sorted(set(sb["ops"]) - set(sa["ops"]))
+            # a side with no op named is a path recon did not follow to the end, not "no kernel"
+            row["unnamed"] = [side for side, sig in (("before", sa), ("after", sb)) if not sig["ops"]]
+        out.append(row)
+    return out

@@ -1,0 +1,487 @@
+"""The kernel map of one step: for each layer kind of the model, what runs, why, and how often.
+
+Each layer kind is reached through SGLang's own mechanism, evaluated for the device, the model's
+config.json, the resolved server arguments and the environment (declared defaults unless ``--env``):
+
+- **attention**: the backend named by the resolved ``attention_backend`` (a per-model declaration
+  first, then the generic resolution when none fires), looked up in the tree's
+  ``@register_attention_backend`` registry; its factory explored to the class it builds; that
+  class's decode (or extend) forward walked with a ``ForwardBatch`` whose ``forward_mode`` is
+  ``DECODE`` (``EXTEND`` for prefill);
+- **dense GEMMs**: the checkpoint's quant config class (the quant-method registry) asked
+  ``get_quant_method`` for a ``LinearBase`` layer; the method's ``apply`` walked, with the
+  functions it holds from dispatchers (``dispatch_w8a8_block_fp8_linear()``) evaluated;
+- **MoE**: the runtime view's chain (quant method, ``apply``, kernels);
+- **embedding, norms, logits, sampling**: the layer classes the model's module constructs (and the
+  sampler), each ``forward`` walked, through the platform dispatch (``dispatch_forward`` returning
+  ``self.forward_cuda``) where the class has one;
+- **communication**: the all-reduces tensor parallelism adds, when the resolved ``tp_size`` > 1.
+
+What cannot be decided statically stays undecided: the primary path takes such a test as false,
+and the kernels reached only when it holds are listed with the condition.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from ..runtime.gatemodel import _model
+from ..runtime.interp import UNKNOWN, Dev
+from ..runtime.moe import PathWalker, _from_config, registrations, registry
+from ..runtime.serverargs import _arch_guard, _called, hook_modules, load_schema, resolve
+from ..runtime.values import EnumVal, Instance, LayerObj, plain
+from ..runtime.writes import writes_in_module
+from .dispatch import StepEvaluator, choices, resolve_held
+from .world import Reads, StepWorld
+
+ATTN_FIELDS = ("attention_backend", "decode_attention_backend", "prefill_attention_backend")
+# where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
+_LAYER_MODULES = (
+    ("embedding", "layers/vocab_parallel_embedding.py"),
+    ("norm", "layers/layernorm.py"),
+    ("rotary", "layers/rotary_embedding"),
+    ("logits", "layers/logits_processor.py"),
+)
+
+
+def _short(q: Optional[str]) -> str:
+    return q.rsplit(".", 1)[-1] if q else ""
+
+
+def _assume(a) -> dict:
+    return {"test": a[0][:200], "holds": bool(a[1]), "path": a[2], "line": a[3]}
+
+
+class Step:
+    """Everything the layer kinds share: the tree, one World and one evaluator for the config."""
+
+    def __init__(self, ctx, flags: dict, env: dict):
+        self.ctx, self.tree, self.G = ctx, ctx.tree, ctx.tree.graph
+        self.flags, self.env = dict(flags or {}), dict(env or {})
+        self.world = StepWorld(ctx.tree, ctx.model, env)
+        self.world.notes = Reads()
+        gm = _model(ctx)
+        self.world.shared_asts = gm._module_ast
+        self.world.schema = load_schema(self.world)
+        self.ev = StepEvaluator(self.world, Dev.of(ctx.device), gm)
+        if self.world.schema is not None:
+            self.world.state = resolve(self.world, self.world.schema, self.flags, self.ev)[0]
+        else:
+            from ..runtime.serverargs import Schema, State
+            self.world.state = State(Schema({}, "", "", ""), dict(self.flags))
+
+    def classes(self, name: str, path_part: str = "") -> list[str]:
+        return sorted(n for n, d in self.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == name
+                      and "/srt/" in d.get("path", "") and path_part in d.get("path", ""))
+
+    # --- walking ---------------------------------------------------------------------------------
+    def walk(self, inst: Instance, method: str, args: Optional[dict] = None) -> dict:
+        """Kernels and library ops reached from ``inst.method``, with the dispatchers it holds."""
+        qual = self.world.method(inst.cls, method)
+        held = resolve_held(self.world, self.ev, inst, self._held_calls(inst.cls))
+        w = StepWalker(self.world, self.ev, inst)
+        if qual:
+            w.walk(qual, inst, [], (), 0, args)
+            w.launched_locals()
+        return {"entry": qual, "leaves": [_leaf(self, lf) for lf in w.leaves if _is_op(lf)],
+                "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
+                "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()}}
+
+    def _held_calls(self, cls: str) -> set:
+        """Attributes the class's methods call as ``self.attr(...)``."""
+        out = set()
+        for c in self.world.mro(cls):
+            d = self.G.nodes.get(c, {})
+            fnode = self.world._class_ast(c) if d.get("path") else None
+            for n in ast.walk(fnode) if fnode is not None else ():
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                        and n.func.value.id == "self" and not self.world.method(cls, n.func.attr):
+                    out.add(n.func.attr)
+        return out
+
+    def forward_batch(self, mode: str) -> Optional[Instance]:
+        fb = self.classes("ForwardBatch", "model_executor/")
+        fm = self.classes("ForwardMode", "model_executor/")
+        if not fb or not fm:
+            return None
+        members = self.world._members(fm[0])
+        if mode not in members:
+            return None
+        return Instance(fb[0], {"forward_mode": EnumVal(fm[0], mode, members[mode])})
+
+
+class StepWalker(PathWalker):
+    """The runtime view's walker, also following a kernel chosen at run time and launched through
+    a local (``kernel = select_kernel(M, N, config); kernel[grid](...)``): the selecting function
+    is explored as a dispatcher, each kernel it can return kept with its condition."""
+
+    def __init__(self, world, ev, instance):
+        super().__init__(world, ev, instance)
+        self.entered: dict = {}
+
+    def walk(self, qual, selfval, via, when, depth, args=None):
+        primary = all(not h for _, h in when)
+        if qual not in self.entered or (primary and not all(not h for _, h in self.entered[qual][1])):
+            self.entered[qual] = (list(via), tuple(when))
+        return super().walk(qual, selfval, via, when, depth, args)
+
+    def launched_locals(self) -> None:
+        from ..runtime.moe import Hop
+        for qual, (via, when) in list(self.entered.items()):
+            fn = self.ev.model.function_ast(qual)
+            path = self.world.path_of(qual)
+            if fn is None or not path:
+                continue
+            mod, scope = self.ev.model.module_scope(qual)
+            assigns = {}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call):
+                    assigns[n.targets[0].id] = n.value
+            for n in ast.walk(fn):
+                jit = self._jit_call(n, assigns, mod, scope)
+                if jit is not None:
+                    name, files, target = jit
+                    hop = Hop(f"{_short(qual)} calls {ast.unparse(n.func)[:60]}, a module {_short(target)} compiles with load_jit",
+                              path, n.lineno, qual, ())
+                    self._leaf("jit_kernel", f"{name} ({', '.join(files)})" if files else name, path, n.lineno, via + [hop], when)
+                    continue
+                if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)
+                        and n.func.value.id in assigns):
+                    continue
+                sel = assigns[n.func.value.id]
+                target = self.ev.model.resolve(mod, scope, ast.unparse(sel.func))
+                if not target or self.G.nodes.get(target, {}).get("kind") != "function":
+                    continue
+                for c in choices(self.ev, target, {}):
+                    if c.qual and self.G.nodes.get(c.qual, {}).get("kind") == "triton_kernel":
+                        hop = Hop(f"{_short(qual)} launches {n.func.value.id}[...], the kernel {_short(target)} returns",
+                                  path, n.lineno, qual, ())
+                        pick = Hop(c.hops[-1][0], c.hops[-1][1], c.hops[-1][2], target, ())
+                        self._leaf("triton_kernel", c.qual, path, n.lineno, via + [hop, pick], when + tuple((a[0], a[1]) for a in c.assumptions))
+
+
+    def _jit_call(self, n, assigns, mod, scope):
+        """``module = _jit_module(); module.op(...)`` where ``_jit_module`` returns ``load_jit(name,
+        cuda_files=[...])``: (name, cuda files, the function) of the module compiled at run time."""
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                and n.func.value.id in assigns):
+            return None
+        sel = assigns[n.func.value.id]
+        target = self.ev.model.resolve(mod, scope, ast.unparse(sel.func))
+        fn = self.ev.model.function_ast(target) if target else None
+        for r in ast.walk(fn) if fn is not None else ():
+            if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and ast.unparse(r.value.func).rsplit(".", 1)[-1] == "load_jit":
+                args = r.value.args
+                name = args[0].value if args and isinstance(args[0], ast.Constant) else n.func.attr
+                files = []
+                for k in r.value.keywords:
+                    if k.arg == "cuda_files" and isinstance(k.value, (ast.List, ast.Tuple)):
+                        files = [e.value for e in k.value.elts if isinstance(e, ast.Constant)]
+                return str(name), files, target
+        return None
+
+
+# the machinery that compiles or tunes a kernel at first use is not the kernel
+_NOT_OPS = ("/utils/compile/", "compile_utils.py", "/autotuner")
+
+
+def _is_op(lf) -> bool:
+    if any(x in lf.path for x in _NOT_OPS):
+        return False
+    if lf.kind == "library" and (any(x in lf.name for x in ("compile_mode", "autotune", "json.")) or "." not in lf.name):
+        return False  # compile machinery, or a value recon could not tie to a library
+    return True
+
+
+def _leaf(step: Step, lf) -> dict:
+    d = step.G.nodes.get(lf.name, {})
+    return {"kind": lf.kind, "name": lf.name, "path": lf.path, "line": lf.line, "primary": lf.primary,
+            "defined_at": f"{d['path']}:{d.get('line')}" if d.get("path") else None,
+            "when": [t if h else (f"not ({t})" if " " in t else f"not {t}") for t, h in lf.when],
+            "via": [{"what": h.what.replace(", registered for ('returned by ", ", returned by ").replace("',)", ""),
+                     "path": h.path, "line": h.line, "node": h.node} for h in lf.via]}
+
+
+def _dispatch_dict(d: dict) -> dict:
+    return {"dispatcher": d["dispatcher"], "path": d["path"], "line": d["line"],
+            "choices": [{"function": c.qual or c.name, "primary": c.primary,
+                         "assumptions": [_assume(a) for a in c.assumptions],
+                         "returned_at": [{"what": h[0], "path": h[1], "line": h[2]} for h in c.hops]} for c in d["choices"]]}
+
+
+# --- attention -------------------------------------------------------------------------------------
+def attention_backend(step: Step, mode: str = "DECODE") -> dict:
+    """The attention backend's name as the server would settle it, with where it was decided."""
+    w, state = step.world, step.world.state
+    order = ("decode_attention_backend", "attention_backend") if mode == "DECODE" else ("prefill_attention_backend", "attention_backend")
+    for f in order:
+        if f in step.flags:
+            return {"value": step.flags[f], "field": f, "source": "--" + f.replace("_", "-"), "path": None, "line": None,
+                    "test": "", "policy": "", "others": []}
+    if w.schema is None:
+        return {"value": None, "field": "attention_backend", "source": "no ServerArgs", "path": None, "line": None, "test": "", "policy": "", "others": []}
+    archs = list(step.ctx.model.architectures)
+    fired, maybe = [], []
+    # the writes are judged against the arguments before any attention field was settled (the
+    # resolved state already holds the runtime view's answer, which would hide every write's test)
+    state = state.copy()
+    for f in ATTN_FIELDS:
+        if f not in step.flags and f in w.schema.fields:
+            state.values[f] = w.schema.fields[f].default
+    for path, module in hook_modules(w, w.schema):
+        tree = w.module_ast(path)
+        for wr in writes_in_module(tree, path, module, set(ATTN_FIELDS), dict_literals=True) if tree is not None else ():
+            if wr.key not in order:
+                continue
+            g = _arch_guard(wr.decorators, archs)
+            if g is False or not _called(w, wr, state, step.ev):
+                continue
+            from ..runtime.values import ServerArgsObj
+            env = w.write_env(wr, ServerArgsObj(state), step.ev)
+            tests = [(step.ev.eval(t, env, wr.module, wr.scope), t, want) for t, want in wr.guards]
+            if any(v is not UNKNOWN and bool(v) != want for v, t, want in tests):
+                continue
+            value = step.ev.eval(wr.value, env, wr.module, wr.scope)
+            if not isinstance(value, str):
+                continue
+            specific = g is True or any("arch" in ast.unparse(t) or "model_type" in ast.unparse(t) for _, t, _ in tests) \
+                or _called_for_model(step, wr, archs)
+            und = [(ast.unparse(t)[:160], want) for v, t, want in tests if v is UNKNOWN]
+            rec = {"value": value, "field": wr.key, "source": f"{path}:{wr.line}", "path": path, "line": wr.line,
+                   "test": " and ".join(("" if want else "not ") + f"({ast.unparse(t)[:120]})" for _, t, want in tests),
+                   "specific": specific, "undecided": und,
+                   "assumed": [{"test": t, "holds": want, "path": path, "line": wr.line} for t, want in und]}
+            # the runtime view's primary rule: an undecided test is taken as false
+            (maybe if any(want for _, want in und) else fired).append(rec)
+    fired.sort(key=lambda r: (not r["specific"], order.index(r["field"])))
+    if fired:
+        best = dict(fired[0])
+        best["policy"] = ("a per-model declaration for this architecture" if best["specific"] else
+                          "the generic resolution (no per-model declaration fires)")
+    else:
+        f = w.schema.fields.get("attention_backend")
+        best = {"value": f.default if f else None, "field": "attention_backend", "source": "default",
+                "path": f.path if f else None, "line": f.line if f else None, "test": "", "policy": "no write fires"}
+    best["assumed"] = best.get("assumed", [])
+    best["others"] = [{"value": r["value"], "at": r["source"], "when": "; ".join(("" if h else "not ") + t for t, h in r["undecided"])}
+                      for r in maybe if r["value"] != best["value"]][:4]
+    best.pop("undecided", None)
+    return best
+
+
+def _called_for_model(step: Step, wr, archs: list) -> bool:
+    """The write's function is called only under a test naming the model's architecture
+    (``elif model_arch in ["DeepseekV4ForCausalLM"]: apply_deepseek_v4_defaults(self, model_arch)``)."""
+    if not wr.scope or not archs:
+        return False
+    from ..runtime.handoffs import _guarded_calls
+    qual = f"{wr.module}.{wr.scope}"
+    sites = [(u, d.get("line")) for u, _, d in step.G.in_edges(qual, data=True) if d.get("kind") == "calls"]
+    if not sites:
+        return False
+    for caller, line in sites:
+        fn = step.ev.model.function_ast(caller)
+        if fn is None:
+            return False
+        hit = False
+        for call, guards in _guarded_calls(fn):
+            if call.lineno <= (line or 0) <= getattr(call, "end_lineno", call.lineno):
+                hit = any(want and any(a in ast.unparse(t) for a in archs) for t, want in guards)
+        if not hit:
+            return False
+    return True
+
+
+def attention(step: Step, mode: str = "DECODE") -> dict:
+    name = attention_backend(step, mode)
+    out = {"kind": "attention", "backend_name": name, "gates": list(name.get("assumed", []))}
+    if not name.get("value"):
+        out["note"] = "the attention backend is not settled statically (no write fires for this configuration)"
+        return out
+    regs = [r for r in registrations(step.world) if r[0] == (name["value"],) and "attention" in r[1]]
+    if not regs:
+        out["note"] = f"no attention backend registered as {name['value']!r} in this tree"
+        return out
+    keys, deco, factory, path, line, _ = regs[0]
+    out["registry"] = {"decorator": deco, "factory": factory, "path": path, "line": line}
+    cs = [c for c in choices(step.ev, factory, {}) if c.constructs]
+    if not cs:
+        out["note"] = f"the factory {_short(factory)} builds no class recon can follow"
+        return out
+    prim = cs[0]
+    out["backend_class"] = prim.qual
+    out["gates"] += [_assume(a) for a in prim.assumptions]
+    out["class_returned_at"] = [{"what": h[0], "path": h[1], "line": h[2]} for h in prim.hops]
+    out["other_classes"] = [{"class": c.qual, "assumptions": [_assume(a) for a in c.assumptions]} for c in cs[1:4]]
+    inst = Instance(prim.qual)
+    meth = None
+    want = "forward_decode" if mode == "DECODE" else "forward_extend"
+    for c in step.world.mro(prim.qual):
+        if step.G.nodes.get(f"{c}.{want}", {}).get("kind") == "function":
+            meth = want
+            break
+        if step.G.nodes.get(f"{c}.forward", {}).get("kind") == "function":
+            meth = "forward"
+            break
+    fb = step.forward_batch(mode)
+    got = step.walk(inst, meth or want, {"forward_batch": fb} if fb is not None else None)
+    out.update(got)
+    return out
+
+
+# --- dense GEMMs -----------------------------------------------------------------------------------
+def dense(step: Step) -> dict:
+    w = step.world
+    from ..runtime.moe import quant_method_name
+    name, source = quant_method_name(w, w.state)
+    out = {"kind": "dense_gemm", "quant_method": name, "quant_source": source, "gates": []}
+    lin = step.classes("LinearBase", "layers/linear.py")
+    if not lin:
+        out["note"] = "no LinearBase class in this tree"
+        return out
+    if name is None:
+        cls = step.classes("UnquantizedLinearMethod")
+        if not cls:
+            out["note"] = "the checkpoint is not quantized and the tree has no UnquantizedLinearMethod"
+            return out
+        inst = Instance(cls[0])
+        out["method"] = cls[0]
+    else:
+        reg = registry(w).get(name)
+        if reg is None:
+            out["note"] = f"quant method {name!r} is not in this tree's quantization registry"
+            return out
+        ccls = reg[0]
+        out["config_class"] = ccls
+        gqm = w.method(ccls, "get_quant_method")
+        fn = step.ev.model.function_ast(gqm) if gqm else None
+        if fn is None:
+            out["note"] = "get_quant_method could not be read"
+            return out
+        cfg = _from_config(w, step.ev, ccls) or Instance(ccls)
+        params = [a.arg for a in fn.args.args]
+        env = {params[0]: cfg}
+        if len(params) > 1:
+            env[params[1]] = LayerObj(lin[0], frozenset(w.mro(lin[0])))
+        mod, scope = step.ev.model.module_scope(gqm)
+        outs = step.ev.explore(fn.body, env, mod, scope, w.path_of(gqm))
+        ranked = sorted((o for o in outs if not o.raises), key=lambda o: sum(1 for a in o.assumptions if a[1]))
+        if ranked and ranked[0].value is None:
+            # no method for a linear layer of this checkpoint: SGLang builds LinearBase with none only
+            # for layers the checkpoint leaves unquantized (its ignored layers): said, not hidden
+            out["note"] = (f"{_short(gqm)} returns None for a LinearBase layer of this checkpoint "
+                           f"[{w.path_of(gqm)}:{ranked[0].line}]: its dense layers are the ones it leaves unquantized")
+            un = step.classes("UnquantizedLinearMethod")
+            if un:
+                out["method"] = un[0]
+                out.update(step.walk(Instance(un[0]), "apply"))
+            return out
+        outs = [o for o in ranked if isinstance(o.value, Instance)]
+        if not outs:
+            out["note"] = f"{_short(gqm)} returns no linear method recon can follow for a LinearBase layer"
+            return out
+        inst = outs[0].value
+        out["method"] = inst.cls
+        out["gates"] = [_assume(a) for a in outs[0].assumptions]
+        out["method_returned_at"] = {"path": w.path_of(gqm), "line": outs[0].line}
+        out["other_methods"] = [{"method": o.value.cls, "assumptions": [_assume(a) for a in o.assumptions]} for o in outs[1:3]]
+    out.update(step.walk(inst, "apply"))
+    return out
+
+
+# --- MoE (the runtime view) ------------------------------------------------------------------------
+def moe(view) -> dict:
+    m = view.moe
+    if not m:
+        return {}
+    return {"kind": "moe", "quant_method": m.get("quant_method"), "config_class": m.get("config_class"),
+            "method": m.get("method"), "entry": m.get("apply"),
+            "gates": m.get("assumed", []),
+            "leaves": [{k: v for k, v in lf.items()} for lf in m.get("leaves", [])],
+            "switches": m.get("switches", []), "construction": m.get("construction", []),
+            "backend": view.server_args.get("moe_runner_backend"),
+            "alternatives": view.alternatives}
+
+
+# --- the other layer kinds -------------------------------------------------------------------------
+def model_class(step: Step) -> Optional[str]:
+    """The model class SGLang's registry serves for the first architecture: a class of that name in
+    a module under ``models/`` that names it in its ``EntryClass``."""
+    for arch in step.ctx.model.architectures:
+        for q in step.classes(arch, "/models/"):
+            path = step.G.nodes[q]["path"]
+            tree = step.world.module_ast(path)
+            for st in tree.body if tree is not None else ():
+                if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in st.targets) \
+                        and arch in {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}:
+                    return q
+    return None
+
+
+def constructed_classes(step: Step, cls: str) -> list[str]:
+    """In-tree classes the model's module constructs (``RMSNorm(...)``, ``VocabParallelEmbedding(...)``)."""
+    d = step.G.nodes.get(cls, {})
+    if not d.get("path"):
+        return []
+    module = step.world._module_of(cls)
+    tree = step.world.module_ast(d["path"])
+    found = set()
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, ast.Call):
+            try:
+                dotted = ast.unparse(n.func)
+            except Exception:
+                continue
+            q = step.ev.model.resolve(module, "", dotted)
+            if q and step.G.nodes.get(q, {}).get("kind") == "class":
+                found.add(q)
+    return sorted(found)
+
+
+def simple_layers(step: Step, mcls: Optional[str]) -> list[dict]:
+    out = []
+    built = constructed_classes(step, mcls) if mcls else []
+    for kind, where in _LAYER_MODULES:
+        # one class a kind: the most basic one the model builds there (ParallelLMHead, a
+        # VocabParallelEmbedding whose weight the logits processor multiplies, is not the embedding)
+        cands = sorted((q for q in built if where in step.G.nodes[q].get("path", "")), key=lambda q: (len(step.world.mro(q)), q))
+        if cands:
+            inst = Instance(cands[0])
+            try:
+                out.append({"kind": kind, "class": cands[0], **step.walk(inst, "forward")})
+            except RecursionError:
+                out.append({"kind": kind, "class": cands[0], "leaves": [], "note": "recon ran out of depth following this layer's code"})
+    sampler = step.classes("Sampler", "layers/sampler.py")
+    if sampler:
+        try:
+            out.append({"kind": "sampling", "class": sampler[0], **step.walk(Instance(sampler[0]), "forward")})
+        except RecursionError:
+            out.append({"kind": "sampling", "class": sampler[0], "leaves": [], "note": "recon ran out of depth following this layer's code"})
+    return out
+
+
+def communication(step: Step) -> dict:
+    tp = step.world.state.get("tp_size")
+    tp = tp if isinstance(tp, int) else 1
+    d = step.world.schema.fields.get("tp_size") if step.world.schema else None
+    out = {"kind": "communication", "tp_size": tp, "decided": {"path": d.path, "line": d.line} if d else None, "leaves": []}
+    if tp <= 1:
+        out["note"] = "tp_size 1: no tensor-parallel all-reduce on the step"
+        return out
+    ar = sorted(n for n, dd in step.G.nodes(data=True) if dd.get("kind") == "function" and n.endswith(".tensor_model_parallel_all_reduce")
+                and "/srt/" in dd.get("path", ""))
+    if ar:
+        dd = step.G.nodes[ar[0]]
+        w = StepWalker(step.world, step.ev, None)
+        try:
+            w.walk(ar[0], None, [], (), 0)
+            w.launched_locals()
+        except RecursionError:
+            pass
+        out["entry"] = ar[0]
+        out["leaves"] = [_leaf(step, lf) for lf in w.leaves if _is_op(lf)] or [
+            {"kind": "collective", "name": ar[0], "path": dd["path"], "line": dd.get("line"), "primary": True, "when": [], "via": []}]
+    out["note"] = (f"tp_size {tp}: launches assume the usual placement, an all-reduce after attention's output projection "
+                   "and after the MLP/MoE of each layer (not read from this model's code)")
+    return out

@@ -1,0 +1,180 @@
+"""The kernel map as text (100 columns), Markdown, and the diff of two maps."""
+
+from __future__ import annotations
+
+
+def _short(q) -> str:
+    return q.rsplit(".", 1)[-1] if q and "/" not in q and "(" not in q else (q or "")
+
+
+def _at(path, line) -> str:
+    return f"{path}:{line}" if path else "-"
+
+
+def _cond(a: dict) -> str:
+    return ("" if a.get("holds") else "not ") + a["test"][:110]
+
+
+def _head(lay: dict) -> list[str]:
+    k = lay["kind"]
+    if k == "attention":
+        b = lay.get("backend_name") or {}
+        out = [f"backend {b.get('value')!r}  [{b.get('field')} = {b.get('source')}" + (f"; {b['policy']}" if b.get("policy") else "") + "]"]
+        for o in b.get("others", []):
+            out.append(f"  or {o['value']!r} if {o['when'][:120]}  [{o['at']}]")
+        if lay.get("registry"):
+            r = lay["registry"]
+            out.append(f"registry @{r['decorator']}({b.get('value')!r}) -> {_short(r['factory'])}  [{_at(r['path'], r['line'])}]")
+        if lay.get("backend_class"):
+            ret = lay.get("class_returned_at") or []
+            out.append(f"class {_short(lay['backend_class'])}" + (f"  [built at {_at(ret[-1]['path'], ret[-1]['line'])}]" if ret else ""))
+            for c in lay.get("other_classes", []):
+                out.append(f"  or class {_short(c['class'])} if " + "; ".join(_cond(a) for a in c["assumptions"]))
+        if lay.get("entry"):
+            out.append(f"entry {_short(lay['entry'].rsplit('.', 1)[0])}.{lay['entry'].rsplit('.', 1)[1]}")
+        return out
+    if k == "dense_gemm":
+        out = [f"quant method {lay.get('quant_method')!r} ({lay.get('quant_source')})"]
+        if lay.get("method"):
+            r = lay.get("method_returned_at") or {}
+            out.append(f"linear method {_short(lay['method'])}  [get_quant_method returns it at {_at(r.get('path'), r.get('line'))}]")
+            for o in lay.get("other_methods", []):
+                out.append(f"  or {_short(o['method'])} if " + "; ".join(_cond(a) for a in o["assumptions"]))
+        for attr, d in sorted((lay.get("dispatchers") or {}).items()):
+            used = any(f"self.{attr}" in h["what"] for o in lay.get("ops", []) for h in o.get("via", []))
+            if not used:
+                continue
+            out.append(f"self.{attr} = {_short(d['dispatcher'])}()  [{_at(d['path'], d['line'])}]")
+            for c in d["choices"][:4]:
+                cond = "; ".join(_cond(a) for a in c["assumptions"])
+                tag = "returns" if c["primary"] else "or"
+                last = c["returned_at"][-1] if c["returned_at"] else {}
+                out.append(f"  {tag} {_short(c['function'])}" + (f" if {cond}" if cond else "") + f"  [{_at(last.get('path'), last.get('line'))}]")
+        return out
+    if k == "moe":
+        b = lay.get("backend") or {}
+        out = [f"moe_runner_backend = {b.get('value')}  [{b.get('source')}]",
+               f"quant method {lay.get('quant_method')!r}: {_short(lay.get('config_class'))} -> {_short(lay.get('method'))}"]
+        for a in lay.get("alternatives", [])[:3]:
+            out.append(f"  or {_short(a.get('method'))} if " + "; ".join(x["test"][:90] for x in a["assumptions"]))
+        return out
+    if k == "communication":
+        return [f"tp_size {lay.get('tp_size')}"]
+    return [f"class {_short(lay.get('class'))}" + (f" -> {_short(lay['entry'])}" if lay.get("entry") else "")]
+
+
+def _ops_lines(lay: dict, width: int = 96) -> list[str]:
+    out = []
+    ops = lay.get("ops", [])
+    if not ops:
+        out.append("runs: no kernel or library op recon can name (torch ops, or the path is not followed)" if lay["kind"] != "communication" else "")
+        return [x for x in out if x]
+    for o in ops:
+        out.append(f"runs {o['kind']}: {o['name'] if o['kind'] == 'library' else _short(o['name'])}  [{_at(o['path'], o['line'])}]")
+        if o.get("when"):
+            out.append("    assuming " + "; ".join(w[:100] for w in o["when"] if not w.startswith("not ") or True)[:300])
+        for h in o.get("via", []):
+            out.append(f"    <- {h['what'][:width - 30]}  [{_at(h['path'], h['line'])}]")
+    rest = len(lay.get("leaves", [])) - len(ops)
+    if rest > 0:
+        out.append(f"({rest} more ops reached only under other conditions; --format json lists them)")
+    return out
+
+
+def _gates(lay: dict) -> list[str]:
+    out = []
+    for a in lay.get("gates", []) or []:
+        out.append(f"gate: {_cond(a)}  [{_at(a.get('path'), a.get('line'))}]")
+    for s in lay.get("switches", []) or []:
+        out.append(f"switch: self.{s['attr']} = {s['value']}  [{_at(s['path'], s['line'])}]")
+    for s in lay.get("construction", []) or []:
+        out.append(f"built with: self.{s['attr']} = {s['value']}  [{_at(s['path'], s['line'])}]")
+    for n in lay.get("env_read", []) or []:
+        out.append(f"env: {n}")
+    return out
+
+
+def _roof(lay: dict) -> list[str]:
+    out = []
+    for r in lay.get("roofline", []):
+        if r.get("bytes") is None:
+            out.append(f"roofline: {r['basis']}")
+            break
+        out.append(f"roofline M={r['M']}: {r['bytes'] / 1e6:.1f} MB, {r['flops'] / 1e9:.2f} GFLOP per step; floor {r['floor_us']} us ({r['basis']})")
+    return out
+
+
+def render_text(m: dict) -> str:
+    g = m["cuda_graph"]
+    out = [f"{m['model']} on {m['device']} ({m['arch']}), {m['target']}: one decode step",
+           f"model class {m.get('model_class') or '(not in this tree)'}; tp_size {m['tp_size']}; CUDA graph: "
+           + ("captured" if g["captured"] else "not captured" if g["value"] else "not decided") + f" (disable_cuda_graph = {g['value']}, {g['source']})"]
+    out += [f"diagnostic: {d}" for d in m.get("diagnostics", [])]
+    for s in m.get("startup", []):
+        out.append(f"start-up: {s['global']} = {s['value']}  [set in {s['set_in']}, {_at(s['path'], s['line'])}]")
+    for lay in m["layers"]:
+        out.append("")
+        ps = lay.get("per_step", {})
+        launches = ps.get("launches")
+        out.append(f"== {lay['kind']}" + (f"   ({launches} launches per step: {ps['basis']})" if launches else ""))
+        body = _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay)
+        if lay.get("note"):
+            body.append(f"note: {lay['note']}")
+        out += ["  " + x for x in body if x]
+    if m.get("prefill"):
+        p = m["prefill"]
+        out.append("")
+        out.append(f"== prefill at M={p['M']} (not captured in the CUDA graph)")
+        out += ["  " + x for x in _head(p["attention"]) + _ops_lines(p["attention"])]
+        for key in ("dense_gemm_roofline", "moe_roofline"):
+            r = p.get(key)
+            if r:
+                out.append(f"  {key.split('_roofline')[0]} roofline: {r['bytes'] / 1e6:.1f} MB, {r['flops'] / 1e9:.1f} GFLOP; floor {r['floor_us']} us")
+    if m.get("notes"):
+        out.append("")
+        out.append("assumed (environment defaults and checkpoint facts):")
+        out += [f"  {n}" for n in m["notes"]]
+    return "\n".join(out) + "\n"
+
+
+def render_md(m: dict) -> str:
+    g = m["cuda_graph"]
+    out = [f"# Kernel map: {m['model']} on {m['device']} ({m['arch']})", "",
+           f"{m['target']}, one decode step. Model class `{m.get('model_class')}`, tp_size {m['tp_size']}, CUDA graph "
+           + ("captured" if g["captured"] else "not captured") + f" (`disable_cuda_graph = {g['value']}`, {g['source']}).", "",
+           "| layer | runs | per step | floor (M=min..max) |", "|---|---|---|---|"]
+    for lay in m["layers"]:
+        ops = ", ".join(f"`{_short(o['name'])}`" for o in lay.get("ops", [])) or "(no named op)"
+        floors = [str(r["floor_us"]) + " us" for r in lay.get("roofline", []) if r.get("floor_us") is not None]
+        out.append(f"| {lay['kind']} | {ops} | {lay.get('per_step', {}).get('launches') or '-'} | {' .. '.join(floors) or '-'} |")
+    for lay in m["layers"]:
+        out += ["", f"## {lay['kind']}", "", "```"] + _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay) + ["```"]
+    if m.get("notes"):
+        out += ["", "## Assumed", ""] + [f"- {n}" for n in m["notes"]]
+    return "\n".join(out) + "\n"
+
+
+def render_diff(a: dict, b: dict, rows: list[dict]) -> str:
+    out = [f"kernel map diff: {a['target']} / {a['device']}  ->  {b['target']} / {b['device']}  ({a['model']})"]
+    if not rows:
+        out.append("no layer changes")
+    for r in rows:
+        out.append("")
+        out.append(f"== {r['kind']}")
+        x, y = r["before"] or {}, r["after"] or {}
+        for key in ("backend", "class"):
+            if x.get(key) != y.get(key):
+                out.append(f"  {key}: {x.get(key)} -> {y.get(key)}")
+        for st in sorted(set(x.get("settings", [])) - set(y.get("settings", []))):
+            out.append(f"  - {st}")
+        for st in sorted(set(y.get("settings", [])) - set(x.get("settings", []))):
+            out.append(f"  + {st}")
+        for side in r.get("unnamed", []):
+            out.append(f"  {side}: no kernel or library op recon can name on this path (torch ops, or not followed)")
+        for o in r.get("ops_removed", []):
+            out.append(f"  - {o}")
+        for o in r.get("ops_added", []):
+            out.append(f"  + {o}")
+        if x.get("launches") != y.get("launches"):
+            out.append(f"  launches per step: {x.get('launches')} -> {y.get('launches')}")
+    return "\n".join(out) + "\n"
