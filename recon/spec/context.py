@@ -148,15 +148,19 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     gop = view.grouped_op() if view is not None else None
     ctx["moe_path"]["grouped_op"] = ({"name": gop["name"], "what": gop["what"], "at": _at(gop["path"], gop["line"]), "kind": gop["kind"]}
                                      if gop else None)
-    if view is not None and ctx["moe_path"]["found"] and not kernels:
-        # a chain that ends in a library op (FlashInfer, DeepGEMM, ...): its hops as the view walked them
-        lib = next((lf for lf in view.primary_leaves() if lf["kind"] in ("library", "native_op")), None)
-        if lib:
-            seen_at = {h["at"] for h in hops}
-            for h in lib["via"]:
+    if view is not None and ctx["moe_path"]["found"]:
+        # the chain past apply as the view walked it: to the Triton kernel it launches, else to the
+        # library op (FlashInfer, DeepGEMM, ...) where the work leaves the tree
+        prim = view.primary_leaves()
+        leaf = next((lf for lf in prim if lf["kind"] == "triton_kernel"), None) if kernels else \
+            next((lf for lf in prim if lf["kind"] in ("library", "native_op")), None)
+        seen_at = {h["at"] for h in hops}
+        if leaf and _at(leaf["path"], leaf["line"]) not in seen_at:
+            for h in leaf["via"]:
                 if _at(h["path"], h["line"]) not in seen_at:
                     hops.append({"symbol": h["what"], "qualname": None, "at": _at(h["path"], h["line"]), "how": "calls", "inferred": False, "defined_at": "", "kind": ""})
-            hops.append({"symbol": lib["name"], "qualname": None, "at": _at(lib["path"], lib["line"]), "how": f"{lib['kind'].replace('_', ' ')} (outside the tree)", "inferred": False, "defined_at": "", "kind": lib["kind"]})
+            how = "launches" if leaf["kind"] == "triton_kernel" else f"{leaf['kind'].replace('_', ' ')} (outside the tree)"
+            hops.append({"symbol": leaf["name"], "qualname": None, "at": _at(leaf["path"], leaf["line"]), "how": how, "inferred": False, "defined_at": "", "kind": leaf["kind"]})
             ctx["moe_path"]["mermaid"] = _mermaid(hops)
     tests = " ".join(g["test"] or "" for g in ctx["moe_path"]["gated_sites"])
     ctx["moe_path"]["gates"] = [g for g in ctx["gates"] if g["gate"] in tests] or [g for g in ctx["gates"] if g["gate"].startswith("is_sm")]
