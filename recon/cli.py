@@ -45,7 +45,7 @@ PathOpt = typer.Option(None, "--path", metavar="DIR", help="An SGLang repo root 
 RevOpt = typer.Option(None, "--rev", metavar="REV", help="Read the tree at this git revision of --path (from git objects; the work tree is not touched).")
 VersionOpt = typer.Option(None, "--sglang", metavar="VERSION", help="A released SGLang version, fetched from PyPI with pip download --no-deps.")
 RulesOpt = typer.Option(None, "--rules", metavar="DIR", help="An extra folder of rule YAML files (repeatable).")
-ServerArgsOpt = typer.Option(None, "--server-args", metavar="FLAGS", help='SGLang server flags in its own syntax, e.g. "--moe-runner-backend marlin --tp 2" (checked against the tree\'s ServerArgs).')
+ServerArgsOpt = typer.Option(None, "--server-args", metavar="FLAGS", help='SGLang server flags in its own syntax, e.g. "--moe-runner-backend marlin --tp-size 2" (checked against the tree\'s ServerArgs).')
 EnvOpt = typer.Option(None, "--env", metavar="NAME=VALUE", help="An environment variable as SGLang would read it (repeatable); unset ones take the default the code declares.")
 QDeviceOpt = typer.Option(None, "--device", metavar="GPU", help="Answer for what runs on this GPU (with --model, --server-args): the runtime view's path.")
 QModelOpt = typer.Option(None, "--model", metavar="MODEL", help="Answer for what runs for this model (with --device, --server-args).")

@@ -5,7 +5,7 @@ rewrites them for a device and a model.
   namespaces, the classes of the ``fields`` package beside it), each with its default and its
   choices (``choices=NAME`` of an ``add_argument`` call or of an ``Arg(...)`` annotation, or a
   ``Literal[...]`` type), and the option strings ``add_argument`` gives it.
-- **Flags**: ``--server-args "--moe-runner-backend marlin --tp 2"`` parsed in SGLang's syntax and
+- **Flags**: ``--server-args "--moe-runner-backend marlin --tp-size 2"`` parsed in SGLang's syntax and
   checked against the schema: an unknown flag or a value outside the choices is bad input.
 - **Resolution**: every write of a tracked field in the ServerArgs module and the argument-hook
   package (``self.moe_runner_backend = ...``, ``overrides["moe_runner_backend"] = ...``), with the
@@ -165,7 +165,7 @@ def _coerce(raw: str, info: FieldInfo):
 
 
 def parse_flags(text: Optional[str], schema: Optional[Schema]) -> dict:
-    """``"--moe-runner-backend marlin --tp 2"`` -> ``{"moe_runner_backend": "marlin", "tp_size": 2}``."""
+    """``"--moe-runner-backend marlin --tp-size 2"`` -> ``{"moe_runner_backend": "marlin", "tp_size": 2}``."""
     if not text or not text.strip():
         return {}
     if schema is None:
