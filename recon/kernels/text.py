@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+_ENV_NOTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*( unset|=)")
+
 
 def _short(q) -> str:
     return q.rsplit(".", 1)[-1] if q and "/" not in q and "(" not in q else (q or "")
@@ -90,7 +94,8 @@ def _gates(lay: dict) -> list[str]:
     for s in lay.get("construction", []) or []:
         out.append(f"built with: self.{s['attr']} = {s['value']}  [{_at(s['path'], s['line'])}]")
     for n in lay.get("env_read", []) or []:
-        out.append(f"env: {n}")
+        # an environment variable's value, or a test the primary rule took as false
+        out.append(f"{'env' if _ENV_NOTE.match(n) else 'assumed'}: {n}")
     return out
 
 

@@ -133,5 +133,9 @@ def plain(v: Any) -> Optional[str]:
     if v is MISSING:
         return "unset"
     if isinstance(v, FuncRef):
+        if v.bound is not None or not v.keys:
+            return v.qual.rsplit(".", 1)[-1]
         return f"{v.qual.rsplit('.', 1)[-1]} (registered for {v.keys!r})"
+    if isinstance(v, ExtRef):
+        return v.name  # a value from outside the tree, by the name it is read under
     return repr(v)
