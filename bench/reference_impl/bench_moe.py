@@ -5,7 +5,7 @@ measured in the same run:
   * bf16 peer: weights dequantized to bf16 ahead of time + torch._grouped_mm;
   * ceilings: device-to-device copy bandwidth and a dense 8192^3 bf16 matmul.
 Every forward is captured in a CUDA graph and timed by replay, L2 flushed before
-each timed replay, median of the reps. Writes results.json (+ tuned configs).
+each timed replay, median of the reps. Writes results.json to --out (copy it to recon/data/anchors/h200_grouped_reference_impl.json, then run report.py).
 
   python bench/reference_impl/bench_moe.py --out OUT [--slot-module PATH] [--tune]
 """

@@ -1,5 +1,8 @@
-"""results.json -> results.md (table), results.png (plot), and the tuned
-configs under reference_impl/configs/ (run here; the device lacks matplotlib)."""
+"""The benchmark's results -> results.md (table), results.png (plot), and the tuned configs under
+reference_impl/configs/ (run here; the device lacks matplotlib).
+
+The results of bench_moe.py live in one place, recon/data/anchors/h200_grouped_reference_impl.json,
+which recon's spec reads (copy a device run's $OUT/results.json there, then run this)."""
 import json
 import os
 import sys
@@ -88,12 +91,15 @@ def anchor(res, out):
         f.write("\n")
 
 
-def main(path=os.path.join(HERE, "results.json"), anchor_out=None):
-    """results.json -> results.md / results.png (+ the tuned configs); any other results_X.json
-    (bench_flashinfer.py's results_flashinfer.json) -> results_X.md / results_X.png."""
+RESULTS = os.path.join(ROOT, "recon", "data", "anchors", "h200_grouped_reference_impl.json")
+
+
+def main(path=RESULTS, anchor_out=None):
+    """The grouped kernel's results -> results.md / results.png here (+ the tuned configs); any
+    other results_X.json (bench_flashinfer.py's results_flashinfer.json) -> results_X.md / .png."""
     res = json.load(open(path))
     rows = res["rows"]
-    stem = os.path.splitext(os.path.abspath(path))[0]
+    stem = os.path.join(HERE, "results") if os.path.abspath(path) == RESULTS else os.path.splitext(os.path.abspath(path))[0]
     open(stem + ".md", "w").write(table(res))
     if anchor_out:
         anchor(res, anchor_out)

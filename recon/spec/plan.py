@@ -8,7 +8,7 @@ from .. import roofline
 from .common import TYPICAL_BATCH
 
 
-REFERENCE_RESULTS = "h200_grouped_reference_impl.json"  # copy of bench/reference_impl/results.json
+REFERENCE_RESULTS = "h200_grouped_reference_impl.json"  # bench/reference_impl/bench_moe.py's results (the one copy)
 
 
 SLOT_ANCHOR = "h200_slot_gemv_e8m0_scales.json"
@@ -36,7 +36,7 @@ def _reference_kernel(model, device, rl: dict) -> dict:
         out.append(row)
     decode = [r["pct_roofline"] for r in out if r["M"] <= 64]
     return {"available": bool(out), "device": data.get("device"), "copy_bw_tbs": round(bw_meas, 2), "timing": data.get("timing"), "rows": out,
-            "decode_pct": (min(decode), max(decode)) if decode else None, "source": "bench/reference_impl/results.json"}
+            "decode_pct": (min(decode), max(decode)) if decode else None, "source": "recon/data/anchors/h200_grouped_reference_impl.json (bench/reference_impl/bench_moe.py)"}
 
 
 def _flashinfer_peer(model, device) -> dict:
