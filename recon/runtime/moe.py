@@ -263,10 +263,8 @@ def custom_op_impl(world, op: str) -> Optional[tuple]:
     name = op.rsplit(".", 1)[-1]
     ns = op.split(".")[2] if op.count(".") >= 3 else ""
     wanted = {name, f"{ns}::{name}"}
-    for f in world.tree.index.py_facts():
-        if not f.module or not any(v in wanted for _, v in f.strings):
-            continue
-        tree = world.module_ast(f.path)
+    for path, module in sorted({x for v in wanted for x in world.files_with_string(v)}):
+        tree = world.module_ast(path)
         for st in tree.body if tree is not None else ():
             fn_name, line = None, st.lineno
             if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
@@ -278,9 +276,9 @@ def custom_op_impl(world, op: str) -> Optional[tuple]:
                     if isinstance(d, ast.Call) and any(isinstance(a, ast.Constant) and a.value in wanted for a in d.args):
                         fn_name, line = st.name, d.lineno
             if fn_name:
-                qual = world.R.resolve(f.module, "", fn_name)
+                qual = world.R.resolve(module, "", fn_name)
                 if qual and world.G.nodes.get(qual, {}).get("kind") == "function":
-                    memo[op] = (qual, f.path, line)
+                    memo[op] = (qual, path, line)
                     return memo[op]
     return None
 

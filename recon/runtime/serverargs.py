@@ -362,14 +362,13 @@ def later_writers(world, schema: Schema, field: str) -> list:
         hooks = {p for p, _ in hook_modules(world, schema)}
         home = schema.module.rsplit(".", 1)[0] + "."  # another package's own ServerArgs is not this one
         found: dict = {}
-        for f in world.tree.index.py_facts():
-            if f.path in hooks or "/test" in f.path or not (f.module or "").startswith(home):
+        for path, module, target, line, scope in world.attr_stores():
+            if path in hooks or not module.startswith(home):
                 continue
-            for a in f.assigns:
-                recv, _, attr = a.target.rpartition(".")
-                if attr in schema.fields and recv and recv != "self" and "[" not in recv \
-                        and re.search(r"(args|cfg|server|record)", recv, re.I):
-                    found.setdefault(attr, []).append((f.path, a.line, a.scope))
+            recv, _, attr = target.rpartition(".")
+            if attr in schema.fields and recv and recv != "self" and "[" not in recv \
+                    and re.search(r"(args|cfg|server|record)", recv, re.I):
+                found.setdefault(attr, []).append((path, line, scope))
         memo["later_writers"] = found
     return memo["later_writers"].get(field, [])
 

@@ -303,10 +303,13 @@ class World:
 
     def _scan_facts(self) -> None:
         """One pass over every file's facts: who imports which name, which attributes each file
-        assigns, and the functions registered by a decorator (facts are costly to hydrate)."""
+        assigns, the functions registered by a decorator, where each short string constant occurs
+        and every store to ``<name>.<attr>`` (facts are costly to hydrate, so they are read once)."""
         idx: dict = {}
         assigned: dict = {}
         decorated: list = []
+        strings: dict = {}
+        attr_stores: list = []
         for f in self.tree.index.py_facts():
             if not f.module or "/test" in f.path:
                 continue
@@ -314,13 +317,29 @@ class World:
                 if i.name:
                     idx.setdefault(i.name, set()).add((f.path, f.module))
             assigned[f.path] = {a.target.rsplit(".", 1)[-1] for a in f.assigns if "." in a.target}
+            attr_stores += [(f.path, f.module, a.target, a.line, a.scope) for a in f.assigns if "." in a.target]
+            for _, v in f.strings:
+                strings.setdefault(v, set()).add((f.path, f.module))
             for d in f.defs:
                 if d.kind == "function" and any("register" in x.lower() for x in d.decorators):
                     decorated.append((f.path, f.module, d.qualname, d.line))
         self._importers = {k: sorted(v) for k, v in idx.items()}
         self._assigned = assigned
         self.decorated = decorated
-        self._facts_scan.update(importers=self._importers, assigned=assigned, decorated=decorated)
+        self._facts_scan.update(importers=self._importers, assigned=assigned, decorated=decorated,
+                                strings=strings, attr_stores=attr_stores)
+
+    def files_with_string(self, value: str) -> list:
+        """(path, module) of the files holding the string constant ``value``."""
+        if "strings" not in self._facts_scan:
+            self._scan_facts()
+        return sorted(self._facts_scan["strings"].get(value, ()))
+
+    def attr_stores(self) -> list:
+        """(path, module, target, line, scope) of every store to an attribute (``server_args.x = ...``)."""
+        if "attr_stores" not in self._facts_scan:
+            self._scan_facts()
+        return self._facts_scan["attr_stores"]
 
     def reference_sites(self, qual: str) -> list:
         """(caller qual, line) where the function is passed to a call as an argument
