@@ -314,12 +314,14 @@ class Evaluator(Interpreter):
         regs = registrations(self.world)
         if not regs:
             return None
+        if not all(isinstance(a, (ast.Constant, ast.Name, ast.Attribute)) for a in node.args):
+            return None  # registry keys are constants or names bound to them
+        args = [ev(a) for a in node.args]
+        if not all(isinstance(a, str) for a in args) or not any(tuple(r[0]) == tuple(args) for r in regs):
+            return None
         callee = self.world.R.resolve(mod, scope, _dotted(f)) if _dotted(f) else None
         reads = container_names(self.world, callee, "load") if callee else frozenset()
         if not reads:
-            return None
-        args = [ev(a) for a in node.args]
-        if not all(isinstance(a, str) for a in args):
             return None
         for keys, deco, q, path, line, owner in regs:
             if tuple(keys) == tuple(args) and reads & container_names(self.world, self.world.R.resolve(q.rsplit(".", 1)[0], "", deco) or "", "store"):

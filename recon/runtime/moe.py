@@ -292,13 +292,7 @@ def container_names(world, qual: str, how: str, depth: int = 2) -> frozenset:
     if key in memo:
         return memo[key]
     memo[key] = frozenset()  # recursion guard
-    d = world.G.nodes.get(qual, {})
-    tree = world.module_ast(d["path"]) if d.get("path") else None
-    fn = None
-    for n in ast.walk(tree) if tree is not None else ():
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == d.get("name") and n.lineno == d.get("line"):
-            fn = n
-            break
+    fn = world.function_ast(qual) if world.G.nodes.get(qual, {}).get("kind") == "function" else None
     names: set = set()
     for n in ast.walk(fn) if fn is not None else ():
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store if how == "store" else ast.Load):

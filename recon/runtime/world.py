@@ -41,6 +41,7 @@ class World:
         self._assigned = self._facts_scan.get("assigned", {})
         self.decorated = self._facts_scan.get("decorated", [])
         self._slot_index: dict = {}
+        self._defs_by_line: dict = {}
 
     # --- files ---------------------------------------------------------------------------------
     def module_ast(self, path: str):
@@ -52,6 +53,19 @@ class World:
             except (SyntaxError, ValueError, OSError, UnicodeDecodeError):
                 self._asts[path] = None
         return self._asts[path]
+
+    def function_ast(self, qual: str):
+        """The def of an in-tree function, found by its file and line (one walk per file)."""
+        d = self.G.nodes.get(qual, {})
+        path, line = d.get("path"), d.get("line")
+        if not path:
+            return None
+        by_line = self._defs_by_line.get(path)
+        if by_line is None:
+            tree = self.module_ast(path)
+            by_line = self._defs_by_line[path] = {n.lineno: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} \
+                if tree is not None else {}
+        return by_line.get(line)
 
     def path_of(self, qual: str) -> Optional[str]:
         return self.G.nodes.get(qual, {}).get("path")
@@ -345,11 +359,14 @@ class World:
         """(caller qual, line) where the function is passed to a call as an argument
         (``run_post_process_pass(server_args, _some_pass)``): the callee runs it there, so such a
         site counts as a call site, with the tests around it."""
+        memo = tree_memo(self.tree).setdefault("reference_sites", {})  # device-independent
+        if qual in memo:
+            return memo[qual]
         node = self.G.nodes.get(qual, {})
         short, path = node.get("name"), node.get("path")
         if not short or not path:
             return []
-        out = []
+        out = memo[qual] = []
         places = [(path, qual.rsplit(".", 1)[0] if "." in qual else "")] + self.importers(short)
         seen = set()
         for p, module in places:
@@ -450,6 +467,15 @@ class World:
     def primary_call(self, qual: str, selfval, args: list, kwargs: dict, ev):
         """What an in-tree method returns when every test it cannot decide is false (the primary
         rule), those tests noted as assumptions; UNKNOWN where even that leaves it open."""
+        key = (qual, id(selfval), repr(args), repr(sorted(kwargs.items())))
+        memo = self.__dict__.setdefault("_primary_calls", {})
+        if key in memo:
+            return memo[key]
+        memo[key] = UNKNOWN  # recursion guard
+        memo[key] = got = self._primary_call(qual, selfval, args, kwargs, ev)
+        return got
+
+    def _primary_call(self, qual: str, selfval, args: list, kwargs: dict, ev):
         fn = ev.model.function_ast(qual)
         if fn is None:
             return UNKNOWN
@@ -483,7 +509,7 @@ class World:
         key = ("_layer_own", layer.cls)
         if key not in self._slots:
             self._slots[key] = Instance(layer.cls)
-        v = self.instance_attr(self._slots[key], attr, ev, depth + 1)
+        v = self.instance_attr(self._slots[key], attr, ev, max(depth + 1, ev.depth_limit - 2))  # shallow: its own writes, not their callees' callees
         return UNKNOWN if v is MISSING else v
 
     def layer_of(self, method: Instance) -> Instance:
