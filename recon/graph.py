@@ -604,10 +604,24 @@ def _add_edges(G: nx.MultiDiGraph, r: Resolver, f: FileFacts) -> None:
             hits = _dynamic(G, r, mod, c, src, path, add)
             if hits and keep:
                 resolved[i] = hits
+    param_launchers = {}  # function -> grid source, for `kernel[grid](...)` where kernel is a parameter
     for scope, kernel, grid, line in f.launches:
         k = r.resolve(mod, scope, kernel)
         if k is not None and k in G:
             add(_src(mod, scope), k, kind="launches", path=path, line=line, grid=grid)
+        elif scope and "." not in kernel and kernel in (G.nodes.get(_src(mod, scope), {}).get("params") or ()):
+            param_launchers[_src(mod, scope)] = grid
+    if param_launchers:
+        # a helper that launches the kernel it is handed (`_launch(plan, kernel, grid, ...)`): each call
+        # in this file that passes it an in-tree Triton kernel launches that kernel, at the call
+        for scope, func, line, _end, _kw, args in f.calls:
+            target = r.resolve(mod, scope, func) if func else None
+            if target not in param_launchers:
+                continue
+            for a in args:
+                k = r.resolve(mod, scope, a) if a else None
+                if k is not None and G.nodes.get(k, {}).get("kind") == "triton_kernel":
+                    add(_src(mod, scope), k, kind="launches", path=path, line=line, grid=param_launchers[target], via=target)
     for scope, target, value, _kind, line in f.assigns:
         if scope == "" and target == "EntryClass":
             for name in value.split(","):

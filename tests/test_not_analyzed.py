@@ -45,7 +45,9 @@ def damaged(tree_0513, tmp_path_factory):
 def damaged_spec(damaged):
     root, _, _ = damaged
     tree = load(from_path(root))
-    return tree, spec_for(tree, load_device("h200"), load_model("deepseek-v3"))
+    # on the H200 the dense FP8 GEMMs run DeepGEMM and never read the Triton configs: ask for the
+    # Triton GEMM so the tuned-config lookup (and the broken file) is on the path
+    return tree, spec_for(tree, load_device("h200"), load_model("deepseek-v3"), server_flags={"fp8_gemm_runner_backend": "triton"})
 
 
 def test_every_bad_file_is_a_diagnostic(damaged_spec, damaged):
