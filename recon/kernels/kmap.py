@@ -4,8 +4,6 @@ launches per step, CUDA-graph capture and the roofline floor; cached on disk lik
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Optional
 
 from ..roofline import ELEMENT_BITS, moe_roofline
@@ -180,33 +178,11 @@ def _plain(v):
     return plain(v)
 
 
-def _key(ctx, prefill_m) -> Optional[str]:
-    if not getattr(ctx.tree, "key", ""):
-        return None
-    h = hashlib.sha1(ctx.tree.key.encode())
-    here = Path(__file__).resolve().parent.parent
-    for p in sorted(here.rglob("*.py")):
-        h.update(p.read_bytes())
-    for p in sorted((here / "data").rglob("*.yaml")):
-        h.update(p.read_bytes())
-    h.update(repr((ctx.device, ctx.model, ctx.flags_key, prefill_m)).encode())
-    return h.hexdigest()
-
-
 def map_for(ctx, prefill_m: Optional[int] = None) -> dict:
     """The map for the context, from the cache when it is there (stored when it was not)."""
-    from ..cache import cache_dir, load_pickle, save_pickle
+    from ..runtime.cached import derived_key, load_or_build
 
-    key = _key(ctx, prefill_m)
-    store = cache_dir() / "kernels" / f"{key}.pkl" if key else None
-    if store is not None:
-        hit = load_pickle(store)
-        if hit is not None:
-            return hit
-    got = build_map(ctx, prefill_m)
-    if store is not None:
-        save_pickle(store, got)
-    return got
+    return load_or_build("kernels", derived_key(ctx, prefill_m), lambda: build_map(ctx, prefill_m))
 
 
 # --- diff ------------------------------------------------------------------------------------------

@@ -10,33 +10,50 @@ from pathlib import Path
 from ..cache import cache_dir, load_pickle, save_pickle
 
 
-def _key(ctx) -> str | None:
+_CODE_DIGEST: list = []
+
+
+def _code_digest() -> bytes:
+    """recon's own code and data, hashed once per process: derived data is stale when they change."""
+    if not _CODE_DIGEST:
+        h = hashlib.sha1()
+        here = Path(__file__).resolve().parent.parent
+        for p in sorted(here.rglob("*.py")):
+            h.update(p.read_bytes())
+        for p in sorted((here / "data").rglob("*.yaml")):
+            h.update(p.read_bytes())
+        _CODE_DIGEST.append(h.digest())
+    return _CODE_DIGEST[0]
+
+
+def derived_key(ctx, *extra) -> str | None:
+    """The cache key of data derived from the tree for the context's device, model, flags and env
+    (and ``extra``); None for a tree without a content key."""
     if not getattr(ctx.tree, "key", ""):
         return None
     h = hashlib.sha1(ctx.tree.key.encode())
-    here = Path(__file__).resolve().parent.parent
-    for p in sorted(here.rglob("*.py")):
-        h.update(p.read_bytes())
-    for p in sorted((here / "data").rglob("*.yaml")):
-        h.update(p.read_bytes())
-    h.update(repr(ctx.device).encode())
-    h.update(repr(ctx.model).encode())
-    h.update(ctx.flags_key.encode())
+    h.update(_code_digest())
+    h.update(repr((ctx.device, ctx.model, ctx.flags_key) + extra).encode())
     return h.hexdigest()
+
+
+def load_or_build(area: str, key: str | None, build):
+    """What ``build()`` returns, read from ``area`` of the cache when stored under ``key``."""
+    store = cache_dir() / area / f"{key}.pkl" if key else None
+    if store is not None:
+        hit = load_pickle(store)
+        if hit is not None:
+            return hit
+    got = build()
+    if store is not None:
+        save_pickle(store, got)
+    return got
 
 
 def view_for(ctx):
     """The view for the context, from the cache when it is there (and stored when it was not)."""
     from . import runtime_view
 
-    key = _key(ctx)
-    store = cache_dir() / "runtime" / f"{key}.pkl" if key else None
-    if store is not None:
-        hit = load_pickle(store)
-        if hit is not None:
-            ctx.cache[("runtime_view", ctx.flags_key)] = hit
-            return hit
-    view = runtime_view(ctx)
-    if store is not None:
-        save_pickle(store, view)
+    view = load_or_build("runtime", derived_key(ctx), lambda: runtime_view(ctx))
+    ctx.cache[("runtime_view", ctx.flags_key)] = view
     return view
