@@ -11,6 +11,7 @@ Pipeline (one fixed grid per batch size, no host sync -> CUDA-graph safe):
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import os
@@ -37,11 +38,15 @@ except Exception:  # pragma: no cover - depends on the installed Triton
 try:  # its TMA form (weights through a shared-memory ring) needs Gluon's Hopper modules
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _TensorDescriptor
     from .kernels import decode_tma as _decode_tma
+    from .kernels import decode_fused as _decode_fused
 except Exception:  # pragma: no cover - depends on the installed Triton
-    _decode_tma = None
+    _decode_tma = _decode_fused = None
+from .prepack import PrepackedMXFP4MoE
 
 ROUTE_KERNEL_MAX_SLOTS = 2048
 PREP_BLOCK = 1024
+FUSED_MAX_SLOTS = 128  # the one-launch path's in-kernel routing compares every slot pair
+FUSED_PREP = 4096  # hidden-state values a prep item of the one-launch path lays out
 
 
 def _interpreting() -> bool:
@@ -83,6 +88,26 @@ def check_mma_config(cfg: dict) -> None:
             bad.append(f"{g}.ahead without tma (only the TMA form loads operands a step ahead)")
     if cfg.get("pdl", False) not in (True, False):
         bad.append(f"pdl={cfg.get('pdl')} (true or false)")
+    fu = cfg.get("fused")
+    if fu is not None:
+        if not isinstance(fu, dict):
+            bad.append(f"fused={fu!r} (an object: ctas_per_sm, maxnreg)")
+        else:
+            c1, c2 = cfg.get("gemm1", {}), cfg.get("gemm2", {})
+            if not (c1.get("tma") and c2.get("tma")):
+                bad.append("fused without tma in both GEMMs (the one-launch kernel streams both through TMA rings)")
+            if c1.get("num_warps", 4) != c2.get("num_warps", 4):
+                bad.append("fused with gemm1.num_warps != gemm2.num_warps (one kernel, one warp count)")
+            if c1.get("ahead", 0) or c2.get("ahead", 0):
+                bad.append("fused with ahead (the one-launch kernel loads operands at their step)")
+            cps = fu.get("ctas_per_sm", 8)
+            if not (_is_int(cps) and 1 <= cps <= 32):
+                bad.append(f"fused.ctas_per_sm={cps} (1..32 programs an SM in the persistent grid)")
+            mr = fu.get("maxnreg")
+            if mr is not None and not (_is_int(mr) and 32 <= mr <= 255):
+                bad.append(f"fused.maxnreg={mr} (registers a thread, 32..255)")
+            if set(fu) - {"ctas_per_sm", "maxnreg"}:
+                bad.append(f"fused: unknown keys {sorted(set(fu) - {'ctas_per_sm', 'maxnreg'})}")
     if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
         bad.append(f"gemm2.atom_vec={cfg['gemm2'].get('atom_vec')} (2 or 8)")
     elif cfg.get("gemm2", {}).get("tma") and cfg["gemm2"].get("atom_vec", 2) != 8:
@@ -91,9 +116,11 @@ def check_mma_config(cfg: dict) -> None:
         raise ValueError("config: the decode path (\"mma\") cannot take " + "; ".join(bad))
 
 
-def _tma_desc(w: torch.Tensor, shape: list, block: list):
+def _tma_desc(w: torch.Tensor, shape: list, block: list, pk=None, which=None):
     """TMA descriptor of a packed weight tensor seen as int32 words of the given shape (unswizzled
-    boxes, the decode_tma ring's layout)."""
+    boxes, the decode_tma ring's layout); prepacked weights hold theirs, made once."""
+    if pk is not None:
+        return pk.desc(which, shape, block)
     v = w.view(torch.int32).view(shape)
     return _TensorDescriptor(v, shape, list(v.stride()), block, _decode_tma.ring_layout(len(shape)))
 
@@ -121,6 +148,10 @@ def _mma_path(cfg: dict, dev) -> bool:
         return False
     check_mma_config(cfg)
     return _decode_mma is not None and _device_arch(dev).mma
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _fail(name: str, msg: str):
@@ -213,9 +244,47 @@ def _mark(name: str) -> None:
 
 
 _FAST_LAUNCH = os.environ.get("REFIMPL_FAST_LAUNCH", "1") != "0"
+# prepacked weights: their TMA descriptors encoded once for the launcher (REFIMPL_ENCODE_ONCE=0: per launch)
+_ENCODE_ONCE = os.environ.get("REFIMPL_ENCODE_ONCE", "1") != "0"
 
 
-def _launch(pl, slot, kernel, grid, args, kw):
+def _desc_launch(k):
+    """(raw launcher, descriptor argument indices, their metadata, base argument count) of a compiled
+    kernel whose arguments include TMA descriptors, where Triton's launcher has the form this was
+    written against (3.6: a wrapper that encodes each descriptor on every launch); else None."""
+    try:
+        run = k.run
+        f = run.launch
+        cells = dict(zip(f.__code__.co_freevars, (c.cell_contents for c in f.__closure__)))
+        mod = __import__(f.__module__, fromlist=["_"])
+        if run.global_scratch_size or run.profile_scratch_size or not callable(mod.make_tensordesc_arg):
+            return None
+        return (cells["launcher"], set(cells["tensordesc_indices"]), list(cells["tensordesc_meta"]),
+                mod._BASE_ARGS_FORMAT_LEN, mod.make_tensordesc_arg)
+    except Exception:
+        return None
+
+
+def _launch_encoded(k, dl, pk, g, stream, lm, rt, args, extra):
+    """k's launch with the prepacked weights' descriptors encoded once (held by pk), not per launch."""
+    raw, idx, metas, _, make = dl
+    final = []
+    j = 0
+    for i, a in enumerate(args + tuple(extra)):
+        if i in idx:
+            key = (id(a), j)
+            enc = pk._enc.get(key)
+            if enc is None:
+                enc = pk._enc[key] = (a, make(a, metas[j]))  # the descriptor kept alive beside its encoding
+            final.extend(enc[1])
+            j += 1
+        else:
+            final.append(a)
+    raw(g[0], g[1], g[2], stream, k.function, k.run.launch_cooperative_grid, k.run.launch_pdl, None, None,
+        k.packed_metadata, lm, rt.launch_enter_hook, rt.launch_exit_hook, *final)
+
+
+def _launch(pl, slot, kernel, grid, args, kw, pk=None):
     """kernel[grid](*args, **kw). On a cached plan's second and later calls, the compiled kernel's
     own launch, as the JIT ends its launches (launch metadata, the runtime's launch hooks), without
     the JIT's per-call work before it (argument binding, specialization, cache key and lookup): the
@@ -233,12 +302,15 @@ def _launch(pl, slot, kernel, grid, args, kw):
         if k is not None:
             names = kernel.arg_names
             defaults = {p.name: p.default for p in kernel.params if p.has_default}
-            pl.launched[key] = (k, [kw[n] if n in kw else defaults[n] for n in names[len(args):]])
+            pl.launched[key] = (k, [kw[n] if n in kw else defaults[n] for n in names[len(args):]],
+                                _desc_launch(k) if pk is not None and _ENCODE_ONCE else None)
         return k
-    k, extra = hit
+    k, extra, dl = hit
     stream = _driver().get_current_stream(pl.dev_index)
     g = grid + (1,) * (3 - len(grid))
     rt = triton.knobs.runtime
+    if dl is not None and pk is not None:
+        return _launch_encoded(k, dl, pk, g, stream, k.launch_metadata(g, stream, *args, *extra), rt, args, extra)
     k.run(g[0], g[1], g[2], stream, k.function, k.packed_metadata, k.launch_metadata(g, stream, *args, *extra),
           rt.launch_enter_hook, rt.launch_exit_hook, *args, *extra)
 
@@ -256,11 +328,15 @@ class _Plan:
     """What one call's shape, device and config decide, computed once per key: the config, the
     path, the output mode, the grids and the routing's launch parameters."""
     __slots__ = ("cfg", "mma", "wg", "BM", "c1", "c2", "mode", "NB", "P", "meta", "route_grid", "pdl", "mask1",
-                 "mask2", "fast", "g1", "g2", "dot1", "dot2", "cached", "dev_index", "launched")
+                 "mask2", "fast", "g1", "g2", "dot1", "dot2", "cached", "dev_index", "launched", "fused", "fz",
+                 "ws", "src")
 
     def __init__(self, cfg, M, E, topk, H, I, dev, deterministic, source):
         self.cached = False
         self.launched = {}
+        self.fused = False
+        self.ws = None  # the one-launch path's workspace, made on its first call (fused_workspace)
+        self.src = None  # a caller's config as it was when this plan was made
         self.dev_index = dev.index if dev.index is not None else (torch.cuda.current_device() if dev.type == "cuda" else 0)
         a = _device_arch(dev)
         # what the architecture may run decides what is an error; the environment may only turn a
@@ -287,6 +363,22 @@ class _Plan:
         self.route_grid = (1 + triton.cdiv(M * H, PREP_BLOCK),) if self.mma else (1,)
         self.pdl = self.mma and bool(cfg.get("pdl", False))
         self.fast = a.fast_dequant
+        if self.mma and cfg.get("fused") is not None and S <= FUSED_MAX_SLOTS and _decode_fused is not None \
+                and a.mma_tma:
+            # one launch (kernels/decode_fused.py); past FUSED_MAX_SLOTS slots the same GEMM knobs
+            # run as the three-launch TMA form
+            self.fused = True
+            fu, c1, c2 = cfg["fused"], self.c1, self.c2
+            NW = c1["num_warps"]
+            T1, T2 = triton.cdiv(I, 16 * c1["Q"]), triton.cdiv(H, 16 * c2["Q"])
+            nprep = triton.cdiv(M * H, FUSED_PREP)
+            sms = (_props(dev) or _arch.H200_LIKE).sm_count
+            G = max(1, min(nprep + self.NB * (T1 + T2), sms * fu.get("ctas_per_sm", 8)))
+            S_PAD = max(32, triton.next_power_of_2(S))
+            self.fz = dict(G=G, NPREP=nprep, T1=T1, T2=T2, S_PAD=S_PAD, RS=self.P + self.NB + S_PAD,
+                           kw=dict(HAS_CLAMP=False, OUT_MODE=self.mode, Q1=c1["Q"], Q2=c2["Q"], NW=NW,
+                                   STAGES1=c1["tma"], STAGES2=c2["tma"], S_PAD=S_PAD, CH=16, PB=FUSED_PREP,
+                                   num_warps=NW, **({"maxnreg": fu["maxnreg"]} if fu.get("maxnreg") else {})))
         if self.mma:
             self.mask1, self.mask2 = _decode_mask(H, I, self.c1), _decode_mask(I, H, self.c2)
             self.g1 = (self.NB * triton.cdiv(I, 16 * self.c1["Q"]),)
@@ -308,8 +400,17 @@ def _props(dev):
 
 
 def _plan(M, E, topk, H, I, dev, deterministic, config) -> _Plan:
-    if config is not None:  # a caller's config: checked on every call (it may have changed)
-        return _Plan(config, M, E, topk, H, I, dev, deterministic, "config")
+    if config is not None:  # a caller's config: its plan kept while the dict is unchanged (checked again if not)
+        key = (M, E, topk, H, I, dev, deterministic, id(config))
+        p = _PLANS.get(key)
+        if p is None or p.src != config:
+            p = _Plan(config, M, E, topk, H, I, dev, deterministic, "config")
+            p.src = copy.deepcopy(config)
+            p.cached = True
+            if len(_PLANS) > 4096:
+                _PLANS.clear()
+            _PLANS[key] = p
+        return p
     key = (M, E, topk, H, I, dev, deterministic)
     p = _PLANS.get(key)
     if p is None:
@@ -369,12 +470,40 @@ def _bind(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, t
             intermediate_size, routed_scaling_factor, clamp_limit, deterministic, config)
 
 
+def _validate_prepacked(x, pk, ids, tw, H, I):
+    """_validate's checks of what changes between calls (the weights were checked by the prepack)."""
+    if (H, I) != (pk.H, pk.I):
+        _fail("hidden_size", f"({H}, {I}) (hidden, intermediate) do not match the prepacked ({pk.H}, {pk.I})")
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != H or x.dtype != torch.bfloat16:
+        _fail("hidden_states", f"expected a bfloat16 tensor [M, {H}], got {getattr(x, 'dtype', type(x))} "
+              f"{tuple(getattr(x, 'shape', ()))}")
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 2 \
+            or ids.shape[0] != x.shape[0]:
+        _fail("topk_ids", f"expected int32/int64 [{x.shape[0]}, topk], got {getattr(ids, 'dtype', type(ids))} "
+              f"{tuple(getattr(ids, 'shape', ()))}")
+    if not isinstance(tw, torch.Tensor) or not tw.is_floating_point() or tw.shape != ids.shape:
+        _fail("topk_weights", f"expected a float tensor of shape {tuple(ids.shape)}")
+    dev = pk.device
+    if x.device != dev or ids.device != dev or tw.device != dev:
+        _fail("hidden_states", f"hidden_states / topk_ids / topk_weights on {x.device} / {ids.device} / {tw.device}, "
+              f"the prepacked weights on {dev}")
+    if dev.type != "cuda" and not _interpreting():
+        _fail("hidden_states", f"on {dev}: needs a CUDA device (or TRITON_INTERPRET=1)")
+    return pk.E
+
+
 def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights, hidden_size,
              intermediate_size, routed_scaling_factor, clamp_limit, deterministic, config, poison):
     _mark("start")
     H, I = int(hidden_size), int(intermediate_size)
-    E = _validate(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale,
-                  topk_ids, topk_weights, H, I)
+    pk = w13_packed if isinstance(w13_packed, PrepackedMXFP4MoE) else None
+    if pk is not None:
+        if not (w2_packed is None and w13_scale is None and w2_scale is None):
+            _fail("w2_packed", "with prepacked weights as w13_packed, pass None for w2_packed, w13_scale, w2_scale")
+        E = _validate_prepacked(hidden_states, pk, topk_ids, topk_weights, H, I)
+    else:
+        E = _validate(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale,
+                      topk_ids, topk_weights, H, I)
     x = hidden_states if hidden_states.is_contiguous() else hidden_states.contiguous()
     M = x.shape[0]
     dev = x.device
@@ -387,14 +516,22 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
     mma, wg, BM, c1, c2, mode, NB, P = pl.mma, pl.wg, pl.BM, pl.c1, pl.c2, pl.mode, pl.NB, pl.P
     _mark("config")
 
-    w13 = (w13_packed if w13_packed.is_contiguous() else w13_packed.contiguous()).view(torch.uint8)
-    w2 = (w2_packed if w2_packed.is_contiguous() else w2_packed.contiguous()).view(torch.uint8)
-    s13 = _scale_bits("w13_scale", w13_scale)
-    s2 = _scale_bits("w2_scale", w2_scale)
-    s13 = s13 if s13.is_contiguous() else s13.contiguous()
-    s2 = s2 if s2.is_contiguous() else s2.contiguous()
+    if pk is not None:
+        w13, w2, s13, s2 = pk.w13, pk.w2, pk.s13, pk.s2
+    else:
+        w13 = (w13_packed if w13_packed.is_contiguous() else w13_packed.contiguous()).view(torch.uint8)
+        w2 = (w2_packed if w2_packed.is_contiguous() else w2_packed.contiguous()).view(torch.uint8)
+        s13 = _scale_bits("w13_scale", w13_scale)
+        s2 = _scale_bits("w2_scale", w2_scale)
+        s13 = s13 if s13.is_contiguous() else s13.contiguous()
+        s2 = s2 if s2.is_contiguous() else s2.contiguous()
     ids = topk_ids if topk_ids.is_contiguous() else topk_ids.contiguous()
     tw = topk_weights if topk_weights.is_contiguous() else topk_weights.contiguous()
+    has_clamp = clamp_limit is not None and clamp_limit > 0
+    rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
+    if pl.fused and not (w13.data_ptr() % 16 or w2.data_ptr() % 16):
+        return _forward_fused(pl, pk, x, w13, w2, s13, s2, ids, tw, M, E, H, I, topk, rsf,
+                              float(clamp_limit) if has_clamp else 0.0, has_clamp, poison)
 
     # the down GEMM's output: per-slot rows (deterministic) or the atomics' target,
     # zeroed by a memset, or by prep_act on the decode path
@@ -432,7 +569,6 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
     # waits for it in-kernel (decode_mma.gdc_wait), which hides the launch gaps
     pdl = pl.pdl
     st1, st2 = (_tma_stages(c1, w13), _tma_stages(c2, w2)) if mma else (0, 0)  # TMA ring stages, 0: none
-    has_clamp = clamp_limit is not None and clamp_limit > 0
     clamp = float(clamp_limit) if has_clamp else 0.0
     if not wg:
         act = torch.empty(P, I, dtype=torch.bfloat16, device=dev)
@@ -444,13 +580,13 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
                                block_expert, S, H, I, wgmma_path.token_parts(pl.cfg), c1, clamp, has_clamp, poison)
     elif st1:  # the TMA form (kernels/decode_tma.py)
         Q1, NW1 = c1["Q"], c1["num_warps"]
-        d1 = _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1])
+        d1 = _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1], pk, "w13")
         _mark("descriptors")
         _launch(pl, "gemm1", _decode_tma.decode_gemm1_swiglu_tma_kernel, pl.g1, (
             xb.view(torch.int32), d1, s13, act, sorted_slots,
             block_expert, S, H, I, NB, topk, xb.stride(0), s13.stride(0), s13.stride(1), act.stride(0),
             clamp), dict(HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=st1, AHEAD=c1.get("ahead", 0),
-                         num_warps=NW1, launch_pdl=pdl, **_configs.reg_cap(c1)))
+                         num_warps=NW1, launch_pdl=pdl, **_configs.reg_cap(c1)), pk)
     elif mma:
         _launch(pl, "gemm1", _decode_mma.decode_gemm1_swiglu_kernel, pl.g1, (
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
@@ -467,19 +603,18 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
     _mark("launch_gemm1")
 
     # 3. down GEMM + weighted top-k combine
-    rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
     if wg:
         wgmma_path.gemm2(act, w2, s2, buf, sorted_slots, block_expert, tw, S, H, I, topk,
                          wgmma_path.token_parts(pl.cfg), c2, rsf, mode)
     elif st2:
         Q2, NW2 = c2["Q"], c2["num_warps"]
-        d2 = _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2])
+        d2 = _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW2], pk, "w2")
         _mark("descriptors")
         _launch(pl, "gemm2", _decode_tma.decode_gemm2_combine_tma_kernel, pl.g2, (
             act.view(torch.int32), d2, s2, buf, sorted_slots,
             block_expert, tw, S, H, I, NB, topk, act.stride(0), s2.stride(0), s2.stride(1), buf.stride(0),
             rsf), dict(OUT_MODE=mode, Q=Q2, NW=NW2, STAGES=st2, AHEAD=c2.get("ahead", 0),
-                       num_warps=NW2, launch_pdl=pdl, **_configs.reg_cap(c2)))
+                       num_warps=NW2, launch_pdl=pdl, **_configs.reg_cap(c2)), pk)
     elif mma:
         _launch(pl, "gemm2", _decode_mma.decode_gemm2_combine_kernel, pl.g2, (
             act.view(torch.int32), w2.view(torch.int32), s2, buf, sorted_slots, block_expert, tw,
@@ -501,6 +636,60 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
         out = buf.to(torch.bfloat16)
         _mark("epilogue")
         return out
+    out = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
+    if poison:
+        out.fill_(float("nan"))
+    RBN = min(1024, triton.next_power_of_2(H))
+    _launch(pl, "reduce", reduce_topk_kernel, (M, triton.cdiv(H, RBN)),
+            (buf, ids, out, H, E, buf.stride(0), out.stride(0)), dict(TOPK=topk, BLOCK_N=RBN))
+    _mark("epilogue")
+    return out
+
+
+def fused_workspace(pl, dev, M, H, I):
+    """The one-launch path's workspace, made once per plan (a plan is one shape, device, config and
+    output mode): the B pairs, the gate/up output, each program's routing rows, and the flags, zeroed
+    here once and left zero by every launch (kernels/decode_fused.py). Calls of one plan must not run
+    concurrently on two streams."""
+    if pl.ws is None:
+        fz = pl.fz
+        pl.ws = (torch.empty(M, H, dtype=torch.bfloat16, device=dev),
+                 torch.empty(pl.P, I, dtype=torch.bfloat16, device=dev),
+                 torch.empty(fz["G"] * fz["RS"], dtype=torch.int32, device=dev),
+                 torch.zeros(_decode_fused.N_FLAGS + pl.NB, dtype=torch.int32, device=dev))
+    return pl.ws
+
+
+def _forward_fused(pl, pk, x, w13, w2, s13, s2, ids, tw, M, E, H, I, topk, rsf, clamp, has_clamp, poison):
+    """Routing, gate/up + SwiGLU and down + combine in one launch (kernels/decode_fused.py); in the
+    deterministic mode the per-slot rows are summed by reduce_topk in a second launch."""
+    dev = x.device
+    S = M * topk
+    fz, mode = pl.fz, pl.mode
+    xb, act, rs, flags = fused_workspace(pl, dev, M, H, I)
+    if poison:
+        act.fill_(float("nan"))
+        xb.fill_(float("nan"))
+    if mode == 2:
+        buf = torch.empty(S, H, dtype=torch.float32, device=dev)
+        if poison:
+            buf.fill_(float("nan"))
+    else:
+        buf = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
+    _mark("buffers")
+    Q1, Q2, NW = pl.c1["Q"], pl.c2["Q"], pl.c1["num_warps"]
+    d1 = _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW], pk, "w13")
+    d2 = _tma_desc(w2, [E * H, I // 8], [16 * Q2, 16 * NW], pk, "w2")
+    _mark("descriptors")
+    kw = fz["kw"] if not has_clamp else dict(fz["kw"], HAS_CLAMP=True)
+    _launch(pl, "fused", _decode_fused.decode_fused_kernel, (fz["G"],), (
+        x, xb, xb.view(torch.int32), ids, tw, d1, s13, d2, s2, act, act.view(torch.int32), buf, rs, flags,
+        S, E, H, I, topk, pl.P, pl.NB, fz["NPREP"], fz["T1"], fz["T2"], M * H,
+        x.stride(0), xb.stride(0), s13.stride(0), s13.stride(1), s2.stride(0), s2.stride(1), act.stride(0),
+        buf.stride(0), clamp, rsf), kw, pk)
+    _mark("launch_fused")
+    if mode != 2:
+        return buf
     out = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
     if poison:
         out.fill_(float("nan"))

@@ -3,6 +3,8 @@
 #   tests    the GPU tests (tests/reference_impl), log to $OUT/gpu_test_log.txt
 #   bench    bench_moe.py against SGLang's slot path and the bf16 peer (results.json), log $OUT/bench_log.txt
 #   configs  bench_configs.py: tuned vs heuristic defaults (vs a tuner's folder: TUNED_DIR), host overhead
+#   fused    the one-launch decode path and prepacked weights: its GPU tests, the fast-launch test, and
+#            bench_fused.py (side by side with the shipped configs, host overhead), logs to $OUT
 # Raw logs go to $OUT only; bench/NOTES.md quotes the numbers and cites any kept log by commit.
 set -o pipefail
 export PYTHONUNBUFFERED=1
@@ -15,6 +17,11 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   mkdir -p /tmp/slot && python3 -c "import zipfile,glob; z=zipfile.ZipFile(glob.glob('.whl/sglang-0.5.13.post1-*.whl')[0]); open('/tmp/slot/mxfp4_moe_sm120_triton.py','wb').write(z.read('sglang/srt/layers/moe/fused_moe_triton/mxfp4_moe_sm120_triton.py'))"
   python3 bench/reference_impl/bench_moe.py --out $OUT --slot-module /tmp/slot/mxfp4_moe_sm120_triton.py ${BENCH_ARGS} 2>&1 | tee $OUT/bench_log.txt
+fi
+if [ "$what" = fused ]; then
+  timeout ${FUSED_TEST_S:-240} python3 -m pytest -x -q -p no:cacheprovider tests/reference_impl/test_fused_gpu.py 2>&1 | tee $OUT/fused_tests.txt | tail -15
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/reference_impl/test_refimpl_gpu.py -k fast_launch 2>&1 | tee $OUT/fast_launch_tests.txt | tail -4
+  timeout ${FUSED_BENCH_S:-300} python3 bench/reference_impl/bench_fused.py --out $OUT ${FUSED_ARGS} 2>&1 | tee $OUT/bench_fused_log.txt
 fi
 if [ "$what" = configs ]; then
   python3 bench/reference_impl/bench_configs.py --out $OUT ${TUNED_DIR:+--tuned-dir $TUNED_DIR} 2>&1 | tee $OUT/bench_configs_log.txt

@@ -70,6 +70,13 @@ def _configs_for(a):
                 out.append((f"{key}/M={M}/default/det", s, M, c, True))
     if a.wgmma:
         out += [(label + "/tuned", s, M, c, False) for label, s, M, c in _tuned()]
+    if a.mma_tma:  # the one-launch decode path (kernels/decode_fused.py), both output modes
+        for key, s in SHAPES.items():
+            for M, q, nw in ((1, 1, 2), (4, 2, 2), (16, 1, 4)):
+                c = {"path": "mma", "gemm1": {"Q": q, "num_warps": nw, "tma": 2},
+                     "gemm2": {"Q": q, "num_warps": nw, "atom_vec": 8, "tma": 2}, "pdl": True,
+                     "fused": {"ctas_per_sm": 8}}
+                out.append((f"{key}/M={M}/fused", s, M, c, M == 4))
     return out
 
 
@@ -174,6 +181,8 @@ def _compile(jobs, tmp_path, cc):
 def _expected_gemms(a, cfg):
     """The two GEMM kernels a config should launch on a."""
     path = cfg.get("path", "dot")
+    if path == "mma" and a.mma and cfg.get("fused") is not None and a.mma_tma:
+        return []  # one kernel: decode_fused_kernel
     if path == "mma" and a.mma:
         return [("decode_gemm1_swiglu_tma_kernel" if cfg["gemm1"].get("tma") else "decode_gemm1_swiglu_kernel"),
                 ("decode_gemm2_combine_tma_kernel" if cfg["gemm2"].get("tma") else "decode_gemm2_combine_kernel")]
@@ -193,6 +202,8 @@ def test_every_launched_kernel_compiles_for_its_architecture(monkeypatch, tmp_pa
         names = [j["name"] for j in launches]
         gemms = [n for n in names if "gemm" in n]
         assert gemms == _expected_gemms(a, cfg), (label, names)
+        if cfg.get("fused") is not None:
+            assert names[0] == "decode_fused_kernel", (label, names)
         if det:
             assert names[-1] == "reduce_topk_kernel", (label, names)
         for j in launches:
@@ -209,6 +220,8 @@ def test_every_launched_kernel_compiles_for_its_architecture(monkeypatch, tmp_pa
         if name.startswith("decode"):
             # the decode GEMMs keep everything in registers: a spill would cost more than it saves
             assert re.search(r"STACK:0\b", res), f"{name} spills on sm_{cc}: {res.strip()}"
+        if name == "decode_fused_kernel":
+            assert "HMMA" in sass and "UTMALDG" in sass and "LDS.128" in sass, name
         if name.endswith("_tma_kernel"):
             # weights arrive by TMA and are read back with 128-bit shared loads
             assert "UTMALDG" in sass and "LDS.128" in sass, name
