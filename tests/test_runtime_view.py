@@ -203,10 +203,12 @@ def test_default_attention_backend_from_the_code_that_picks_it(tree_0513, tree_n
     n = _view(tree_new, "rtx-pro-6000", model="deepseek-v3")
     assert n.server_args["attention_backend"]["value"] == "'triton'"
     assert "model_overrides" not in n.server_args["attention_backend"]["path"]
-    # a test the default picker cannot decide is taken as false and said
+    # the picker's `is_flashinfer_available()` is decided by the release's own requirements
+    # (flashinfer_python is a dependency of the wheel), and the view says which requirement
     q = _view(tree_0513, "rtx-pro-6000", model="qwen3-30b-a3b")
-    assert q.server_args["attention_backend"]["value"] == "'triton'"
-    assert any("is_flashinfer_available()" in n_ and "taken as false" in n_ for n_ in q.notes)
+    assert q.server_args["attention_backend"]["value"] == "'flashinfer'"
+    assert any(n_.startswith("flashinfer installed:") for n_ in q.notes)
+    assert not any("is_flashinfer_available()" in n_ and "taken as false" in n_ for n_ in q.notes)
 
 
 def test_a_model_specific_hook_does_not_touch_another_model(tree_0513):
@@ -254,3 +256,51 @@ def test_callers_include_platform_table_readers(tree_new):
     # Mxfp4FlashinferCutlassMoEMethod reads get_platform().is_sm120, which a name table maps to the gate
     assert any(r["symbol"].endswith("Mxfp4FlashinferCutlassMoEMethod.__init__") for r in readers)
     assert all("is_sm120 -> is_sm120_supported" in r["via"] for r in readers)
+
+
+def test_a_local_reassigned_under_a_branch_keeps_the_value_its_tests_allow(tree_new):
+    # Mxfp4MoEMethod.create_moe_runner: `backend = get_moe_runner_backend()`, then `if backend.is_auto():
+    # backend = TRITON`. On sm_120 the backend is flashinfer_mxfp4, so the runner is built for it and the
+    # fused function is the one registered for ('none', 'flashinfer_mxfp4'), not the Triton one.
+    v = _view(tree_new, "rtx-pro-6000", model="gpt-oss-120b")
+    assert v.server_args["moe_runner_backend"]["value"] == "'flashinfer_mxfp4'"
+    switches = {s["attr"]: s for s in v.moe["switches"]}
+    assert "registered for ('none', 'flashinfer_mxfp4')" in switches["fused_func"]["value"] or \
+        switches["fused_func"]["value"].endswith("flashinfer_mxfp4")
+    names = {lf["name"] for lf in v.primary_leaves()}
+    assert "flashinfer.fused_moe.cutlass_fused_moe" in names
+    assert not any(n.endswith("fused_moe_kernel") for n in names)
+
+
+def test_a_server_argument_read_through_its_namespace_accessor(tree_new):
+    # get_exec().moe.flashinfer_mxfp4_moe_precision: the field declared in ExecMoe, read through the
+    # accessor that returns config_bag("exec"); it decides the sm_90 Humming W4A8 switch
+    v = _view(tree_new, "h200")
+    built = {c["attr"]: c["value"] for c in v.moe["construction"]}
+    assert built.get("_use_sm90_humming") == "False"
+    v = _view(tree_new, "h200", flags="--flashinfer-mxfp4-moe-precision fp8")
+    built = {c["attr"]: c["value"] for c in v.moe["construction"]}
+    assert built.get("_use_sm90_humming") == "True"
+
+
+def test_optional_packages_are_decided_by_the_release_requirements(tree_new, tree_old):
+    from recon.runtime.packages import declared
+    new = declared(tree_new)
+    assert new is not None and new.provides("flashinfer").startswith("flashinfer")
+    assert new.provides("flashinfer.fused_moe") == new.provides("flashinfer")
+    assert new.provides("triton_kernels") is None  # not required: a user may or may not have it
+    assert declared(tree_old).provides("flashinfer") is not None
+    v = _view(tree_new, "rtx-pro-6000")
+    assert any(n.startswith("flashinfer installed:") and "METADATA requires flashinfer_python" in n for n in v.notes)
+    # has_flashinfer reads through the platform probe table to is_flashinfer_available: decided
+    assert not any("has_flashinfer" in n for n in v.notes)
+    # triton_kernels stays open, and the view says so
+    g = _view(tree_new, "h200", model="gpt-oss-120b")
+    assert any(n.startswith("triton_kernels installed or not: unknown") for n in g.notes)
+
+
+def test_membership_in_module_constants_is_evaluated(tree_new):
+    # ModelConfig._detect_attention_sinks: `any(a in SWA_SINK_ARCHS for a in archs)` over a module
+    # frozenset, and a tuple splatted into another: decided for the model, not assumed false
+    v = _view(tree_new, "rtx-pro-6000")
+    assert not any("SWA_SINK_ARCHS" in n or "MIMO_V2_MODEL_ARCHS" in n for n in v.notes)

@@ -42,7 +42,7 @@ class StepWorld(World):
                        and ast.unparse(t.args[0]) == w.receiver and short in ast.unparse(t.args[1]) for g, want in w.guards if want
                        for t in ast.walk(g))
             tied = tied or any(name == w.receiver and isinstance(expr, ast.Call) and ast.unparse(expr.func).rsplit(".", 1)[-1] == short
-                               for name, expr, _ in w.locals)
+                               for name, expr, *_ in w.locals)
             if tied:
                 out.append(w)
         self._class_writes[key] = out

@@ -40,6 +40,9 @@ class Evaluator(Interpreter):
         self._primary_depth = 0
 
     # --- helpers -------------------------------------------------------------------------------
+    def note(self, key: str, text: str) -> None:
+        self.world.notes.setdefault(key, text)
+
     def _class_of_ref(self, v) -> Optional[str]:
         if isinstance(v, ClassRef):
             return v.qual
@@ -124,7 +127,8 @@ class Evaluator(Interpreter):
                 return slot
         elif isinstance(node, ast.Tuple) and isinstance(node.ctx, ast.Load):
             # keep callables as values: `return cutlass_fused_moe, ActivationType`
-            return tuple(self._eval_raw(e, env, mod, scope, depth) for e in node.elts)
+            if not any(isinstance(e, ast.Starred) for e in node.elts):
+                return tuple(self._eval_raw(e, env, mod, scope, depth) for e in node.elts)
         elif isinstance(node, ast.BoolOp):
             # Python's value semantics (`cfg or {}` is the dict), unknown where it matters
             last, unknown = None, False
@@ -162,6 +166,29 @@ class Evaluator(Interpreter):
             return self._eval(node, env, mod, scope, depth)
         return NotImplemented
 
+    def _bag_field(self, node: ast.Attribute, mod, scope):
+        """``get_exec().moe.flashinfer_mxfp4_moe_precision``: a server argument read through a
+        namespace accessor. The accessor is an in-tree function called without arguments whose
+        return names the namespace by a constant (``config_bag("exec")``); the field's declaring
+        class is that namespace plus the groups read on the way (``ExecMoe`` = exec + moe)."""
+        schema, state = self.world.schema, self.world.state
+        info = schema.fields.get(node.attr) if schema is not None and state is not None else None
+        if info is None or not info.group:
+            return NotImplemented
+        groups, base = [], node.value
+        while isinstance(base, ast.Attribute):
+            groups.append(base.attr)
+            base = base.value
+        if not (isinstance(base, ast.Call) and not base.args and not base.keywords and _dotted(base.func)) or len(groups) > 2:
+            return NotImplemented
+        qual = self.model.resolve(mod, scope, _dotted(base.func))
+        spaces = self.world.namespaces_returned(qual) if qual else ()
+        want = info.group.lower()
+        tail = "".join(reversed(groups)).lower().replace("_", "")
+        if any(ns.lower().replace("_", "") + tail == want for ns in spaces):
+            return state.get(node.attr)
+        return NotImplemented
+
     def _attribute(self, node: ast.Attribute, env, mod, scope, depth, missing_ok: bool = False):
         got = self._attribute_raw(node, env, mod, scope, depth)
         # an attribute the object does not have raises at run time; only getattr/hasattr see it
@@ -172,11 +199,15 @@ class Evaluator(Interpreter):
         dotted = _dotted(node)
         prop = self.model.platform_property(dotted) if dotted else None
         if prop:  # get_platform().is_sm120: a platform property looked up through a probe table
-            return self.gate_value(prop, depth + 1)
+            probe = self._probe(prop.rsplit(".", 1)[-1], prop, [])  # a device probe (is_cuda): the device answers
+            return probe if probe is not KeyError else self.gate_value(prop, depth + 1)
         if dotted and re.search(r"platform", dotted.rsplit(".", 1)[0], re.I):
             probe = self._probe(node.attr, dotted, [])  # get_platform().is_hip / .is_cuda
             if probe is not KeyError:
                 return probe
+        bag = self._bag_field(node, mod, scope)
+        if bag is not NotImplemented:
+            return bag
         recv = self._receiver(node.value, env, mod, scope, depth)
         if recv is NotImplemented:
             # a class attribute: an enum member, or a constant in the class body

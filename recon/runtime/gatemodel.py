@@ -43,6 +43,9 @@ class Gate:
 
 
 
+_MUTATORS = frozenset({"append", "extend", "add", "update", "insert", "remove", "discard", "pop", "clear", "setdefault"})
+
+
 class GateModel:
     """Where the gates are: definitions, variables holding their values, platform property tables."""
 
@@ -155,7 +158,12 @@ class GateModel:
         out: dict = {}
         if tree is not None:
             binds: dict[str, int] = {}
+            mutated: set = set()  # NAME.append(...), NAME[k] = v: a container filled at import time
             for n in ast.walk(tree):
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr in _MUTATORS:
+                    mutated.add(n.value.id)
+                elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                    mutated.add(n.value.id)
                 names = ()
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                     names = (n.id,)
@@ -172,7 +180,8 @@ class GateModel:
                     continue
                 v = st.value
                 if binds.get(st.targets[0].id) == 1 and (
-                        isinstance(v, (ast.BoolOp, ast.Compare, ast.IfExp, ast.Call))
+                        isinstance(v, (ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.Tuple, ast.Constant))
+                        or (isinstance(v, (ast.List, ast.Set)) and st.targets[0].id not in mutated)
                         or (isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not))):
                     out[st.targets[0].id] = (mod, v)
         self._flags_by_module[mod] = out
@@ -282,13 +291,21 @@ class GateModel:
                 continue
             pairs = [(k.value, v.value) for k, v in zip(value.keys, value.values)
                      if isinstance(k, ast.Constant) and isinstance(v, ast.Constant) and isinstance(k.value, str) and isinstance(v.value, str)]
-            hits = {k: self.resolve(f.module, "", v) or self._gate_named(v) for k, v in pairs}
-            hits = {k: g for k, g in hits.items() if g in self.gates}
+            found = {k: self.resolve(f.module, "", v) or self._gate_named(v) for k, v in pairs}
+            hits = {k: g for k, g in found.items() if g in self.gates}
             if len(hits) >= 2:
                 for k, g in hits.items():
                     self.platform_keys.setdefault(k, g)
                     if k not in self.by_name:
                         self.by_name.setdefault(k, []).append(g)
+                # the table's other probes name in-tree functions that are no arch gate
+                # (``has_flashinfer`` -> ``is_flashinfer_available``), looked up where the table's
+                # gates live (its reader does ``getattr(common, probe)()``)
+                homes = {g.rsplit(".", 1)[0] for g in hits.values()}
+                for k, v in pairs:
+                    q = found.get(k) or (f"{next(iter(homes))}.{v}" if len(homes) == 1 else None)
+                    if q and k not in hits and self.G.nodes.get(q, {}).get("kind") == "function":
+                        self.platform_keys.setdefault(k, q)
 
     def _gate_named(self, name: str) -> Optional[str]:
         qs = [q for q in self.by_name.get(name, ()) if self.gates[q].form != "platform-property"]
@@ -411,6 +428,8 @@ def branch_gates(ctx, module: str, scope: str, names, discovery: Optional[GateDi
     for n in names:
         bare = n[:-2] if n.endswith("()") else n
         g = model.gate_var(module, bare) or model.platform_property(bare)
+        if g not in model.gates:  # a table entry that is no arch gate (has_flashinfer)
+            g = None
         if not g:
             q = model.resolve(module, scope, bare)
             g = q if q in model.gates else None

@@ -104,7 +104,8 @@ class _Ref:
 
 
 _SAFE_BUILTINS = {"tuple": tuple, "map": map, "int": int, "list": list, "len": len, "str": str, "any": any, "all": all,
-                  "min": min, "max": max, "bool": bool, "float": float, "set": set, "sorted": sorted}
+                  "min": min, "max": max, "bool": bool, "float": float, "set": set, "sorted": sorted,
+                  "frozenset": frozenset}
 _STR_METHODS = {"split", "startswith", "endswith", "strip", "lower", "upper", "count", "index", "replace"}
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
         ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
@@ -112,6 +113,16 @@ _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Lt
 # bounded: the operands are literals of untrusted code (`"a" * 10 ** 9` must not be built)
 _BIN = {ast.Add: bounded.ADD, ast.Sub: bounded.SUB, ast.Mult: bounded.MUL, ast.FloorDiv: bounded.FLOORDIV, ast.Mod: bounded.MOD}
 STEP_BUDGET = 100_000  # expressions one top-level evaluation may visit (SGLang 0.5.5-0.5.23: at most 1,411, in the runtime view)
+
+
+class _Found:
+    """What ``importlib.util.find_spec`` returns for a package that is installed: not None, truthy."""
+
+    def __repr__(self) -> str:
+        return "<module spec>"
+
+
+FOUND = _Found()
 
 
 class _Return(Exception):
@@ -135,8 +146,28 @@ class Interpreter:
         self.steps = STEP_BUDGET  # left for the current top-level evaluation
 
     # --- probes --------------------------------------------------------------------------------
+    def note(self, key: str, text: str) -> None:
+        """Record an assumption the result rests on (the runtime view's evaluator lists them)."""
+
+    def _package(self, module) -> Any:
+        """``importlib.util.find_spec(module)``: found where the release requires the package that
+        provides it (:mod:`recon.runtime.packages`), else unknown (a user may have installed it)."""
+        if not isinstance(module, str):
+            return UNKNOWN
+        from .packages import declared
+        decl = declared(self.tree)
+        req = decl.provides(module) if decl is not None else None
+        if req is None:
+            where = f"not among the requirements in {decl.where}" if decl is not None else "no declared requirements found"
+            self.note(f"pkg:{module}", f"{module} installed or not: unknown ({where})")
+            return UNKNOWN
+        self.note(f"pkg:{module}", f"{module} installed: {decl.where} requires {req}")
+        return FOUND
+
     def _probe(self, tail: str, dotted: str, args: list):
         d = self.dev
+        if tail == "find_spec" and dotted in ("importlib.util.find_spec", "util.find_spec", "find_spec") and args:
+            return self._package(args[0])
         if tail in ("get_device_capability", "device_capability"):
             self.touched = True
             return Cap(d.cc)
@@ -254,6 +285,35 @@ class Interpreter:
         except Exception:  # unknown names, bad operands, _OutOfSteps, bounded.TooLarge, recursion
             return UNKNOWN
 
+    def _comprehension(self, node, env, mod, scope, depth):
+        """``any(a in ARCHS for a in archs)``: one ``for`` over a known sequence of at most 256
+        items, its ``if`` clauses and element evaluated per item; unknown if any of them is."""
+        if len(node.generators) != 1 or node.generators[0].is_async:
+            return UNKNOWN
+        gen = node.generators[0]
+        seq = _value(self._eval(gen.iter, env, mod, scope, depth))
+        if isinstance(seq, (set, frozenset)):
+            seq = sorted(seq, key=repr)
+        if not isinstance(seq, (tuple, list, str, dict)) or len(seq) > 256:
+            return UNKNOWN
+        out = []
+        for item in seq:
+            inner = dict(env)
+            if not _bind(gen.target, item, inner):
+                return UNKNOWN
+            keep = True
+            for cond in gen.ifs:
+                c = _value(self._eval(cond, inner, mod, scope, depth))
+                if c is UNKNOWN:
+                    return UNKNOWN
+                keep = keep and bool(c)
+            if keep:
+                v = _value(self._eval(node.elt, inner, mod, scope, depth))
+                if v is UNKNOWN:
+                    return UNKNOWN
+                out.append(v)
+        return set(out) if isinstance(node, ast.SetComp) else out
+
     def _step(self):
         self.steps -= 1
         if self.steps < 0:
@@ -265,8 +325,18 @@ class Interpreter:
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            vals = [ev(e) for e in node.elts]
+            vals = []
+            for e in node.elts:
+                if isinstance(e, ast.Starred):  # (*ARCHS, "X"): splat a known sequence
+                    seq = ev(e.value)
+                    if not isinstance(seq, (tuple, list, set, frozenset, str)):
+                        return UNKNOWN
+                    vals.extend(sorted(seq, key=repr) if isinstance(seq, (set, frozenset)) else seq)
+                else:
+                    vals.append(ev(e))
             return UNKNOWN if any(v is UNKNOWN for v in vals) else (tuple(vals) if isinstance(node, ast.Tuple) else list(vals) if isinstance(node, ast.List) else set(vals))
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+            return self._comprehension(node, env, mod, scope, depth)
         if isinstance(node, ast.Name):
             if node.id in env:
                 return env[node.id]
@@ -282,7 +352,8 @@ class Interpreter:
                 return "6.3" if self.dev.vendor == "amd" else None
             prop = self.model.platform_property(dotted)
             if prop:
-                return self.gate_value(prop, depth + 1)
+                probe = self._probe(prop.rsplit(".", 1)[-1], prop, [])  # a device probe (is_cuda): the device answers
+                return probe if probe is not KeyError else self.gate_value(prop, depth + 1)
             if node.attr in ("major", "minor"):
                 base = ev(node.value)
                 if isinstance(base, Cap):
@@ -382,6 +453,16 @@ class Interpreter:
             if target.qual:
                 return self.call_function(target.qual, args, kwargs, depth + 1)
         return UNKNOWN
+
+
+def _bind(target, item, env) -> bool:
+    """Bind a ``for`` target (a name, or a tuple of names) to ``item``; False where it cannot."""
+    if isinstance(target, ast.Name):
+        env[target.id] = item
+        return True
+    if isinstance(target, ast.Tuple) and isinstance(item, (tuple, list)) and len(item) == len(target.elts):
+        return all(_bind(t, i, env) for t, i in zip(target.elts, item))
+    return False
 
 
 def _value(x):

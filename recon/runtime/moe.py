@@ -323,7 +323,7 @@ class PathWalker:
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
-        from .writes import _locals
+        from .writes import MISSING_LOCAL, _locals, local_value
         key = id(fn)
         if key not in self._local_cache:
             self._local_cache[key] = _locals(fn)
@@ -335,16 +335,13 @@ class PathWalker:
             if name in seen:
                 continue
             seen.add(name)
-            last = None
-            for lname, expr, ln in assigns:
-                if lname == name and ln < line:
-                    last = expr
-            if last is None:
-                continue
-            inner = [n.id for n in ast.walk(last) if isinstance(n, ast.Name) and n.id not in env and n.id not in seen]
-            if inner:
-                self._locals_at(fn, line, env, mod, scope, set(inner), seen)
-            env[name] = self.ev._eval_raw(last, env, mod, scope)
+
+            def fill(names, _seen=seen):
+                self._locals_at(fn, line, env, mod, scope, {n for n in names if n not in env and n not in _seen}, _seen)
+
+            v = local_value(assigns, name, line, env, self.ev, mod, scope, fill)
+            if v is not MISSING_LOCAL:
+                env[name] = v
 
     def _bind(self, callee: str, call: ast.Call, env: dict, mod: str, scope: str, method: bool) -> dict:
         fn = self.ev.model.function_ast(callee)

@@ -51,6 +51,7 @@ class FieldInfo:
     path: str
     line: int
     options: list = field(default_factory=list)  # "--moe-runner-backend", aliases
+    group: str = ""  # the class declaring it (``ServerArgs``, or a namespace group such as ``ExecMoe``)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def _load_schema(world) -> Optional[Schema]:
                     name = st.target.id
                     default = world.const(st.value, module) if st.value is not None else MISSING
                     choices = _choices_of(world, st.annotation, module)
-                    fields.setdefault(name, FieldInfo(name, default, choices, path, st.lineno))
+                    fields.setdefault(name, FieldInfo(name, default, choices, path, st.lineno, group=c.name))
     # add_argument("--x", "--alias", choices=..., dest=...) in the ServerArgs module
     tree = world.module_ast(cd["path"])
     for n in ast.walk(tree) if tree is not None else ():

@@ -133,6 +133,20 @@ class World:
             got = self.primary_call(qual, selfval, args, kwargs, ev)
         return NotImplemented if got is UNKNOWN else got
 
+    def namespaces_returned(self, qual: str) -> tuple:
+        """The string constants an in-tree function without parameters returns through
+        (``return _CONTEXT.config_bag("exec")``): the names of the namespaces it hands out."""
+        memo = self.__dict__.setdefault("_namespaces", {})
+        if qual not in memo:
+            fn = self.function_ast(qual)
+            out: list = []
+            if fn is not None and not (fn.args.args or fn.args.posonlyargs):
+                for r in ast.walk(fn):
+                    if isinstance(r, ast.Return) and isinstance(r.value, ast.Call):
+                        out += [a.value for a in r.value.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            memo[qual] = tuple(out)
+        return memo[qual]
+
     def _loads_hf_config(self, qual: str, ev, depth: int) -> bool:
         """Whether the function returns what transformers' ``*Config.from_pretrained`` loads,
         directly or through the in-tree helpers it calls (``get_config(self.model_path, ...)``)."""
@@ -581,17 +595,14 @@ class World:
         return env
 
     def _fill_locals(self, w, env, wanted, ev, seen) -> None:
+        from .writes import MISSING_LOCAL, local_value
         for name in sorted(wanted - set(env) - seen):
             seen.add(name)
-            last = None
-            for lname, expr, line in w.locals:
-                if lname == name and line < w.line:
-                    last = expr
-            if last is None:
+            v = local_value(w.locals, name, w.line, env, ev, w.module, w.scope,
+                            lambda names: self._fill_locals(w, env, set(names), ev, seen))
+            if v is MISSING_LOCAL:
                 continue
-            inner = {n.id for n in ast.walk(last) if isinstance(n, ast.Name)}
-            self._fill_locals(w, env, inner, ev, seen)
-            v = ev._eval_raw(last, env, w.module, w.scope)
+            last = next((e for n, e, ln, _ in reversed(w.locals) if n == name and ln < w.line), None)
             if v is UNKNOWN and isinstance(last, ast.Call) and "model_config" in ast.unparse(last.func):
                 v = self.model_config()
             env[name] = v

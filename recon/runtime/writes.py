@@ -14,7 +14,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from .handoffs import _exits  # every path through a block ends (return/raise)
+from .handoffs import _exits
+from .interp import UNKNOWN  # every path through a block ends (return/raise)
 
 
 @dataclass
@@ -64,18 +65,45 @@ def _dict_keys(value: ast.expr, keys) -> Iterator[tuple[str, ast.expr]]:
 
 
 def _locals(fn: ast.AST) -> list:
-    out = []
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-            out.append((n.targets[0].id, n.value, n.lineno))
-        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple):
-            # a, b = f(): each name is an element of what f returns
-            for i, e in enumerate(n.targets[0].elts):
-                if isinstance(e, ast.Name):
-                    sub = ast.Subscript(value=n.value, slice=ast.Constant(value=i), ctx=ast.Load())
-                    out.append((e.id, ast.copy_location(sub, n), n.lineno))
-        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None:
-            out.append((n.target.id, n.value, n.lineno))
+    """[(name, expr, line, guards)] for each simple assignment in a function's own body (nested
+    functions excluded), with the ``if`` tests it sits under (and early returns before it), so a
+    reader can tell which of several assignments to one name holds."""
+    out: list = []
+
+    def add(name, value, line, guards):
+        out.append((name, value, line, guards))
+
+    def walk(stmts, guards):
+        for st in stmts:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                add(st.targets[0].id, st.value, st.lineno, guards)
+            elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Tuple):
+                # a, b = f(): each name is an element of what f returns
+                for i, e in enumerate(st.targets[0].elts):
+                    if isinstance(e, ast.Name):
+                        sub = ast.Subscript(value=st.value, slice=ast.Constant(value=i), ctx=ast.Load())
+                        add(e.id, ast.copy_location(sub, st), st.lineno, guards)
+            elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+                add(st.target.id, st.value, st.lineno, guards)
+            if isinstance(st, ast.If):
+                walk(st.body, guards + ((st.test, True),))
+                walk(st.orelse, guards + ((st.test, False),))
+                if _exits(st.body) and not _exits(st.orelse):
+                    guards = guards + ((st.test, False),)
+                elif _exits(st.orelse) and not _exits(st.body):
+                    guards = guards + ((st.test, True),)
+            elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+                walk(st.body, guards)  # a loop's assignments count as made (as before guards were kept)
+                walk(getattr(st, "orelse", []), guards)
+            elif isinstance(st, ast.Try):
+                for part in (st.body, st.orelse, st.finalbody):
+                    walk(part, guards)
+                for h in st.handlers:
+                    walk(h.body, guards)
+
+    walk(getattr(fn, "body", []), ())
     out.sort(key=lambda x: x[2])
     return out
 
@@ -127,3 +155,34 @@ def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_l
                 walk(st.finalbody, guards, scope, fn, decos, local_list)
     walk(tree.body, (), "", None, (), [])
     return out
+
+
+def local_value(assigns: list, name: str, line: int, env: dict, ev, module: str, scope: str, fill) -> object:
+    """The value ``name`` holds just before ``line``: its assignments in order, each replacing the
+    last where its ``if`` tests hold (an undecided test counts as false: the primary rule).
+    ``fill(names)`` puts the other locals an expression reads into ``env`` first. Returns
+    ``MISSING_LOCAL`` when no assignment comes before ``line``."""
+    value = MISSING_LOCAL
+    for lname, expr, ln, guards in assigns:
+        if lname != name or ln >= line:
+            continue
+        reads = {n.id for g, _ in guards for n in ast.walk(g) if isinstance(n, ast.Name)}
+        reads |= {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        fill(reads - {name})
+        if value is not MISSING_LOCAL:
+            env[name] = value  # x = f(x), `if x.is_auto(): x = ...`: the value so far
+        if guards:
+            tests = [ev.eval(g, env, module, scope) for g, _ in guards]
+            if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, guards)):
+                continue
+        value = ev._eval_raw(expr, env, module, scope)
+    env.pop(name, None)
+    return value
+
+
+class _MissingLocal:
+    def __repr__(self) -> str:
+        return "<no local>"
+
+
+MISSING_LOCAL = _MissingLocal()
