@@ -246,6 +246,10 @@ def _mark(name: str) -> None:
 _FAST_LAUNCH = os.environ.get("REFIMPL_FAST_LAUNCH", "1") != "0"
 # prepacked weights: their TMA descriptors encoded once for the launcher (REFIMPL_ENCODE_ONCE=0: per launch)
 _ENCODE_ONCE = os.environ.get("REFIMPL_ENCODE_ONCE", "1") != "0"
+# a cached plan's launches pass tensor addresses as ints (the first launch, through the JIT, checked
+# them); Triton's launcher otherwise asks the driver about every pointer on every launch
+# (REFIMPL_PTR_INTS=0: tensors)
+_PTR_INTS = os.environ.get("REFIMPL_PTR_INTS", "1") != "0"
 
 
 def _desc_launch(k):
@@ -309,10 +313,13 @@ def _launch(pl, slot, kernel, grid, args, kw, pk=None):
     stream = _driver().get_current_stream(pl.dev_index)
     g = grid + (1,) * (3 - len(grid))
     rt = triton.knobs.runtime
+    lm = k.launch_metadata(g, stream, *args, *extra)
+    if _PTR_INTS:  # addresses as ints: the launcher then skips its cuPointerGetAttribute check of each one
+        args = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
     if dl is not None and pk is not None:
-        return _launch_encoded(k, dl, pk, g, stream, k.launch_metadata(g, stream, *args, *extra), rt, args, extra)
-    k.run(g[0], g[1], g[2], stream, k.function, k.packed_metadata, k.launch_metadata(g, stream, *args, *extra),
-          rt.launch_enter_hook, rt.launch_exit_hook, *args, *extra)
+        return _launch_encoded(k, dl, pk, g, stream, lm, rt, args, extra)
+    k.run(g[0], g[1], g[2], stream, k.function, k.packed_metadata, lm, rt.launch_enter_hook, rt.launch_exit_hook,
+          *args, *extra)
 
 
 @functools.lru_cache(maxsize=None)
