@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import os
 import time
 from typing import Optional
@@ -411,12 +412,16 @@ def _plan(M, E, topk, H, I, dev, deterministic, config) -> _Plan:
         key = (M, E, topk, H, I, dev, deterministic, id(config))
         p = _PLANS.get(key)
         if p is None or p.src != config:
-            p = _Plan(config, M, E, topk, H, I, dev, deterministic, "config")
-            p.src = copy.deepcopy(config)
-            p.cached = True
+            # by content: equal dicts share one plan (and one workspace of the one-launch path)
+            ckey = key[:-1] + (json.dumps(config, sort_keys=True),)
+            p = _PLANS.get(ckey)
+            if p is None:
+                p = _Plan(config, M, E, topk, H, I, dev, deterministic, "config")
+                p.src = copy.deepcopy(config)
+                p.cached = True
             if len(_PLANS) > 4096:
                 _PLANS.clear()
-            _PLANS[key] = p
+            _PLANS[key] = _PLANS[ckey] = p
         return p
     key = (M, E, topk, H, I, dev, deterministic)
     p = _PLANS.get(key)
