@@ -9,6 +9,8 @@ compiles every kernel the wrapper launches for it, with the configs that archite
   mma           the Gluon decode path (decode_mma: mma.sync fed from e2m1 words, bf16x2 PTX,
                 griddepcontrol for programmatic dependent launch): sm_90+
   mma_tma       its TMA ring form (decode_tma: Gluon's Hopper TMA + mbarrier): sm_90, sm_100, sm_120
+  fused         the one-launch decode kernel (decode_fused; off in every shipped config, slower than the
+                three launches on the H200, bench/NOTES.md v14): sm_90 only (it spills on sm_100)
   wgmma         the Gluon prefill path (prefill_wgmma, prefill_ws): sm_90 only (wgmma is sm_90a)
   bf16_atomics  the down GEMM adds bf16 into the output (atom.add.bf16): sm_90+; else float32 + cast
 
@@ -36,6 +38,7 @@ class Arch:
     fast_dequant: bool = False
     mma: bool = False
     mma_tma: bool = False
+    fused: bool = False
     wgmma: bool = False
     bf16_atomics: bool = False
 
@@ -50,7 +53,7 @@ INTERPRETER = Arch("interpreter", None)
 # sm_103 = sm_100's, sm_121 = sm_120's) except sm_90, the one wgmma architecture
 _TABLE = {
     8: dict(),
-    9: dict(fast_dequant=True, mma=True, mma_tma=True, wgmma=True, bf16_atomics=True),
+    9: dict(fast_dequant=True, mma=True, mma_tma=True, fused=True, wgmma=True, bf16_atomics=True),
     10: dict(fast_dequant=True, mma=True, mma_tma=True, bf16_atomics=True),
     12: dict(fast_dequant=True, mma=True, mma_tma=True, bf16_atomics=True),
 }
@@ -70,7 +73,7 @@ def for_capability(cc: Tuple[int, int]) -> Arch:
         raise UnsupportedArch(f"compute capability {cc[0]}.{cc[1]} is not supported (rows: {known} and their minors)")
     row = dict(_TABLE[cc[0]])
     if cc[0] == 9 and cc[1] != 0:
-        row["wgmma"] = False
+        row["wgmma"] = row["fused"] = False
     return Arch(f"sm_{cc[0]}{cc[1]}", cc, **row)
 
 
@@ -101,7 +104,7 @@ def for_device(dev, env: bool = True) -> Arch:
     if _env_off("REFIMPL_FAST_DEQUANT"):
         off["fast_dequant"] = False
     if _env_off("REFIMPL_DECODE_MMA"):
-        off["mma"] = off["mma_tma"] = False
+        off["mma"] = off["mma_tma"] = off["fused"] = False
     if _env_off("REFIMPL_WGMMA"):
         off["wgmma"] = False
     return dataclasses.replace(a, **off) if off else a

@@ -372,7 +372,7 @@ class _Plan:
         self.pdl = self.mma and bool(cfg.get("pdl", False))
         self.fast = a.fast_dequant
         if self.mma and cfg.get("fused") is not None and S <= FUSED_MAX_SLOTS and _decode_fused is not None \
-                and a.mma_tma:
+                and a.fused:
             # one launch (kernels/decode_fused.py); past FUSED_MAX_SLOTS slots the same GEMM knobs
             # run as the three-launch TMA form
             self.fused = True

@@ -70,7 +70,7 @@ def _configs_for(a):
                 out.append((f"{key}/M={M}/default/det", s, M, c, True))
     if a.wgmma:
         out += [(label + "/tuned", s, M, c, False) for label, s, M, c in _tuned()]
-    if a.mma_tma:  # the one-launch decode path (kernels/decode_fused.py), both output modes
+    if a.fused:  # the one-launch decode path (kernels/decode_fused.py), both output modes
         for key, s in SHAPES.items():
             for M, q, nw in ((1, 1, 2), (4, 2, 2), (16, 1, 4)):
                 c = {"path": "mma", "gemm1": {"Q": q, "num_warps": nw, "tma": 2},
@@ -181,7 +181,7 @@ def _compile(jobs, tmp_path, cc):
 def _expected_gemms(a, cfg):
     """The two GEMM kernels a config should launch on a."""
     path = cfg.get("path", "dot")
-    if path == "mma" and a.mma and cfg.get("fused") is not None and a.mma_tma:
+    if path == "mma" and a.mma and cfg.get("fused") is not None and a.fused:
         return []  # one kernel: decode_fused_kernel
     if path == "mma" and a.mma:
         return [("decode_gemm1_swiglu_tma_kernel" if cfg["gemm1"].get("tma") else "decode_gemm1_swiglu_kernel"),
