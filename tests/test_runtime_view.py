@@ -304,3 +304,11 @@ def test_membership_in_module_constants_is_evaluated(tree_new):
     # frozenset, and a tuple splatted into another: decided for the model, not assumed false
     v = _view(tree_new, "rtx-pro-6000")
     assert not any("SWA_SINK_ARCHS" in n or "MIMO_V2_MODEL_ARCHS" in n for n in v.notes)
+
+
+def test_the_checkpoint_path_is_no_single_file(tree_new, tree_0513):
+    # `check_gguf_file(model_path)` asks whether the path is one file: a checkpoint given by its
+    # config.json never is, so the GGUF rewrite of `quantization` is no fork of the view
+    for tree in (tree_new, tree_0513):
+        v = _view(tree, "h200", model="gpt-oss-120b")
+        assert not any(f["changes"].get("quantization") == "'gguf'" for f in v.forks)

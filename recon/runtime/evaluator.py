@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
-from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ServerArgsObj
+from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, ServerArgsObj
 
 MAX_OUTCOMES = 16
 
@@ -31,6 +31,12 @@ class Outcome:
     line: int = 0
     raises: bool = False
     env: dict = field(default_factory=dict)
+
+
+# filesystem calls on a path: "wrap" keeps the path, "file" asks for a single file, "dir" for more
+_PATH_FUNCS = {"Path": "wrap", "pathlib.Path": "wrap", "os.path.isfile": "file", "path.isfile": "file",
+               "os.path.isdir": "dir", "os.path.exists": "dir", "path.isdir": "dir", "path.exists": "dir"}
+_PATH_METHODS = {"is_file": False, "is_dir": UNKNOWN, "exists": UNKNOWN}
 
 
 class Evaluator(Interpreter):
@@ -257,6 +263,9 @@ class Evaluator(Interpreter):
         w = self.world
         f = node.func
         ev = lambda n: _value(self._eval(n, env, mod, scope, depth))  # noqa: E731
+        got = self._model_path_call(node, env, mod, scope, depth)
+        if got is not NotImplemented:
+            return got
         if isinstance(f, ast.Name) and f.id not in env:
             if f.id in ("getattr", "hasattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
                 obj = self._eval(node.args[0], env, mod, scope, depth)
@@ -333,6 +342,20 @@ class Evaluator(Interpreter):
             inst = Instance(cls)
             w.bind_init(inst, node, self, env, mod, scope, depth)
             return inst
+        return NotImplemented
+
+    def _model_path_call(self, node: ast.Call, env, mod, scope, depth):
+        """Filesystem questions about the checkpoint's path (:class:`ModelPath`): it is no single
+        file; whether it is a local folder is unknown. ``Path(p)`` keeps it a model path."""
+        f = node.func
+        dotted = _dotted(f)
+        if dotted in _PATH_FUNCS and len(node.args) == 1 and not self.model.resolve(mod, scope, dotted):
+            v = _value(self._eval(node.args[0], env, mod, scope, depth))
+            if isinstance(v, ModelPath):
+                return {"wrap": v, "file": False}.get(_PATH_FUNCS[dotted], UNKNOWN)
+        elif isinstance(f, ast.Attribute) and f.attr in _PATH_METHODS and not node.args \
+                and isinstance(f.value, ast.Name) and isinstance(env.get(f.value.id), ModelPath):
+            return _PATH_METHODS[f.attr]
         return NotImplemented
 
     def _registry_lookup(self, node: ast.Call, f, ev, mod, scope) -> Optional[FuncRef]:

@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from ..errors import ReconError
 from .interp import UNKNOWN
-from .values import MISSING, HFConfig, ServerArgsObj
+from .values import MISSING, HFConfig, ModelPath, ServerArgsObj
 from .writes import writes_in_module
 
 # The fields a dispatch decision reads; forks are kept for these only.
@@ -282,6 +282,8 @@ def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
     resolved value."""
     writes = _writes(world, schema)
     base = State(schema, dict(flags))
+    if "model_path" in schema.fields and "model_path" not in flags:
+        base.values["model_path"] = ModelPath(getattr(world.model, "name", "") or "")
     for k, v in flags.items():
         base.decisions[k] = Decision(k, v, "--" + k.replace("_", "-"))
     states = _apply(world, writes, [base], evaluator)

@@ -124,6 +124,19 @@ class ExtRef:
     name: str  # dotted, as imported: "flashinfer.fused_moe.cutlass_fused_moe"
 
 
+@dataclass(frozen=True)
+class ModelPath:
+    """``--model-path`` of the served checkpoint: a Hugging Face repo id or a local folder holding
+    the ``config.json`` recon reads, never a single file (a single-file checkpoint is a GGUF file,
+    which has no ``config.json``). Filesystem probes that need more (is it a local folder?) stay
+    unknown; string tests on it stay unknown too (the path is the user's)."""
+
+    model: str
+
+    def __repr__(self) -> str:
+        return f"<model path of {self.model}>"
+
+
 def plain(v: Any) -> Optional[str]:
     """How a value reads in the spec."""
     if isinstance(v, EnumVal):
