@@ -107,8 +107,10 @@ def check_mma_config(cfg: dict) -> None:
             mr = fu.get("maxnreg")
             if mr is not None and not (_is_int(mr) and 32 <= mr <= 255):
                 bad.append(f"fused.maxnreg={mr} (registers a thread, 32..255)")
-            if set(fu) - {"ctas_per_sm", "maxnreg"}:
-                bad.append(f"fused: unknown keys {sorted(set(fu) - {'ctas_per_sm', 'maxnreg'})}")
+            if fu.get("order", 0) not in (0, 1):
+                bad.append(f"fused.order={fu.get('order')} (0: gate/up items first, 1: block by block)")
+            if set(fu) - {"ctas_per_sm", "maxnreg", "order"}:
+                bad.append(f"fused: unknown keys {sorted(set(fu) - {'ctas_per_sm', 'maxnreg', 'order'})}")
     if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
         bad.append(f"gemm2.atom_vec={cfg['gemm2'].get('atom_vec')} (2 or 8)")
     elif cfg.get("gemm2", {}).get("tma") and cfg["gemm2"].get("atom_vec", 2) != 8:
@@ -253,6 +255,100 @@ _ENCODE_ONCE = os.environ.get("REFIMPL_ENCODE_ONCE", "1") != "0"
 _PTR_INTS = os.environ.get("REFIMPL_PTR_INTS", "1") != "0"
 
 
+# eager calls of small batches (M <= EAGER_GRAPH_MAX_M) replay a CUDA graph of the call's launches,
+# captured once per plan and weights (_eager_graph); REFIMPL_EAGER_GRAPH=0: the launches every call
+_EAGER_GRAPH = os.environ.get("REFIMPL_EAGER_GRAPH", "1") != "0"
+EAGER_GRAPH_MAX_M = int(os.environ.get("REFIMPL_EAGER_GRAPH_MAX_M", "16"))
+EAGER_GRAPH_MAX = 1024  # graphs kept per prepacked object, and for raw weights together (then dropped)
+# a cached plan's launches skip Triton's launch metadata and hook calls while no launch hook is
+# registered (a profiler that registers one gets them back); REFIMPL_LEAN_LAUNCH=0: always made
+_LEAN_LAUNCH = os.environ.get("REFIMPL_LEAN_LAUNCH", "1") != "0"
+_RAW_GRAPHS: dict = {}  # eager graphs of raw weight tensors, keyed by their addresses and layouts
+_GRAPH_POOLS: dict = {}  # device index -> the memory pool every eager graph of that device shares
+_LAST_STREAM: dict = {}  # device -> the stream of the last eager-graph replay there
+
+
+class _EagerGraph:
+    """One captured call: its static inputs, the graph and the output tensor the graph writes."""
+    __slots__ = ("x", "ids", "tw", "graph", "out")
+
+
+def _eager_graph(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw, M, E, H, I, topk, rsf, clamp):
+    """The call as one graph replay instead of its three to four launches (Triton's launcher costs
+    ~20-40 us of host time a launch on the H200 machine; a replay, a few). The first call of a (plan,
+    weights, scalars, input dtypes) runs the launches as usual (compiling the kernels); the second
+    captures them once, reading static copies of hidden_states, topk_ids and topk_weights, into a
+    memory pool all eager graphs of the device share; every call from then on copies its inputs into
+    those, replays, and returns a copy of the graph's output (the graph's own output is overwritten by
+    the next replay). Cost: three small copies and one output copy a call (device time ~1-3 us), one
+    capture per key, and memory for the static inputs and output of each (M x H bf16 and M x topk
+    values; the intermediates are shared through the pool). The graph holds the weights' addresses:
+    prepacked weights keep their graphs (freed with them); raw tensors are keyed by address and
+    layout (the graph reads whatever the caller's tensor at that address holds). Not taken while the
+    current stream is capturing (a caller's own graph then records the launches themselves, as
+    before). The graphs of a device share their intermediates (one pool), so a replay on another
+    stream than the last one first waits for that stream. None: not taken for this call (the caller
+    runs the launches)."""
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    if pk is not None:
+        holder = pk._graphs
+        wkey = None
+    else:
+        holder = _RAW_GRAPHS
+        wkey = tuple((t.data_ptr(), t.dtype, tuple(t.stride())) for t in (w13_packed, w2_packed, w13_scale, w2_scale))
+    key = (pl, wkey, rsf, clamp, ids.dtype, tw.dtype)
+    ent = holder.get(key)
+    if ent is None:  # first call: compile and launch as usual
+        if len(holder) >= EAGER_GRAPH_MAX:
+            holder.clear()
+        holder[key] = False
+        return None
+    if ent is False:
+        ent = holder[key] = _capture(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw, M, E, H, I,
+                                     topk, rsf, clamp)
+    cur = torch.cuda.current_stream(x.device)
+    last = _LAST_STREAM.get(x.device)
+    if last is not None and last != cur:  # every eager graph of a device shares one pool: one at a time
+        cur.wait_stream(last)
+    _LAST_STREAM[x.device] = cur
+    ent.x.copy_(x)
+    ent.ids.copy_(ids)
+    ent.tw.copy_(tw)
+    _mark("inputs")
+    ent.graph.replay()
+    _mark("replay")
+    out = ent.out.clone()
+    _mark("epilogue")
+    return out
+
+
+def _capture(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw, M, E, H, I, topk, rsf, clamp):
+    dev = x.device
+    ent = _EagerGraph()
+    ent.x = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
+    ent.ids = torch.empty(ids.shape, dtype=ids.dtype, device=dev)
+    ent.tw = torch.empty(tw.shape, dtype=tw.dtype, device=dev)
+    idx = dev.index if dev.index is not None else torch.cuda.current_device()
+    pool = _GRAPH_POOLS.get(idx)
+    if pool is None:
+        pool = _GRAPH_POOLS[idx] = torch.cuda.graph_pool_handle()
+    cur = torch.cuda.current_stream(dev)
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(cur)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        g.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            ent.out = _body(pl, pk, ent.x, w13_packed, w2_packed, w13_scale, w2_scale, ent.ids, ent.tw, M, E, H, I,
+                            topk, rsf, clamp, False)
+        finally:
+            g.capture_end()
+    cur.wait_stream(side)
+    ent.graph = g
+    return ent
+
+
 def _desc_launch(k):
     """(raw launcher, descriptor argument indices, their metadata, base argument count) of a compiled
     kernel whose arguments include TMA descriptors, where Triton's launcher has the form this was
@@ -270,7 +366,7 @@ def _desc_launch(k):
         return None
 
 
-def _launch_encoded(k, dl, pk, g, stream, lm, rt, args, extra):
+def _launch_encoded(k, dl, pk, g, stream, lm, enter, leave, args, extra):
     """k's launch with the prepacked weights' descriptors encoded once (held by pk), not per launch."""
     raw, idx, metas, _, make = dl
     final = []
@@ -286,7 +382,7 @@ def _launch_encoded(k, dl, pk, g, stream, lm, rt, args, extra):
         else:
             final.append(a)
     raw(g[0], g[1], g[2], stream, k.function, k.run.launch_cooperative_grid, k.run.launch_pdl, None, None,
-        k.packed_metadata, lm, rt.launch_enter_hook, rt.launch_exit_hook, *final)
+        k.packed_metadata, lm, enter, leave, *final)
 
 
 def _launch(pl, slot, kernel, grid, args, kw, pk=None):
@@ -314,13 +410,23 @@ def _launch(pl, slot, kernel, grid, args, kw, pk=None):
     stream = _driver().get_current_stream(pl.dev_index)
     g = grid + (1,) * (3 - len(grid))
     rt = triton.knobs.runtime
-    lm = k.launch_metadata(g, stream, *args, *extra)
+    if _LEAN_LAUNCH and not (_hook_calls(rt.launch_enter_hook) or _hook_calls(rt.launch_exit_hook)):
+        lm = enter = leave = None  # what Triton's launcher does with no hook: nothing
+    else:
+        lm, enter, leave = k.launch_metadata(g, stream, *args, *extra), rt.launch_enter_hook, rt.launch_exit_hook
     if _PTR_INTS:  # addresses as ints: the launcher then skips its cuPointerGetAttribute check of each one
         args = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
     if dl is not None and pk is not None:
-        return _launch_encoded(k, dl, pk, g, stream, lm, rt, args, extra)
-    k.run(g[0], g[1], g[2], stream, k.function, k.packed_metadata, lm, rt.launch_enter_hook, rt.launch_exit_hook,
-          *args, *extra)
+        return _launch_encoded(k, dl, pk, g, stream, lm, enter, leave, args, extra)
+    k.run(g[0], g[1], g[2], stream, k.function, k.packed_metadata, lm, enter, leave, *args, *extra)
+
+
+def _hook_calls(h) -> bool:
+    """Whether a Triton launch hook would call anything (a HookChain with calls, or a plain callable)."""
+    if h is None:
+        return False
+    calls = getattr(h, "calls", None)
+    return True if calls is None else bool(calls)
 
 
 @functools.lru_cache(maxsize=None)
@@ -386,7 +492,8 @@ class _Plan:
             self.fz = dict(G=G, NPREP=nprep, T1=T1, T2=T2, S_PAD=S_PAD, RS=self.P + self.NB + S_PAD,
                            kw=dict(HAS_CLAMP=False, OUT_MODE=self.mode, Q1=c1["Q"], Q2=c2["Q"], NW=NW,
                                    STAGES1=c1["tma"], STAGES2=c2["tma"], S_PAD=S_PAD, CH=16, PB=FUSED_PREP,
-                                   num_warps=NW, **({"maxnreg": fu["maxnreg"]} if fu.get("maxnreg") else {})))
+                                   num_warps=NW, **({"maxnreg": fu["maxnreg"]} if fu.get("maxnreg") else {}),
+                                   **({"ORDER": 1} if fu.get("order") else {})))
         if self.mma:
             self.mask1, self.mask2 = _decode_mask(H, I, self.c1), _decode_mask(I, H, self.c2)
             self.g1 = (self.NB * triton.cdiv(I, 16 * self.c1["Q"]),)
@@ -525,9 +632,23 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
     S = M * topk
     _mark("validate")
     pl = _plan(M, E, topk, H, I, dev, bool(deterministic), config)
-    mma, wg, BM, c1, c2, mode, NB, P = pl.mma, pl.wg, pl.BM, pl.c1, pl.c2, pl.mode, pl.NB, pl.P
     _mark("config")
+    if _EAGER_GRAPH and not poison and M <= EAGER_GRAPH_MAX_M and pl.cached and dev.type == "cuda" \
+            and not _interpreting():
+        out = _eager_graph(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights,
+                           M, E, H, I, topk, routed_scaling_factor, clamp_limit)
+        if out is not None:
+            return out
+    return _body(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights, M, E, H, I, topk,
+                 routed_scaling_factor, clamp_limit, poison)
 
+
+def _body(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights, M, E, H, I, topk,
+          routed_scaling_factor, clamp_limit, poison):
+    """The call's buffers and launches, once validated and planned."""
+    mma, wg, BM, c1, c2, mode, NB, P = pl.mma, pl.wg, pl.BM, pl.c1, pl.c2, pl.mode, pl.NB, pl.P
+    dev = x.device
+    S = M * topk
     if pk is not None:
         w13, w2, s13, s2 = pk.w13, pk.w2, pk.s13, pk.s2
     else:

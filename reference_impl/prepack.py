@@ -29,7 +29,7 @@ import torch
 class PrepackedMXFP4MoE:
     """MXFP4 MoE weights as the kernels read them (module docstring)."""
 
-    __slots__ = ("w13", "w2", "s13", "s2", "E", "H", "I", "device", "_descs", "_enc", "__weakref__")
+    __slots__ = ("w13", "w2", "s13", "s2", "E", "H", "I", "device", "_descs", "_enc", "_graphs", "__weakref__")
 
     def __init__(self, w13, w2, s13, s2, E, H, I):
         self.w13, self.w2, self.s13, self.s2 = w13, w2, s13, s2
@@ -37,6 +37,7 @@ class PrepackedMXFP4MoE:
         self.device = w13.device
         self._descs = {}
         self._enc = {}  # the launcher's encoding of each descriptor (moe._launch_encoded)
+        self._graphs = {}  # eager calls' CUDA graphs over these weights (moe._eager_graph)
 
     def desc(self, which: str, shape: list, block: list):
         """The TMA descriptor of w13 / w2 seen as int32 words of `shape`, boxes of `block`

@@ -25,10 +25,10 @@ from reference_impl.configs import get_config  # noqa: E402
 from bench_moe import MODELS, copy_bw, problem, rel  # noqa: E402
 
 
-def fused(c, ctas=8, maxnreg=None):
+def fused(c, ctas=8, maxnreg=None, order=0):
     """The one-launch form of a decode config's GEMM knobs (both GEMMs through 2-stage TMA rings)."""
     nw = c["gemm1"]["num_warps"]
-    f = {"ctas_per_sm": ctas, **({"maxnreg": maxnreg} if maxnreg else {})}
+    f = {"ctas_per_sm": ctas, **({"maxnreg": maxnreg} if maxnreg else {}), **({"order": order} if order else {})}
     return {"path": "mma", "gemm1": {"Q": c["gemm1"]["Q"], "num_warps": nw, "tma": 2},
             "gemm2": {"Q": c["gemm2"]["Q"], "num_warps": nw, "atom_vec": 8, "tma": 2}, "pdl": True, "fused": f}
 
@@ -42,7 +42,10 @@ def variants(M, S):
         return {}
     return {"fused q1 w2 c8": fused(q(1, 1, 2)), "fused q1 w2 c4": fused(q(1, 1, 2), 4),
             "fused q1 w2 c16": fused(q(1, 1, 2), 16), "fused q1 w4 c8": fused(q(1, 1, 4)),
-            "fused q2 w2 c8": fused(q(2, 2, 2)), "fused q1 w2 c8 r96": fused(q(1, 1, 2), 8, 96)}
+            "fused q2 w2 c8": fused(q(2, 2, 2)), "fused q1 w2 c8 r96": fused(q(1, 1, 2), 8, 96),
+            # v15: items block by block (a block's down weights stream while later blocks' gate/up runs)
+            "fused q1 w2 c8 o1": fused(q(1, 1, 2), order=1), "fused q1 w4 c8 o1": fused(q(1, 1, 4), order=1),
+            "fused q2 w2 c8 o1": fused(q(2, 2, 2), order=1), "fused q1 w2 c8 r96 o1": fused(q(1, 1, 2), 8, 96, 1)}
 
 
 _flush = None
@@ -122,6 +125,8 @@ def main():
     ap.add_argument("--ms", default="1,4,16,64")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--only", default="", help="comma-separated candidate names to time (default: all)")
+    ap.add_argument("--no-host", action="store_true", help="skip the host-overhead rows (bench_host.py has them)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     dev = torch.cuda.get_device_name()
@@ -144,6 +149,9 @@ def main():
             shipped = get_config(M, E, topk, H, I, dev, a, arch.device_props(0))
             cands = {"shipped raw": (p, shipped), "shipped prepacked": (pp, shipped)}
             cands.update({n: (pp, cf) for n, cf in variants(M, M * topk).items()})
+            if args.only:
+                keep = set(args.only.split(","))
+                cands = {n: v for n, v in cands.items() if n in keep}
             ref = reference_mxfp4_moe(**p, **kw)
             graphs, errs = {}, {}
             for n, (args_, cf) in cands.items():
@@ -167,6 +175,10 @@ def main():
             del graphs
             with open(os.path.join(args.out, "fused.json"), "w") as f:
                 json.dump(res, f, indent=1)
+        if args.no_host:
+            base = pk = None
+            torch.cuda.empty_cache()
+            continue
         # host overhead at M=1: the shipped config on raw tensors (today), on prepacked weights, and
         # the best one-launch config of M=1 on prepacked weights
         p, row = problem(mname, 1, base, bw)

@@ -211,6 +211,42 @@ def _gemm2_item(b, nt, e, a_ptr, w_desc, s_ptr, out_ptr, rs_ptr, tw_ptr, cnt_ptr
     return q0 + nk
 
 
+@gluon.jit
+def _is_gate_up(t, NPREP, N1, T1, T2, ORDER: gl.constexpr):
+    """Whether ticket t (>= NPREP) is a gate/up item. ORDER 0: every gate/up item, then every down
+    item; ORDER 1 (experimental): block by block, a block's T1 gate/up items then its T2 down items, so
+    a block's down weights start streaming while later blocks' gate/up items still run. Either way a
+    down item waits only on gate/up items of smaller tickets (no deadlock, module docstring)."""
+    if ORDER == 0:
+        r = t < N1
+    else:
+        r = (t - NPREP) % (T1 + T2) < T1
+    return r
+
+
+@gluon.jit
+def _gate_up_item(t, NPREP, T1, T2, ORDER: gl.constexpr):
+    u = t - NPREP
+    if ORDER == 0:
+        b = u // T1
+        nt = u % T1
+    else:
+        b = u // (T1 + T2)
+        nt = u % (T1 + T2)
+    return b, nt
+
+
+@gluon.jit
+def _down_item(t, NPREP, N1, T1, T2, ORDER: gl.constexpr):
+    if ORDER == 0:
+        b = (t - N1) // T2
+        nt = (t - N1) % T2
+    else:
+        b = (t - NPREP) // (T1 + T2)
+        nt = (t - NPREP) % (T1 + T2) - T1
+    return b, nt
+
+
 # the sizes that change with M are not specialized on (one compile serves every M of an S_PAD)
 @gluon.jit(do_not_specialize=["S", "P", "NB", "NPREP", "n_x"])
 def decode_fused_kernel(
@@ -221,6 +257,7 @@ def decode_fused_kernel(
     clamp_limit, scale_factor,
     HAS_CLAMP: gl.constexpr, OUT_MODE: gl.constexpr, Q1: gl.constexpr, Q2: gl.constexpr, NW: gl.constexpr,
     STAGES1: gl.constexpr, STAGES2: gl.constexpr, S_PAD: gl.constexpr, CH: gl.constexpr, PB: gl.constexpr,
+    ORDER: gl.constexpr = 0,
 ):
     """The MoE forward of S = M * TOPK slots in one launch (module docstring). x_ptr: hidden states
     [M, H] bf16; xb_ptr / xbw_ptr: their B pairs (workspace [M, H] bf16, and its int32 view); act_ptr /
@@ -255,9 +292,8 @@ def decode_fused_kernel(
             _prep(t, x_ptr, xb_ptr, out_ptr, n_x, H, stride_xm, stride_bm,
                   stride_om, OUT_MODE != 2, PB, NW)
             _signal(prep_done)
-        elif t < N1:
-            b = (t - NPREP) // T1
-            nt = (t - NPREP) % T1
+        elif _is_gate_up(t, NPREP, N1, T1, T2, ORDER):
+            b, nt = _gate_up_item(t, NPREP, T1, T2, ORDER)
             e = gl.load(rs + P + b)
             if e >= 0:
                 q1 = _gemm1_item(b, nt, e, xbw_ptr, w1_desc, s1_ptr, act_ptr, rs, ring1, full1, q1, prep_done, NPREP,
@@ -266,8 +302,7 @@ def decode_fused_kernel(
                                  STAGES1)
                 _signal(cnt + b)
         else:
-            b = (t - N1) // T2
-            nt = (t - N1) % T2
+            b, nt = _down_item(t, NPREP, N1, T1, T2, ORDER)
             e = gl.load(rs + P + b)
             if e >= 0:
                 q2 = _gemm2_item(b, nt, e, actw_ptr, w2_desc, s2_ptr, out_ptr, rs,

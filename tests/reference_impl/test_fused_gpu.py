@@ -18,8 +18,10 @@ SHAPES = {"dsv4": dict(E=256, H=4096, I=2048, topk=8, rsf=2.5, clamp=None),
           "gptoss": dict(E=128, H=2880, I=2880, topk=4, rsf=None, clamp=7.0)}
 
 
-def fused_cfg(q=1, nw=2, ctas=8, maxnreg=None):
+def fused_cfg(q=1, nw=2, ctas=8, maxnreg=None, order=0):
     f = {"ctas_per_sm": ctas}
+    if order:
+        f["order"] = order
     if maxnreg:
         f["maxnreg"] = maxnreg
     return {"path": "mma", "gemm1": {"Q": q, "num_warps": nw, "tma": 2},
@@ -109,3 +111,20 @@ def test_prepacked_equals_raw_bitwise(name):
     a = grouped_mxfp4_moe(**p, **kw, deterministic=True)
     b = grouped_mxfp4_moe(**_packed(p, pk), **kw, deterministic=True)
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("M", [1, 4, 16])
+def test_fused_block_by_block_order(name, M):
+    """Experimental ticket order (items block by block, fused.order = 1): the reference, the
+    deterministic mode bitwise equal to the default order, and several blocks an expert with dropped slots."""
+    p, pk, kw = _problem(name, M, seed=60 + M)
+    ref = reference_mxfp4_moe(**p, **kw)
+    args = _packed(p, pk)
+    out = moe.poisoned_forward(**args, **kw, config=fused_cfg(order=1))
+    assert rel(out, ref) < 1e-2
+    det = moe.poisoned_forward(**args, **kw, config=fused_cfg(order=1), deterministic=True)
+    assert torch.equal(det, grouped_mxfp4_moe(**args, **kw, config=fused_cfg(), deterministic=True))
+    p, pk, kw = _problem(name, 16, seed=66, dup_experts=SHAPES[name]["topk"] + 2, invalid_frac=0.2)
+    assert rel(grouped_mxfp4_moe(**_packed(p, pk), **kw, config=fused_cfg(order=1)),
+               reference_mxfp4_moe(**p, **kw)) < 1e-2

@@ -77,6 +77,10 @@ def _configs_for(a):
                      "gemm2": {"Q": q, "num_warps": nw, "atom_vec": 8, "tma": 2}, "pdl": True,
                      "fused": {"ctas_per_sm": 8}}
                 out.append((f"{key}/M={M}/fused", s, M, c, M == 4))
+        c = {"path": "mma", "gemm1": {"Q": 1, "num_warps": 2, "tma": 2},  # experimental: items block by block
+             "gemm2": {"Q": 1, "num_warps": 2, "atom_vec": 8, "tma": 2}, "pdl": True,
+             "fused": {"ctas_per_sm": 8, "order": 1}}
+        out.append(("E=256,N=2048/M=1/fused/order1", SHAPES["E=256,N=2048"], 1, c, False))
     return out
 
 
