@@ -79,6 +79,16 @@ def test_server_args_are_checked_against_sglang_choices(tree_0513):
     assert parse_server_args(tree_0513, "--moe-runner-backend=marlin") == {"moe_runner_backend": "marlin"}
 
 
+def test_server_args_take_what_sglang_argparse_takes(tree_0513, tree_new):
+    # SGLang's parser keeps argparse's allow_abbrev: a unique prefix is the flag (`--tp 2`), an
+    # ambiguous one is an error naming the candidates; 0.5.23 declares aliases in its field annotations
+    for tree in (tree_0513, tree_new):
+        assert parse_server_args(tree, "--tp 2") == {"tp_size": 2}
+        with pytest.raises(ReconError, match="ambiguous"):
+            parse_server_args(tree, "--mo marlin")
+    assert parse_server_args(tree_new, "--tensor-parallel-size 2") == {"tp_size": 2}
+
+
 def test_env_pairs_are_validated():
     assert parse_env(["A=1", "B="]) == {"A": "1", "B": ""}
     with pytest.raises(ReconError):

@@ -60,6 +60,7 @@ class Schema:
     module: str  # the module defining ServerArgs
     path: str
     class_qual: str
+    allow_abbrev: bool = True  # argparse's default; False where the tree's server parser says so
 
     def flag_map(self) -> dict:
         out = {}
@@ -111,7 +112,8 @@ def _load_schema(world) -> Optional[Schema]:
                     name = st.target.id
                     default = world.const(st.value, module) if st.value is not None else MISSING
                     choices = _choices_of(world, st.annotation, module)
-                    fields.setdefault(name, FieldInfo(name, default, choices, path, st.lineno, group=c.name))
+                    info = fields.setdefault(name, FieldInfo(name, default, choices, path, st.lineno, group=c.name))
+                    info.options = sorted(set(info.options) | set(_declared_flags(st.annotation)))
     # add_argument("--x", "--alias", choices=..., dest=...) in the ServerArgs module
     tree = world.module_ast(cd["path"])
     for n in ast.walk(tree) if tree is not None else ():
@@ -128,7 +130,31 @@ def _load_schema(world) -> Optional[Schema]:
         fi.options = sorted(set(fi.options) | set(opts))
         if fi.choices is None and "choices" in kw:
             fi.choices = _const_list(lambda x: world.const(x, mod), kw["choices"])
-    return Schema(fields, mod, cd["path"], cq)
+    # argparse accepts unique prefixes unless the server's parser is built with allow_abbrev=False
+    abbrev = not any(isinstance(n, ast.Call) and _dotted_name(n.func).endswith("ArgumentParser")
+                     and any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False for k in n.keywords)
+                     for n in (ast.walk(tree) if tree is not None else ()))
+    return Schema(fields, mod, cd["path"], cq, abbrev)
+
+
+def _dotted_name(node) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # pragma: no cover
+        return ""
+
+
+def _declared_flags(annotation) -> list:
+    """Flags a field's annotation declares for it (``Arg(cli_name="--tp-size", aliases=["--tensor-parallel-size"])``)."""
+    out = []
+    for n in ast.walk(annotation) if annotation is not None else ():
+        if isinstance(n, ast.Call):
+            for k in n.keywords:
+                if k.arg == "cli_name" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str):
+                    out.append(k.value.value)
+                elif k.arg == "aliases" and isinstance(k.value, (ast.List, ast.Tuple)):
+                    out += [e.value for e in k.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return [o for o in out if o.startswith("--")]
 
 
 def _choices_of(world, ann, module) -> Optional[list]:
@@ -183,6 +209,13 @@ def parse_flags(text: Optional[str], schema: Optional[Schema]) -> dict:
         if not tok.startswith("--"):
             raise ServerArgsError(f"--server-args: expected a flag, got {tok!r}")
         name, _, inline = tok.partition("=")
+        if name not in fmap and schema.allow_abbrev:
+            # argparse takes a unique prefix of a flag (`--tp` for `--tp-size`)
+            hits = sorted(f for f in fmap if f.startswith(name))
+            if len({fmap[f] for f in hits}) > 1:
+                raise ServerArgsError(f"--server-args: {name} is ambiguous in SGLang's parser (it could be {', '.join(hits[:4])})")
+            if hits:
+                name = hits[0]
         if name not in fmap:
             close = sorted(f for f in fmap if f.startswith(name[:6]))[:3]
             raise ServerArgsError(f"--server-args: SGLang has no flag {name}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
@@ -387,10 +420,37 @@ def _writes(world, schema: Schema) -> list:
         if tree is None:
             continue
         for w in writes_in_module(tree, path, module, set(TRACKED), dict_literals=True):
-            if w.receiver == "<dict>" or w.receiver.startswith("self") or re.search(r"(args|cfg|overrides|server|record)", w.receiver, re.I):
+            if _writes_the_arguments(w):
                 writes.append(w)
     memo["hook_writes"] = writes
     return writes
+
+
+def _writes_the_arguments(w) -> bool:
+    """Whether a write in the hook package lands in the server arguments: on ``self`` (ServerArgs'
+    own methods), on the argument a hook is handed first (``def hook(server_args, ...)``,
+    ``from_cli_args(cls, args)``), in a dict literal a hook returns, or in a local dict the hook
+    hands on (returned by a module-level hook, or splatted into a declaring call:
+    ``declare_resolution(args, why, **d)``)."""
+    r = w.receiver
+    if r == "<dict>" or r == "self" or r.startswith("self."):
+        return True
+    fn = w.fn
+    if fn is None or not re.fullmatch(r"[A-Za-z_]\w*", r):
+        return False
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+    if params and params[0] in ("self", "cls"):
+        params = params[1:]
+    if params and r == params[0]:
+        return True
+    for n in ast.walk(fn):
+        # a module-level hook returns its overrides; a method returning a dict (ServerArgs'
+        # resolved_dict, a dump for clients) is no resolution step
+        if isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id == r and "." not in w.scope:
+            return True
+        if isinstance(n, ast.Call) and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == r for k in n.keywords):
+            return True
+    return False
 
 
 def _apply(world, writes: list, states: list, evaluator) -> list[State]:
