@@ -29,6 +29,7 @@ from .kernels.route import route_kernel
 from .kernels.gemm1_swiglu import gemm1_swiglu_kernel
 from .kernels.gemm2_combine import gemm2_combine_kernel
 from .kernels.reduce_topk import reduce_topk_kernel
+from .kernels.stage_inputs import stage_inputs_kernel
 from .kernels.prep_act import prep_act_kernel, route_prep_kernel
 from . import wgmma_path
 
@@ -265,12 +266,13 @@ EAGER_GRAPH_MAX = 1024  # graphs kept per prepacked object, and for raw weights 
 _LEAN_LAUNCH = os.environ.get("REFIMPL_LEAN_LAUNCH", "1") != "0"
 _RAW_GRAPHS: dict = {}  # eager graphs of raw weight tensors, keyed by their addresses and layouts
 _GRAPH_POOLS: dict = {}  # device index -> the memory pool every eager graph of that device shares
-_LAST_STREAM: dict = {}  # device -> the stream of the last eager-graph replay there
+_LAST_STREAM: dict = {}  # device index -> (raw handle, torch stream) of the last eager-graph replay there
+STAGE_BLOCK = 2048  # hidden-state values a program of stage_inputs_kernel copies
 
 
 class _EagerGraph:
     """One captured call: its static inputs, the graph and the output tensor the graph writes."""
-    __slots__ = ("x", "ids", "tw", "graph", "out")
+    __slots__ = ("x", "ids", "tw", "graph", "out", "grid")
 
 
 def _eager_graph(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw, M, E, H, I, topk, rsf, clamp):
@@ -280,7 +282,8 @@ def _eager_graph(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw,
     captures them once, reading static copies of hidden_states, topk_ids and topk_weights, into a
     memory pool all eager graphs of the device share; every call from then on copies its inputs into
     those, replays, and returns a copy of the graph's output (the graph's own output is overwritten by
-    the next replay). Cost: three small copies and one output copy a call (device time ~1-3 us), one
+    the next replay). Cost: one small copy launch (kernels/stage_inputs.py) and one output copy a call
+    (device time ~1-3 us), one
     capture per key, and memory for the static inputs and output of each (M x H bf16 and M x topk
     values; the intermediates are shared through the pool). The graph holds the weights' addresses:
     prepacked weights keep their graphs (freed with them); raw tensors are keyed by address and
@@ -291,6 +294,8 @@ def _eager_graph(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw,
     runs the launches)."""
     if torch.cuda.is_current_stream_capturing():
         return None
+    ids = ids if ids.is_contiguous() else ids.contiguous()
+    tw = tw if tw.is_contiguous() else tw.contiguous()
     if pk is not None:
         holder = pk._graphs
         wkey = None
@@ -307,14 +312,15 @@ def _eager_graph(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw,
     if ent is False:
         ent = holder[key] = _capture(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw, M, E, H, I,
                                      topk, rsf, clamp)
-    cur = torch.cuda.current_stream(x.device)
-    last = _LAST_STREAM.get(x.device)
-    if last is not None and last != cur:  # every eager graph of a device shares one pool: one at a time
-        cur.wait_stream(last)
-    _LAST_STREAM[x.device] = cur
-    ent.x.copy_(x)
-    ent.ids.copy_(ids)
-    ent.tw.copy_(tw)
+    cur = _driver().get_current_stream(pl.dev_index)
+    last = _LAST_STREAM.get(pl.dev_index)
+    if last is not None and last[0] != cur:  # every eager graph of a device shares one pool: one at a time
+        torch.cuda.current_stream(x.device).wait_stream(last[1])
+    if last is None or last[0] != cur:
+        _LAST_STREAM[pl.dev_index] = (cur, torch.cuda.current_stream(x.device))
+    S = M * topk
+    _launch(pl, "stage", stage_inputs_kernel, ent.grid, (x, ent.x, M * H, ids, ent.ids, tw, ent.tw, S),
+            dict(BLOCK=STAGE_BLOCK, S_PAD=max(16, triton.next_power_of_2(S))))
     _mark("inputs")
     ent.graph.replay()
     _mark("replay")
@@ -329,10 +335,10 @@ def _capture(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw, M, 
     ent.x = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
     ent.ids = torch.empty(ids.shape, dtype=ids.dtype, device=dev)
     ent.tw = torch.empty(tw.shape, dtype=tw.dtype, device=dev)
-    idx = dev.index if dev.index is not None else torch.cuda.current_device()
-    pool = _GRAPH_POOLS.get(idx)
-    if pool is None:
-        pool = _GRAPH_POOLS[idx] = torch.cuda.graph_pool_handle()
+    ent.grid = (triton.cdiv(M * H, STAGE_BLOCK),)
+    idx = pl.dev_index
+    kept = _GRAPH_POOLS.get(idx)
+    pool = kept[0] if kept else torch.cuda.graph_pool_handle()
     cur = torch.cuda.current_stream(dev)
     side = torch.cuda.Stream(dev)
     side.wait_stream(cur)
@@ -346,6 +352,8 @@ def _capture(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, ids, tw, M, 
             g.capture_end()
     cur.wait_stream(side)
     ent.graph = g
+    if not kept:  # the pool lives while a graph captured into it does: its first graph is kept
+        _GRAPH_POOLS[idx] = (pool, ent)
     return ent
 
 

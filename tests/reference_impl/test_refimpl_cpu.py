@@ -374,3 +374,22 @@ def test_route_prep_kernel_is_routing_plus_prep_in_one_launch():
     assert torch.equal(a, s2) and torch.equal(b, b2)
     assert torch.equal(xb.float(), _b_pairs(x))
     assert torch.count_nonzero(out) == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter test (the GPU tests run the eager graph)")
+@pytest.mark.parametrize("ids_dtype,tw_dtype", [(torch.int32, torch.float32), (torch.int64, torch.bfloat16)])
+def test_stage_inputs_copies_the_eager_graph_inputs(ids_dtype, tw_dtype):
+    """The eager graph's one staging launch copies hidden states (several programs), topk_ids and
+    topk_weights (program 0) as they are, and writes nothing past them."""
+    from reference_impl.kernels.stage_inputs import stage_inputs_kernel
+    M, H, topk, BLOCK = 3, 96, 5, 128
+    x = torch.randn(M, H).to(torch.bfloat16)
+    ids = torch.randint(-1, 9, (M, topk)).to(ids_dtype)
+    tw = torch.rand(M, topk).to(tw_dtype)
+    xs = torch.full((M * H + 7,), float("nan"), dtype=torch.bfloat16)
+    ids_s = torch.full((M * topk + 3,), 77, dtype=ids_dtype)
+    tw_s = torch.full((M * topk + 3,), 5.0, dtype=tw_dtype)
+    stage_inputs_kernel[(-(-M * H // BLOCK),)](x, xs, M * H, ids, ids_s, tw, tw_s, M * topk, BLOCK=BLOCK, S_PAD=16)
+    assert torch.equal(xs[:M * H].view(M, H), x) and xs[M * H:].isnan().all()
+    assert torch.equal(ids_s[:M * topk].view(M, topk), ids) and (ids_s[M * topk:] == 77).all()
+    assert torch.equal(tw_s[:M * topk].view(M, topk), tw) and (tw_s[M * topk:] == 5.0).all()
