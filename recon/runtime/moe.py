@@ -420,7 +420,9 @@ class PathWalker:
                         self._leaf("library", bound_v.name, path, call.lineno, via + [hop], cwhen)
                     continue
                 if isinstance(bound_v, FuncRef):
-                    self.walk(bound_v.qual, None, via + [hop], cwhen, depth + 1, self._bind(bound_v.qual, call, env, mod, scope, False))
+                    # a bound method (m = self.forward_cuda; m(...)) runs on its object
+                    self.walk(bound_v.qual, bound_v.bound, via + [hop], cwhen, depth + 1,
+                              self._bind(bound_v.qual, call, env, mod, scope, bound_v.bound is not None))
                     continue
             # a library call
             if head in bound:
