@@ -622,6 +622,7 @@ def kernels(
     env: Optional[list[str]] = EnvOpt,
     fmt: KernelsFmt = typer.Option(KernelsFmt.text, "--format", help="text to read, md (Markdown), json for scripts."),
     prefill_m: Optional[int] = typer.Option(None, "--prefill-m", metavar="M", min=1, help="Also map prefill at M tokens (attention in extend mode, roofline at M)."),
+    context: int = typer.Option(4096, "--context", metavar="TOKENS", min=1, help="Tokens in each sequence's KV cache for the attention roofline (decode attention reads them once per layer)."),
     diff: Optional[str] = typer.Option(None, "--diff", metavar="VERSION", help="Compare with the map of another released SGLang version (same device, model, flags): what changes per layer."),
     diff_device: Optional[str] = typer.Option(None, "--diff-device", metavar="GPU", help="Compare with the map on another device (same tree, model, flags)."),
     diff_server_args: Optional[str] = typer.Option(None, "--diff-server-args", metavar="FLAGS", help="Compare with the map under other server flags (same tree, device, model)."),
@@ -639,14 +640,14 @@ def kernels(
         flags, envs = _flags(tree, server_args, env)
         from .progress import phase
         with phase("kernel map"):
-            kmap = map_for(CheckContext(tree, dev, mdl, server_flags=flags, env=envs), prefill_m)
+            kmap = map_for(CheckContext(tree, dev, mdl, server_flags=flags, env=envs), prefill_m, context)
         other = None
         if diff or diff_device or diff_server_args:
             tree2 = load_target(None, None, diff, quiet=fmt == KernelsFmt.json) if diff else tree
             dev2 = load_device(diff_device) if diff_device else dev
             flags2 = _flags(tree2, diff_server_args if diff_server_args is not None else server_args, env)[0]
             with phase("kernel map (other)"):
-                other = map_for(CheckContext(tree2, dev2, mdl, server_flags=flags2, env=envs), prefill_m)
+                other = map_for(CheckContext(tree2, dev2, mdl, server_flags=flags2, env=envs), prefill_m, context)
     except ReconError as e:
         _fail(e)
     if other is not None:

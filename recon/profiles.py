@@ -103,6 +103,10 @@ class ModelProfile:
     # What SGLang's loader reads from the checkpoint's config.json (architectures, model_type,
     # quantization_config, ...): the runtime view evaluates SGLang's own code against it.
     hf_config: dict = field(default_factory=dict)
+    # KV cache as the attention kernels read it at decode: bytes_per_token_layer (K and V, all KV
+    # heads, as stored), and optionally sliding_window with sliding_window_layers (layers that read
+    # at most that many tokens). Empty when the profile does not give it.
+    kv_cache: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -280,6 +284,7 @@ def model_from_mapping(data: dict, where: str) -> ModelProfile:
         source=where,
         num_attention_heads=f.get("num_attention_heads", int, required=False),
         hf_config=_hf_of_profile(data, archs, where),
+        kv_cache=f.get("kv_cache", dict, required=False, default={}) or {},
     )
 
 
@@ -466,7 +471,21 @@ def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
         source=where,
         num_attention_heads=cfg.get("num_attention_heads") if isinstance(cfg.get("num_attention_heads"), int) else None,
         hf_config=_hf_view(cfg),
+        kv_cache=_kv_of_config(cfg, layers),
     )
+
+
+def _kv_of_config(cfg: dict, layers: int) -> dict:
+    """KV bytes per token and layer for standard (non-latent) attention in 16-bit storage, from
+    config.json's num_key_value_heads and head_dim; empty for other layouts (latent/compressed)."""
+    kvh, hd = cfg.get("num_key_value_heads"), cfg.get("head_dim")
+    if cfg.get("kv_lora_rank") or not (isinstance(kvh, int) and isinstance(hd, int)):
+        return {}
+    out = {"bytes_per_token_layer": 2 * kvh * hd * 2, "basis": "config.json num_key_value_heads x head_dim, K and V, 16-bit"}
+    win, types = cfg.get("sliding_window"), cfg.get("layer_types")
+    if isinstance(win, int) and isinstance(types, list):
+        out.update(sliding_window=win, sliding_window_layers=sum(1 for t in types if "sliding" in str(t)))
+    return out
 
 
 def _hf_view(cfg: dict) -> dict:

@@ -16,33 +16,35 @@ def _short(q) -> str:
     return q.rsplit(".", 1)[-1] if q else ""
 
 
+def _assumed_true(lf: dict) -> int:
+    return sum(1 for w in lf.get("when", []) if not w.startswith("not "))
+
+
 def _ops(layer: dict) -> list[dict]:
-    """The leaves on the path that runs: the primary ones, else those with the fewest conditions
-    (every leaf is reached only under some undecided test: said, not hidden)."""
+    """The leaves on the path that runs: the primary ones (every undecided test false); else, the
+    primary rule's nearest extension, those that take the fewest undecided tests as true (every
+    leaf is reached only under some undecided test: said, not hidden)."""
     leaves = layer.get("leaves", [])
     prim = [lf for lf in leaves if lf.get("primary")]
     if prim or not leaves:
         return prim
-    least = min(len(lf.get("when", [])) for lf in leaves)
-    return [lf for lf in leaves if len(lf.get("when", [])) == least]
+    least = min(_assumed_true(lf) for lf in leaves)
+    return [lf for lf in leaves if _assumed_true(lf) == least]
+
+
+def _negates(a: str, b: str) -> bool:
+    return a in (f"not ({b})", f"not {b}") or b in (f"not ({a})", f"not {a}")
 
 
 def _launches(ops: list[dict]) -> int:
-    """Launches one instance makes: the ops, less those that are the other branch of an op's
-    condition (the same op at two sites under a test and its negation runs once)."""
-    n = len(ops)
-    seen = set()
-    for i, a in enumerate(ops):
-        for j in range(i + 1, len(ops)):
-            b = ops[j]
-            if j in seen or i in seen:
-                continue
-            wa, wb = set(a.get("when", [])), set(b.get("when", []))
-            diff = wa ^ wb
-            if len(diff) == 2 and any(f"not ({x})" in diff or f"not {x}" in diff for x in diff):
-                seen.add(j)
-                n -= 1
-    return n
+    """Launches one instance makes: ops on mutually exclusive branches (one's condition is the
+    negation of one of the other's) are alternatives, one of which runs; the others add up."""
+    chosen: list[set] = []
+    for o in ops:
+        w = set(o.get("when", []))
+        if not any(any(_negates(x, y) for x in w for y in c) for c in chosen):
+            chosen.append(w)
+    return len(chosen)
 
 
 def _instances(kind: str, model, tp: int) -> tuple[int, str]:
@@ -82,10 +84,27 @@ def _roofline(kind: str, model, device, m: int) -> Optional[dict]:
     if kind == "embedding":
         b = m * model.hidden_size * 2
         return {"M": m, "bytes": b, "flops": 0, "floor_us": round(b / bw * 1e6, 3), "basis": "one bf16 row gathered per token"}
-    if kind == "attention":
-        return {"M": m, "bytes": None, "flops": None, "floor_us": None,
-                "basis": "KV-cache reads depend on the context length (not modelled); its projections are under dense_gemm"}
     return None
+
+
+DEFAULT_CONTEXT = 4096  # tokens already in each sequence's KV cache when --context is not given
+
+
+def attention_roofline(model, device, m: int, context: int) -> dict:
+    """Decode attention reads each sequence's KV cache once per layer: M x (layers x context, a
+    sliding-window layer at most its window) x KV bytes per token and layer."""
+    kv = model.kv_cache or {}
+    per = kv.get("bytes_per_token_layer")
+    if not per:
+        return {"M": m, "context": context, "bytes": None, "flops": None, "floor_us": None,
+                "basis": f"KV-cache reads not modelled: the {model.name} profile gives no KV bytes per token "
+                         "(kv_cache.bytes_per_token_layer); its projections are under dense_gemm"}
+    win, swl = kv.get("sliding_window"), min(kv.get("sliding_window_layers") or 0, model.num_layers)
+    tokens = (model.num_layers - swl) * context + swl * min(context, win or context)
+    b = m * tokens * per
+    return {"M": m, "context": context, "bytes": b, "flops": None, "floor_us": round(b / (device.mem_bandwidth_tbs * 1e12) * 1e6, 1),
+            "basis": f"KV cache read once per layer at context {context} ({per} B per token and layer"
+                     + (f"; {swl} layers read at most a {win}-token window" if swl and win else "") + ")"}
 
 
 def _guarded(kind: str, fn, *args):
@@ -152,6 +171,8 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         lay["per_step"] = {"instances": n, "basis": why, "launches": n * _launches(ops) if ops else None}
         lay["cuda_graph"] = graph["captured"]
         lay["roofline"] = [r for r in (_roofline(lay["kind"], ctx.model, ctx.device, mm) for mm in sorted({m, mmax})) if r]
+        if lay["kind"] == "attention":
+            lay["roofline"] = [attention_roofline(ctx.model, ctx.device, mm, DEFAULT_CONTEXT) for mm in sorted({m, mmax})]
     layers.sort(key=lambda lay: ORDER.index(lay["kind"]) if lay["kind"] in ORDER else len(ORDER))
     out = {
         "target": ctx.tree.target.label, "version": ctx.tree.target.version,
@@ -178,11 +199,18 @@ def _plain(v):
     return plain(v)
 
 
-def map_for(ctx, prefill_m: Optional[int] = None) -> dict:
-    """The map for the context, from the cache when it is there (stored when it was not)."""
+def map_for(ctx, prefill_m: Optional[int] = None, context: int = DEFAULT_CONTEXT) -> dict:
+    """The map for the context, from the cache when it is there (stored when it was not); the
+    attention roofline at ``context`` tokens of KV cache per sequence."""
     from ..runtime.cached import derived_key, load_or_build
 
-    return load_or_build("kernels", derived_key(ctx, prefill_m), lambda: build_map(ctx, prefill_m))
+    m = load_or_build("kernels", derived_key(ctx, prefill_m), lambda: build_map(ctx, prefill_m))
+    for lay in m["layers"]:
+        if lay["kind"] == "attention":
+            ms = sorted({r["M"] for r in lay.get("roofline", [])}) or [1]
+            lay["roofline"] = [attention_roofline(ctx.model, ctx.device, mm, context) for mm in ms]
+    m["context"] = context
+    return m
 
 
 # --- diff ------------------------------------------------------------------------------------------

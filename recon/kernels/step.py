@@ -24,13 +24,14 @@ and the kernels reached only when it holds are listed with the condition.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Optional
 
 from ..runtime.gatemodel import _model
 from ..runtime.interp import UNKNOWN, Dev
 from ..runtime.moe import PathWalker, _from_config, registrations, registry
 from ..runtime.serverargs import _arch_guard, _called, hook_modules, load_schema, resolve
-from ..runtime.values import EnumVal, Instance, LayerObj, plain
+from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
 from ..runtime.writes import writes_in_module
 from .dispatch import StepEvaluator, choices, resolve_held
 from .world import Reads, StepWorld
@@ -43,6 +44,13 @@ _LAYER_MODULES = (
     ("rotary", "layers/rotary_embedding"),
     ("logits", "layers/logits_processor.py"),
 )
+
+
+def _dotted_name(n) -> str:
+    try:
+        return ast.unparse(n) if all(isinstance(x, (ast.Name, ast.Attribute, ast.Load)) for x in ast.walk(n)) else ""
+    except Exception:  # noqa: BLE001
+        return ""
 
 
 def _short(q: Optional[str]) -> str:
@@ -82,7 +90,7 @@ class Step:
         held = resolve_held(self.world, self.ev, inst, self._held_calls(inst.cls))
         w = StepWalker(self.world, self.ev, inst)
         if qual:
-            w.walk(qual, inst, [], (), 0, args)
+            w.walk(qual, inst, [], (), 0, {**self.mode_args(qual), **(args or {})})
             w.launched_locals()
         return {"entry": qual, "leaves": [_leaf(self, lf) for lf in w.leaves if _is_op(lf)],
                 "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
@@ -98,6 +106,36 @@ class Step:
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
                         and n.func.value.id == "self" and not self.world.method(cls, n.func.attr):
                     out.add(n.func.attr)
+        return out
+
+    def mode_args(self, qual: str, mode: str = "DECODE") -> dict:
+        """The entry's parameters annotated with an in-tree class that declares a ``forward_mode``
+        field (``ForwardBatch``, ``LogitsMetadata``): an object of that class in the step's mode,
+        its other fields at their declared defaults."""
+        fn = self.ev.model.function_ast(qual)
+        fm = self.classes("ForwardMode", "model_executor/")
+        members = self.world._members(fm[0]) if fm else {}
+        if fn is None or mode not in members:
+            return {}
+        mod, scope = self.ev.model.module_scope(qual)
+        out = {}
+        for a in fn.args.args[1:] + fn.args.kwonlyargs:
+            ann = a.annotation
+            if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+                try:
+                    ann = ast.parse(ann.value, mode="eval").body
+                except SyntaxError:
+                    continue
+            # `Union[LogitsMetadata, ForwardBatch]`: the first named class that has the field
+            for n in ast.walk(ann) if ann is not None else ():
+                if not isinstance(n, (ast.Name, ast.Attribute)) or not _dotted_name(n):
+                    continue
+                cls = self.ev.model.resolve(mod, scope, _dotted_name(n))
+                node = self.world._class_ast(cls) if cls and self.G.nodes.get(cls, {}).get("kind") == "class" else None
+                if node is not None and any(isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                                            and st.target.id == "forward_mode" for st in node.body):
+                    out[a.arg] = Instance(cls, {"forward_mode": EnumVal(fm[0], mode, members[mode])})
+                    break
         return out
 
     def forward_batch(self, mode: str) -> Optional[Instance]:
@@ -119,6 +157,66 @@ class StepWalker(PathWalker):
     def __init__(self, world, ev, instance):
         super().__init__(world, ev, instance)
         self.entered: dict = {}
+        self._lazy_memo: dict = {}
+
+    def _locals_at(self, fn, line, env, mod, scope, wanted, seen=None):
+        super()._locals_at(fn, line, env, mod, scope, wanted, seen)
+        selfval = env.get("self")
+        if not isinstance(selfval, Instance):
+            return
+        for name, (attr, resolver, at) in self._lazy(fn).items():
+            if name not in wanted or at >= line:
+                continue
+            # a dispatch resolved on the first call: `m = self.attr; if m is None: m = self.attr =
+            # self.resolve()`; the attribute as construction leaves it (later writes are mode
+            # switches other code enters, as torch.compile's), else what the resolver returns
+            built = self.world.constructed_attr(selfval, attr, self.ev)
+            got = self.ev._eval_raw(resolver, env, mod, scope) if built is None else built
+            if isinstance(got, FuncRef):
+                env[name] = got
+                if not any(s["attr"] == attr for s in self.switches):
+                    how = f" (None at construction; {ast.unparse(resolver)} on the first call)" if built is None else ""
+                    self.switches.append({"attr": attr, "value": f"{_short(got.qual.rsplit('.', 1)[0])}.{_short(got.qual)}{how}",
+                                          "path": self.world.path_of(fn_qual) if (fn_qual := self._qual_of(fn)) else "", "line": at})
+
+    def _outside(self, full, path, line, via, when) -> bool:
+        """Library calls, plus the PyTorch calls that are the work itself (a GEMM on cuBLAS, a
+        collective on NCCL); management libraries that launch nothing on the GPU are no op."""
+        if full.split(".", 1)[0] in _HOST_LIBS:
+            return True
+        if _TORCH_OPS.match(full):
+            self._leaf("torch_op", full, path, line, via, when)
+            return True
+        return super()._outside(full, path, line, via, when)
+
+    def _qual_of(self, fn) -> Optional[str]:
+        for q, (_via, _when) in self.entered.items():
+            if self.ev.model.function_ast(q) is fn:
+                return q
+        return None
+
+    def _lazy(self, fn) -> dict:
+        """``{local: (attr, resolver call, line)}`` for each local a function loads from
+        ``self.attr`` and, when that is None, fills from a call (``self.attr = self.resolve()``)."""
+        if id(fn) in self._lazy_memo:
+            return self._lazy_memo[id(fn)]
+        loads = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                    and isinstance(n.value, ast.Attribute) and isinstance(n.value.value, ast.Name) and n.value.value.id == "self":
+                loads[n.targets[0].id] = n.value.attr
+        out = {}
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
+                    and n.test.left.id in loads and isinstance(n.test.ops[0], ast.Is)
+                    and isinstance(n.test.comparators[0], ast.Constant) and n.test.comparators[0].value is None):
+                continue
+            for st in n.body:
+                if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) \
+                        and any(isinstance(t, ast.Name) and t.id == n.test.left.id for t in st.targets):
+                    out[n.test.left.id] = (loads[n.test.left.id], st.value, st.lineno)
+        self._lazy_memo[id(fn)] = out
+        return out
 
     def walk(self, qual, selfval, via, when, depth, args=None):
         primary = all(not h for _, h in when)
@@ -182,6 +280,11 @@ class StepWalker(PathWalker):
         return None
 
 
+# PyTorch calls that are a step's work: dense GEMMs (cuBLAS) and collectives (NCCL)
+_TORCH_OPS = re.compile(r"torch\.(matmul|mm|bmm|addmm|baddbmm|_scaled_mm|nn\.functional\.linear|"
+                        r"distributed\.(all_reduce|all_gather\w*|reduce_scatter\w*|all_to_all\w*))$")
+# host-side management libraries (device queries): they launch nothing on the GPU
+_HOST_LIBS = frozenset({"pynvml"})
 # the machinery that compiles or tunes a kernel at first use is not the kernel
 _NOT_OPS = ("/utils/compile/", "compile_utils.py", "/autotuner")
 
@@ -419,14 +522,15 @@ def model_class(step: Step) -> Optional[str]:
     return None
 
 
-def constructed_classes(step: Step, cls: str) -> list[str]:
-    """In-tree classes the model's module constructs (``RMSNorm(...)``, ``VocabParallelEmbedding(...)``)."""
+def constructed_classes(step: Step, cls: str) -> dict:
+    """In-tree classes the model's module constructs (``RMSNorm(...)``, ``VocabParallelEmbedding(...)``),
+    each with its first construction call."""
     d = step.G.nodes.get(cls, {})
     if not d.get("path"):
-        return []
+        return {}
     module = step.world._module_of(cls)
     tree = step.world.module_ast(d["path"])
-    found = set()
+    found = {}
     for n in ast.walk(tree) if tree is not None else ():
         if isinstance(n, ast.Call):
             try:
@@ -434,20 +538,32 @@ def constructed_classes(step: Step, cls: str) -> list[str]:
             except Exception:
                 continue
             q = step.ev.model.resolve(module, "", dotted)
-            if q and step.G.nodes.get(q, {}).get("kind") == "class":
-                found.add(q)
-    return sorted(found)
+            if q and step.G.nodes.get(q, {}).get("kind") == "class" and (q not in found or n.lineno < found[q].lineno):
+                found[q] = n
+    return dict(sorted(found.items()))
+
+
+def built(step: Step, cls: str, call: Optional[ast.Call], mcls: Optional[str]) -> Instance:
+    """An object of ``cls`` made by the model's own construction call: the arguments it can tell
+    (``LogitsProcessor(config)``: the checkpoint's config.json) bound to ``__init__``'s parameters."""
+    inst = Instance(cls)
+    if call is not None and mcls:
+        mod = step.world._module_of(mcls)
+        env = {"config": step.world.hf}
+        step.world.bind_init(inst, call, step.ev, env, mod, "", 0)
+        inst.attrs["__args__"] = {k: v for k, v in inst.attrs.get("__args__", {}).items() if v is not UNKNOWN}
+    return inst
 
 
 def simple_layers(step: Step, mcls: Optional[str]) -> list[dict]:
     out = []
-    built = constructed_classes(step, mcls) if mcls else []
+    made = constructed_classes(step, mcls) if mcls else {}
     for kind, where in _LAYER_MODULES:
         # one class a kind: the most basic one the model builds there (ParallelLMHead, a
         # VocabParallelEmbedding whose weight the logits processor multiplies, is not the embedding)
-        cands = sorted((q for q in built if where in step.G.nodes[q].get("path", "")), key=lambda q: (len(step.world.mro(q)), q))
+        cands = sorted((q for q in made if where in step.G.nodes[q].get("path", "")), key=lambda q: (len(step.world.mro(q)), q))
         if cands:
-            inst = Instance(cands[0])
+            inst = built(step, cands[0], made[cands[0]], mcls)
             try:
                 out.append({"kind": kind, "class": cands[0], **step.walk(inst, "forward")})
             except RecursionError:

@@ -74,7 +74,7 @@ def _ops_lines(lay: dict, width: int = 96) -> list[str]:
         out.append("runs: no kernel or library op recon can name (torch ops, or the path is not followed)" if lay["kind"] != "communication" else "")
         return [x for x in out if x]
     for o in ops:
-        out.append(f"runs {o['kind']}: {o['name'] if o['kind'] == 'library' else _short(o['name'])}  [{_at(o['path'], o['line'])}]")
+        out.append(f"runs {o['kind']}: {o['name'] if o['kind'] in ('library', 'torch_op') else _short(o['name'])}  [{_at(o['path'], o['line'])}]")
         if o.get("when"):
             out.append("    assuming " + "; ".join(w[:100] for w in o["when"] if not w.startswith("not ") or True)[:300])
         for h in o.get("via", []):
@@ -105,7 +105,8 @@ def _roof(lay: dict) -> list[str]:
         if r.get("bytes") is None:
             out.append(f"roofline: {r['basis']}")
             break
-        out.append(f"roofline M={r['M']}: {r['bytes'] / 1e6:.1f} MB, {r['flops'] / 1e9:.2f} GFLOP per step; floor {r['floor_us']} us ({r['basis']})")
+        flops = f", {r['flops'] / 1e9:.2f} GFLOP" if r.get("flops") is not None else ""
+        out.append(f"roofline M={r['M']}: {r['bytes'] / 1e6:.1f} MB{flops} per step; floor {r['floor_us']} us ({r['basis']})")
     return out
 
 

@@ -9,6 +9,18 @@ from ..runtime.world import World
 
 
 class StepWorld(World):
+    _construction_only = False
+
+    def constructed_attr(self, inst, attr: str, ev):
+        """``inst.attr`` as construction leaves it: the writes of ``__init__`` (and from outside
+        code), not those of the object's other methods."""
+        probe = type(inst)(inst.cls, {k: v for k, v in inst.attrs.items() if k == "__args__"})
+        self._construction_only = True
+        try:
+            return self.instance_attr(probe, attr, ev, 0)
+        finally:
+            self._construction_only = False
+
     def _members(self, cls: str) -> dict:
         out = super()._members(cls)
         node = self._class_ast(cls)
@@ -28,13 +40,15 @@ class StepWorld(World):
         to the class (``layer.quant_config = ...`` in a method of another quant method): an outside
         write counts when its receiver is tested ``isinstance(receiver, Class)`` around it or was
         made by ``Class(...)`` in the same function."""
-        key = ("step", cls, attr)
+        key = ("step", cls, attr, self._construction_only)
         if key in self._class_writes:
             return self._class_writes[key]
         short = self.G.nodes.get(cls, {}).get("name") or ""
         own = {self.G.nodes.get(c, {}).get("path") for c in self.mro(cls)}
         out = []
         for w in super().class_writes(cls, attr):
+            if self._construction_only and w.receiver == "self" and not w.scope.endswith(".__init__"):
+                continue
             if w.receiver == "self" or w.path in own:
                 out.append(w)
                 continue

@@ -395,7 +395,7 @@ class PathWalker:
             self._locals_at(fn, call.lineno, env, mod, scope, names)
             for test, holds in guards:
                 v = self.ev.eval(test, env, mod, scope)
-                if v is UNKNOWN or not isinstance(v, (bool, int)) or isinstance(v, EnumVal):
+                if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, EnumVal):
                     left.append((_src(test), holds))
                 elif bool(v) != holds:
                     runs = False
@@ -417,15 +417,13 @@ class PathWalker:
                         self._leaf("library", bound_v.name, path, call.lineno, via + [hop], cwhen)
                     continue
                 if isinstance(bound_v, FuncRef):
-                    self.walk(bound_v.qual, None, via + [hop], cwhen, depth + 1, self._bind(bound_v.qual, call, env, mod, scope, False))
+                    # a bound method (m = self.forward_cuda; m(...)) runs on its object
+                    self.walk(bound_v.qual, bound_v.bound, via + [hop], cwhen, depth + 1,
+                              self._bind(bound_v.qual, call, env, mod, scope, bound_v.bound is not None))
                     continue
             # a library call
-            if head in bound:
-                full = bound[head] + name[len(head):]
-                pkg = full.split(".", 1)[0]
-                if pkg not in self.tops and pkg not in _NOT_KERNELS:
-                    self._leaf("library", full, path, call.lineno, via + [hop], cwhen)
-                    continue
+            if head in bound and self._outside(bound[head] + name[len(head):], path, call.lineno, via + [hop], cwhen):
+                continue
             # a registered function held in an attribute: self.fused_func(...)
             if name.startswith("self.") and name.count(".") == 1 and isinstance(selfval, Instance):
                 held = self.world.instance_attr(selfval, name.split(".")[1], self.ev, 0)
@@ -468,6 +466,14 @@ class PathWalker:
                 elif k == "function" and d.get("kind") == "calls":
                     target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None
                     self.walk(v, target_self, via + [hop], cwhen, depth + 1, self._bind(v, call, env, mod, scope, target_self is not None))
+
+    def _outside(self, full: str, path: str, line: int, via: list, when: tuple) -> bool:
+        """A call into a package outside the tree: a library op (True), or not one (False)."""
+        pkg = full.split(".", 1)[0]
+        if pkg in self.tops or pkg in _NOT_KERNELS:
+            return False
+        self._leaf("library", full, path, line, via, when)
+        return True
 
     def _registry(self, held: Instance, via, when, depth) -> None:
         """The functions a registry keyed by the held object's constructor constants dispatches to."""
