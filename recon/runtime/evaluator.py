@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value
+from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value, unpack
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, ServerArgsObj
 
 MAX_OUTCOMES = 16
@@ -445,6 +445,8 @@ class Evaluator(Interpreter):
                 continue
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
                 env[st.targets[0].id] = self._eval_raw(st.value, env, mod, scope, depth)
+            elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Tuple):
+                unpack(st.targets[0], self._eval_raw(st.value, env, mod, scope, depth), env)
             elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
                 env[st.target.id] = self._eval_raw(st.value, env, mod, scope, depth)
             elif isinstance(st, ast.Assert):

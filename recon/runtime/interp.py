@@ -263,6 +263,8 @@ class Interpreter:
                 self.exec_block(st.body if t else st.orelse, env, mod, scope, depth)
             elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
                 env[st.targets[0].id] = self.eval(st.value, env, mod, scope, depth)
+            elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Tuple):
+                unpack(st.targets[0], self.eval(st.value, env, mod, scope, depth), env)  # major, minor = cap
             elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
                 env[st.target.id] = self.eval(st.value, env, mod, scope, depth)
             elif isinstance(st, ast.Try):
@@ -453,6 +455,15 @@ class Interpreter:
             if target.qual:
                 return self.call_function(target.qual, args, kwargs, depth + 1)
         return UNKNOWN
+
+
+def unpack(target: ast.Tuple, value, env: dict) -> None:
+    """``a, b = value``: each name its element where the value is a sequence of that length,
+    else unknown (so no name keeps a stale value)."""
+    if not _bind(target, value, env):
+        for n in ast.walk(target):
+            if isinstance(n, ast.Name):
+                env[n.id] = UNKNOWN
 
 
 def _bind(target, item, env) -> bool:
