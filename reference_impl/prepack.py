@@ -29,12 +29,13 @@ import torch
 class PrepackedMXFP4MoE:
     """MXFP4 MoE weights as the kernels read them (module docstring)."""
 
-    __slots__ = ("w13", "w2", "s13", "s2", "E", "H", "I", "device", "_descs", "_enc", "_graphs", "__weakref__")
+    __slots__ = ("w13", "w2", "s13", "s2", "E", "H", "I", "device", "dev_index", "_descs", "_enc", "_graphs", "__weakref__")
 
     def __init__(self, w13, w2, s13, s2, E, H, I):
         self.w13, self.w2, self.s13, self.s2 = w13, w2, s13, s2
         self.E, self.H, self.I = E, H, I
         self.device = w13.device
+        self.dev_index = w13.get_device()  # -1 on the CPU (tensor.get_device), as the calls' tensors compare
         self._descs = {}
         self._enc = {}  # the launcher's encoding of each descriptor (moe._launch_encoded)
         self._graphs = {}  # eager calls' CUDA graphs over these weights (moe._eager_graph)

@@ -6,7 +6,9 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+# not specialized on the callers' pointers' alignment or the sizes: one compiled kernel serves every
+# call of an eager graph, launched without the JIT's per-call checks (moe._eager_graph)
+@triton.jit(do_not_specialize=["x_ptr", "ids_ptr", "tw_ptr", "n_x", "S"])
 def stage_inputs_kernel(x_ptr, xs_ptr, n_x, ids_ptr, ids_s_ptr, tw_ptr, tw_s_ptr, S,
                         BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     pid = tl.program_id(0)
