@@ -20,6 +20,7 @@ kernels or library ops that do the work.
 from __future__ import annotations
 
 import ast
+import copy
 import re
 import sys
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Optional
 from .interp import UNKNOWN, _dotted
 from .handoffs import _guarded_calls
 from .evaluator import _src
-from .values import ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
+from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
 
 # packages whose calls are not the work itself (the standard library is never a kernel either)
 _NOT_KERNELS = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "triton", "einops", "tvm_ffi", "sailify", "packaging", "psutil"}
@@ -160,11 +161,18 @@ def _unquantized_outcomes(world, ev, layer) -> list:
         if w.receiver != "self" or not isinstance(w.value, ast.Call):
             continue
         env = world.write_env(w, layer, ev, {"quant_config": None})
+        # `self.quant_method` read in the write's own tests is what the function set before it
+        # (`self.quant_method = quant_method`, the constructor's argument), not the write's result
+        guards = w.guards
+        before = _attr_before(world, ev, layer, w, "quant_method")
+        if before is not MISSING:
+            env["__before__"] = before
+            guards = tuple((_read_as(t, "self", "quant_method", "__before__"), want) for t, want in w.guards)
         cls = ev._class_of_ref(ev._eval_raw(w.value.func, env, w.module, w.scope))
         if not cls or world.method(cls, "apply") is None:
             continue  # not a quant method (apply is what the layer calls)
         needs, out_ = [], False
-        for t, want in w.guards:
+        for t, want in guards:
             v = ev.eval(t, env, w.module, w.scope)
             if v is UNKNOWN:
                 needs.append((_src(t), want, w.path, w.line))
@@ -180,6 +188,29 @@ def _unquantized_outcomes(world, ev, layer) -> list:
     return [{"method": cls, "value": None, "raises": False, "path": w.path, "line": w.line,
              "assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in needs],
              "instance": inst} for _, _, cls, w, needs, inst in ranked]
+
+
+def _read_as(test, recv: str, attr: str, name: str):
+    """``test`` with every read of ``recv.attr`` replaced by the name ``name``."""
+    class _Swap(ast.NodeTransformer):
+        def visit_Attribute(self, node):
+            if node.attr == attr and isinstance(node.value, ast.Name) and node.value.id == recv:
+                return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), node)
+            return self.generic_visit(node)
+    return _Swap().visit(copy.deepcopy(test))
+
+
+def _attr_before(world, ev, obj, w, attr: str):
+    """The value ``self.<attr>`` holds just before write ``w``: the writes to it earlier in the
+    same function, in order, each where its tests hold (an undecided test counts as false)."""
+    val = MISSING
+    for x in sorted((x for x in world.class_writes(obj.cls, attr) if x.fn is w.fn and x.line < w.line and x.receiver == "self"),
+                    key=lambda x: x.line):
+        env = world.write_env(x, obj, ev, {"quant_config": None})
+        tests = [ev.eval(t, env, x.module, x.scope) for t, _ in x.guards]
+        if all((False if t is UNKNOWN else bool(t)) == want for t, (_, want) in zip(tests, x.guards)):
+            val = ev._eval_raw(x.value, env, x.module, x.scope)
+    return val
 
 
 def _from_config(world, ev, cls: str) -> Optional[Instance]:
