@@ -77,8 +77,11 @@ def _locals(fn: ast.AST) -> list:
         for st in stmts:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 continue
-            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
-                add(st.targets[0].id, st.value, st.lineno, guards)
+            if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) for t in st.targets) \
+                    and all(isinstance(t, (ast.Name, ast.Attribute, ast.Subscript)) for t in st.targets):
+                for t in st.targets:  # m = self.m = resolve(): every name target holds the value
+                    if isinstance(t, ast.Name):
+                        add(t.id, st.value, st.lineno, guards)
             elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Tuple):
                 # a, b = f(): each name is an element of what f returns
                 for i, e in enumerate(st.targets[0].elts):
