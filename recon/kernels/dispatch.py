@@ -44,6 +44,7 @@ class Choice:
     assumptions: tuple = ()  # ((test, holds, path, line), ...)
     hops: list = field(default_factory=list)  # [(what, path, line)] dispatcher returns on the way
     constructs: bool = False  # qual is a class the function builds and returns (a factory)
+    made: Optional[Instance] = None  # the object a factory builds (its constructor's arguments bound)
 
     @property
     def primary(self) -> bool:
@@ -104,6 +105,13 @@ class StepEvaluator(Evaluator):
             b = self._class_of_ref(self._eval(node.comparators[0], env, mod, scope, depth))
             if a and b:
                 return (a == b) == isinstance(node.ops[0], ast.Is)
+        if isinstance(node, ast.Dict) and node.keys and all(k is not None for k in node.keys):
+            # a table of callables (`return {"flash_attn_with_kvcache": flash_attn_with_kvcache}`):
+            # the values stay callables, as in a tuple, so `table()["name"](...)` reaches the op
+            got = super()._eval(node, env, mod, scope, depth)
+            if isinstance(got, dict) and any(v is UNKNOWN for v in got.values()):
+                return {k: self._eval_raw(v, env, mod, scope, depth) for k, v in zip(got, node.values)}
+            return got
         return super()._eval(node, env, mod, scope, depth)
 
     def _attribute_raw(self, node, env, mod, scope, depth):
@@ -369,7 +377,7 @@ def choices(ev: StepEvaluator, qual: str, args: Optional[dict] = None, assumed: 
                 full = ev.world.imported_as(mod, scope, d) if d else None
                 out.append(Choice(None, full or d or ast.unparse(expr), o.assumptions, here))
         elif isinstance(o.value, Instance):
-            out.append(Choice(o.value.cls, o.value.cls, o.assumptions, here, constructs=True))
+            out.append(Choice(o.value.cls, o.value.cls, o.assumptions, here, constructs=True, made=o.value))
             continue
         if isinstance(expr, ast.Name) and expr.id in o.env and not isinstance(o.value, Instance):
             # `backend = make_backend(runner); return backend`: what the local was made by

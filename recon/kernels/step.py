@@ -79,6 +79,15 @@ class Step:
             from ..runtime.serverargs import Schema, State
             self.world.state = State(Schema({}, "", "", ""), dict(self.flags))
 
+    def runner(self) -> Optional[Instance]:
+        """The model runner an attention backend is built with: the server's one ModelConfig for the
+        checkpoint and the resolved server arguments (its other fields unknown)."""
+        mr = self.classes("ModelRunner", "model_executor/")
+        if not mr:
+            return None
+        from ..runtime.values import ServerArgsObj
+        return Instance(mr[0], {"model_config": self.world.model_config(), "server_args": ServerArgsObj(self.world.state)})
+
     def classes(self, name: str, path_part: str = "") -> list[str]:
         return sorted(n for n, d in self.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == name
                       and "/srt/" in d.get("path", "") and path_part in d.get("path", ""))
@@ -408,7 +417,9 @@ def attention(step: Step, mode: str = "DECODE") -> dict:
         return out
     keys, deco, factory, path, line, _ = regs[0]
     out["registry"] = {"decorator": deco, "factory": factory, "path": path, "line": line}
-    cs = [c for c in choices(step.ev, factory, {}) if c.constructs]
+    fn = step.ev.model.function_ast(factory)
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args] if fn is not None else []
+    cs = [c for c in choices(step.ev, factory, {params[0]: step.runner()} if params else {}) if c.constructs]
     if not cs:
         out["note"] = f"the factory {_short(factory)} builds no class recon can follow"
         return out
@@ -417,7 +428,7 @@ def attention(step: Step, mode: str = "DECODE") -> dict:
     out["gates"] += [_assume(a) for a in prim.assumptions]
     out["class_returned_at"] = [{"what": h[0], "path": h[1], "line": h[2]} for h in prim.hops]
     out["other_classes"] = [{"class": c.qual, "assumptions": [_assume(a) for a in c.assumptions]} for c in cs[1:4]]
-    inst = Instance(prim.qual)
+    inst = prim.made or Instance(prim.qual)
     meth = None
     want = "forward_decode" if mode == "DECODE" else "forward_extend"
     for c in step.world.mro(prim.qual):
