@@ -289,8 +289,8 @@ class StepWalker(PathWalker):
         return None
 
 
-# PyTorch calls that are a step's work: dense GEMMs (cuBLAS) and collectives (NCCL)
-_TORCH_OPS = re.compile(r"torch\.(matmul|mm|bmm|addmm|baddbmm|_scaled_mm|nn\.functional\.linear|"
+# PyTorch calls that are a step's work: dense GEMMs (cuBLAS), the embedding gather and collectives (NCCL)
+_TORCH_OPS = re.compile(r"torch\.(matmul|mm|bmm|addmm|baddbmm|_scaled_mm|nn\.functional\.(linear|embedding)|embedding|"
                         r"distributed\.(all_reduce|all_gather\w*|reduce_scatter\w*|all_to_all\w*))$")
 # host-side management libraries (device queries): they launch nothing on the GPU
 _HOST_LIBS = frozenset({"pynvml"})
