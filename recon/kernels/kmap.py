@@ -23,11 +23,16 @@ def _assumed_true(lf: dict) -> int:
 def _ops(layer: dict) -> list[dict]:
     """The leaves on the path that runs: the primary ones (every undecided test false); else, the
     primary rule's nearest extension, those that take the fewest undecided tests as true (every
-    leaf is reached only under some undecided test: said, not hidden)."""
+    leaf is reached only under some undecided test: said, not hidden). A leaf that needs an ``if``
+    without an else to hold (optional work: ``if grammars: all_reduce(...)``) is never on it: the
+    other outcome of that test runs nothing instead, so it stays among the conditional leaves."""
     leaves = layer.get("leaves", [])
     prim = [lf for lf in leaves if lf.get("primary")]
     if prim or not leaves:
         return prim
+    leaves = [lf for lf in leaves if not lf.get("extra_if")]
+    if not leaves:
+        return []
     least = min(_assumed_true(lf) for lf in leaves)
     return [lf for lf in leaves if _assumed_true(lf) == least]
 

@@ -86,7 +86,8 @@ class Step:
         if not mr:
             return None
         from ..runtime.values import ServerArgsObj
-        return Instance(mr[0], {"model_config": self.world.model_config(), "server_args": ServerArgsObj(self.world.state)})
+        return Instance(mr[0], {"model_config": self.world.model_config(), "server_args": ServerArgsObj(self.world.state),
+                                "__only__": True})
 
     def classes(self, name: str, path_part: str = "") -> list[str]:
         return sorted(n for n, d in self.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == name
@@ -101,7 +102,7 @@ class Step:
         if qual:
             w.walk(qual, inst, [], (), 0, {**self.mode_args(qual), **(args or {})})
             w.launched_locals()
-        return {"entry": qual, "leaves": [_leaf(self, lf) for lf in w.leaves if _is_op(lf)],
+        return {"entry": qual, "leaves": [_leaf(self, lf, w.extra_tests) for lf in w.leaves if _is_op(lf)],
                 "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
                 "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()}}
 
@@ -167,6 +168,7 @@ class StepWalker(PathWalker):
         super().__init__(world, ev, instance)
         self.entered: dict = {}
         self._lazy_memo: dict = {}
+        self.extra_tests: set = set()  # tests of an `if` with no else that adds work to the path
 
     def _locals_at(self, fn, line, env, mod, scope, wanted, seen=None):
         super()._locals_at(fn, line, env, mod, scope, wanted, seen)
@@ -229,6 +231,8 @@ class StepWalker(PathWalker):
 
     def walk(self, qual, selfval, via, when, depth, args=None):
         primary = all(not h for _, h in when)
+        if qual not in self.entered:
+            self.extra_tests |= _extra_work_tests(self.ev.model.function_ast(qual))
         if qual not in self.entered or (primary and not all(not h for _, h in self.entered[qual][1])):
             self.entered[qual] = (list(via), tuple(when))
         return super().walk(qual, selfval, via, when, depth, args)
@@ -306,9 +310,19 @@ def _is_op(lf) -> bool:
     return True
 
 
-def _leaf(step: Step, lf) -> dict:
+def _extra_work_tests(fn) -> set:
+    """Tests of the ``if`` statements in ``fn`` that have no else and do not leave the function:
+    work added to the path when the test holds, with nothing instead when it does not."""
+    from ..runtime.evaluator import _src
+    from ..runtime.handoffs import _exits
+    return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not _exits(n.body)} if fn is not None else set()
+
+
+def _leaf(step: Step, lf, extra_tests: frozenset = frozenset()) -> dict:
     d = step.G.nodes.get(lf.name, {})
     return {"kind": lf.kind, "name": lf.name, "path": lf.path, "line": lf.line, "primary": lf.primary,
+            # reached only when a test adding optional work holds (`if grammars: all_reduce(...)`)
+            "extra_if": [t for t, h in lf.when if h and t in extra_tests],
             "defined_at": f"{d['path']}:{d.get('line')}" if d.get("path") else None,
             "when": [t if h else (f"not ({t})" if " " in t else f"not {t}") for t, h in lf.when],
             "via": [{"what": h.what.replace(", registered for ('returned by ", ", returned by ").replace("',)", ""),
