@@ -3,8 +3,8 @@
 Each layer kind is reached through SGLang's own mechanism, evaluated for the device, the model's
 config.json, the resolved server arguments and the environment (declared defaults unless ``--env``):
 
-- **attention**: the backend named by the resolved ``attention_backend`` (a per-model declaration
-  first, then the generic resolution when none fires), looked up in the tree's
+- **attention**: the backend named by the runtime view's resolved ``decode_attention_backend`` or
+  ``attention_backend`` (with the decision the view recorded), looked up in the tree's
   ``@register_attention_backend`` registry; its factory explored to the class it builds; that
   class's decode (or extend) forward walked with a ``ForwardBatch`` whose ``forward_mode`` is
   ``DECODE`` (``EXTEND`` for prefill);
@@ -30,13 +30,11 @@ from typing import Optional
 from ..runtime.gatemodel import _model
 from ..runtime.interp import UNKNOWN, Dev
 from ..runtime.moe import PathWalker, _from_config, registrations, registry
-from ..runtime.serverargs import _arch_guard, _called, hook_modules, load_schema, resolve
+from ..runtime.serverargs import load_schema, resolve
 from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
-from ..runtime.writes import writes_in_module
 from .dispatch import StepEvaluator, choices, resolve_held
 from .world import Reads, StepWorld
 
-ATTN_FIELDS = ("attention_backend", "decode_attention_backend", "prefill_attention_backend")
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
 _LAYER_MODULES = (
     ("embedding", "layers/vocab_parallel_embedding.py"),
@@ -338,85 +336,25 @@ def _dispatch_dict(d: dict) -> dict:
 
 # --- attention -------------------------------------------------------------------------------------
 def attention_backend(step: Step, mode: str = "DECODE") -> dict:
-    """The attention backend's name as the server would settle it, with where it was decided."""
+    """The attention backend's name as the runtime view resolved the server arguments: the
+    mode's own field (``decode_attention_backend``) when it is set, else ``attention_backend``;
+    with the decision the view recorded (the write that settled it, its test, or the flag)."""
     w, state = step.world, step.world.state
     order = ("decode_attention_backend", "attention_backend") if mode == "DECODE" else ("prefill_attention_backend", "attention_backend")
-    for f in order:
-        if f in step.flags:
-            return {"value": step.flags[f], "field": f, "source": "--" + f.replace("_", "-"), "path": None, "line": None,
-                    "test": "", "policy": "", "others": []}
     if w.schema is None:
-        return {"value": None, "field": "attention_backend", "source": "no ServerArgs", "path": None, "line": None, "test": "", "policy": "", "others": []}
-    archs = list(step.ctx.model.architectures)
-    fired, maybe = [], []
-    # the writes are judged against the arguments before any attention field was settled (the
-    # resolved state already holds the runtime view's answer, which would hide every write's test)
-    state = state.copy()
-    for f in ATTN_FIELDS:
-        if f not in step.flags and f in w.schema.fields:
-            state.values[f] = w.schema.fields[f].default
-    for path, module in hook_modules(w, w.schema):
-        tree = w.module_ast(path)
-        for wr in writes_in_module(tree, path, module, set(ATTN_FIELDS), dict_literals=True) if tree is not None else ():
-            if wr.key not in order:
-                continue
-            g = _arch_guard(wr.decorators, archs)
-            if g is False or not _called(w, wr, state, step.ev):
-                continue
-            from ..runtime.values import ServerArgsObj
-            env = w.write_env(wr, ServerArgsObj(state), step.ev)
-            tests = [(step.ev.eval(t, env, wr.module, wr.scope), t, want) for t, want in wr.guards]
-            if any(v is not UNKNOWN and bool(v) != want for v, t, want in tests):
-                continue
-            value = step.ev.eval(wr.value, env, wr.module, wr.scope)
-            if not isinstance(value, str):
-                continue
-            specific = g is True or any("arch" in ast.unparse(t) or "model_type" in ast.unparse(t) for _, t, _ in tests) \
-                or _called_for_model(step, wr, archs)
-            und = [(ast.unparse(t)[:160], want) for v, t, want in tests if v is UNKNOWN]
-            rec = {"value": value, "field": wr.key, "source": f"{path}:{wr.line}", "path": path, "line": wr.line,
-                   "test": " and ".join(("" if want else "not ") + f"({ast.unparse(t)[:120]})" for _, t, want in tests),
-                   "specific": specific, "undecided": und,
-                   "assumed": [{"test": t, "holds": want, "path": path, "line": wr.line} for t, want in und]}
-            # the runtime view's primary rule: an undecided test is taken as false
-            (maybe if any(want for _, want in und) else fired).append(rec)
-    fired.sort(key=lambda r: (not r["specific"], order.index(r["field"])))
-    if fired:
-        best = dict(fired[0])
-        best["policy"] = ("a per-model declaration for this architecture" if best["specific"] else
-                          "the generic resolution (no per-model declaration fires)")
-    else:
-        f = w.schema.fields.get("attention_backend")
-        best = {"value": f.default if f else None, "field": "attention_backend", "source": "default",
-                "path": f.path if f else None, "line": f.line if f else None, "test": "", "policy": "no write fires"}
-    best["assumed"] = best.get("assumed", [])
-    best["others"] = [{"value": r["value"], "at": r["source"], "when": "; ".join(("" if h else "not ") + t for t, h in r["undecided"])}
-                      for r in maybe if r["value"] != best["value"]][:4]
-    best.pop("undecided", None)
-    return best
-
-
-def _called_for_model(step: Step, wr, archs: list) -> bool:
-    """The write's function is called only under a test naming the model's architecture
-    (``elif model_arch in ["DeepseekV4ForCausalLM"]: apply_deepseek_v4_defaults(self, model_arch)``)."""
-    if not wr.scope or not archs:
-        return False
-    from ..runtime.handoffs import _guarded_calls
-    qual = f"{wr.module}.{wr.scope}"
-    sites = [(u, d.get("line")) for u, _, d in step.G.in_edges(qual, data=True) if d.get("kind") == "calls"]
-    if not sites:
-        return False
-    for caller, line in sites:
-        fn = step.ev.model.function_ast(caller)
-        if fn is None:
-            return False
-        hit = False
-        for call, guards in _guarded_calls(fn):
-            if call.lineno <= (line or 0) <= getattr(call, "end_lineno", call.lineno):
-                hit = any(want and any(a in ast.unparse(t) for a in archs) for t, want in guards)
-        if not hit:
-            return False
-    return True
+        return {"value": None, "field": "attention_backend", "source": "no ServerArgs", "path": None, "line": None, "test": "", "assumed": []}
+    for f in order:
+        v = state.get(f)
+        if not isinstance(v, str) and f != order[-1]:
+            continue
+        d = state.decisions.get(f)
+        if d is not None:
+            return {"value": v if isinstance(v, str) else None, "field": f, "source": d.source, "path": d.path,
+                    "line": int(d.line) if str(d.line).isdigit() else d.line, "test": d.test or "", "assumed": []}
+        decl = w.schema.fields.get(f)
+        return {"value": v if isinstance(v, str) else None, "field": f, "source": "default",
+                "path": decl.path if decl else None, "line": decl.line if decl else None, "test": "", "assumed": []}
+    return {"value": None, "field": "attention_backend", "source": "not decided", "path": None, "line": None, "test": "", "assumed": []}
 
 
 def attention(step: Step, mode: str = "DECODE") -> dict:
@@ -580,6 +518,29 @@ def built(step: Step, cls: str, call: Optional[ast.Call], mcls: Optional[str]) -
     return inst
 
 
+def attention_module(step: Step, mcls: Optional[str]) -> Optional[dict]:
+    """The model's own attention module: a class the model's module constructs whose constructor
+    builds SGLang's ``RadixAttention`` (the layer that hands q, k, v to the backend). Its ``forward``
+    is walked in decode mode for the kernels the model code launches itself around the backend
+    (the compressor, the indexer, rotary, the quantization of the output projection's input)."""
+    radix = set(step.classes("RadixAttention", "layers/radix_attention"))
+    made = constructed_classes(step, mcls) if mcls and radix else {}
+    for q, call in made.items():
+        node = step.world._class_ast(q)
+        init = next((st for st in getattr(node, "body", ()) if isinstance(st, ast.FunctionDef) and st.name == "__init__"), None)
+        mod = step.world._module_of(q)
+        if init is None or not any(isinstance(n, ast.Call) and _dotted_name(n.func)
+                                   and step.ev.model.resolve(mod, f"{node.name}.__init__", _dotted_name(n.func)) in radix
+                                   for n in ast.walk(init)):
+            continue
+        inst = built(step, q, call, mcls)
+        got = step.walk(inst, "forward")
+        if not got["entry"]:
+            continue
+        return {"kind": "attention_module", "class": q, **got}
+    return None
+
+
 def simple_layers(step: Step, mcls: Optional[str]) -> list[dict]:
     out = []
     made = constructed_classes(step, mcls) if mcls else {}
@@ -623,6 +584,68 @@ def communication(step: Step) -> dict:
         out["entry"] = ar[0]
         out["leaves"] = [_leaf(step, lf) for lf in w.leaves if _is_op(lf)] or [
             {"kind": "collective", "name": ar[0], "path": dd["path"], "line": dd.get("line"), "primary": True, "when": [], "via": []}]
-    out["note"] = (f"tp_size {tp}: launches assume the usual placement, an all-reduce after attention's output projection "
-                   "and after the MLP/MoE of each layer (not read from this model's code)")
+    out["sites"] = collective_sites(step, model_class(step))
+    if not out["sites"]:
+        out["note"] = f"tp_size {tp}: the model's module calls no tensor-parallel collective recon can find"
+    return out
+
+
+_COLLECTIVE = re.compile(r"(all_reduce|all_gather|reduce_scatter)")
+
+
+def collective_sites(step: Step, mcls: Optional[str]) -> list[dict]:
+    """Where the model's code places the tensor-parallel collectives of a layer: calls in the model's
+    module to the tree's collective functions (``tensor_model_parallel_all_reduce``,
+    ``attn_tp_all_reduce``, defined under ``distributed/`` or in the DP-attention module), the
+    ``RowParallelLinear`` layers it builds that reduce their own output (``reduce_results`` not
+    false) and the ``LayerCommunicator`` it builds (the all-reduce between attention and MLP);
+    each with the tests around it, evaluated where the configuration decides them."""
+    d = step.G.nodes.get(mcls or "", {})
+    tree = step.world.module_ast(d["path"]) if d.get("path") else None
+    if tree is None:
+        return []
+    from ..runtime.evaluator import _src
+    from ..runtime.handoffs import _guarded_calls
+    mod = step.world._module_of(mcls)
+    out = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # the construction, and the methods a step reaches from forward through self.method(...)
+        reach, todo = {"__init__"}, ["forward"]
+        while todo:
+            m = todo.pop()
+            if m in reach or m not in methods:
+                continue
+            reach.add(m)
+            todo += [n.func.attr for n in ast.walk(methods[m]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+        for fn in (methods[m] for m in sorted(reach) if m in methods):
+            scope = f"{cls.name}.{fn.name}"
+            for call, guards in _guarded_calls(fn):
+                name = _dotted_name(call.func)
+                q = step.ev.model.resolve(mod, scope, name) if name else None
+                node = step.G.nodes.get(q or "", {})
+                path = node.get("path", "")
+                what = None
+                if node.get("kind") == "function" and _COLLECTIVE.search(q.rsplit(".", 1)[-1]) \
+                        and ("/distributed/" in path or path.endswith("dp_attention.py")):
+                    what = f"{_short(q)}(...)"
+                elif node.get("kind") == "class" and node.get("name") == "RowParallelLinear":
+                    rr = next((k.value for k in call.keywords if k.arg == "reduce_results"), None)
+                    if rr is not None and step.world.literal(rr) is False:
+                        continue
+                    what = f"RowParallelLinear({'reduce_results=' + ast.unparse(rr) if rr is not None else 'reduce_results default True'}) all-reduces its output"
+                elif node.get("kind") == "class" and node.get("name") == "LayerCommunicator":
+                    what = "LayerCommunicator: all-reduce between attention and MLP, by the layer's scatter modes (not followed)"
+                if what is None:
+                    continue
+                tests = []
+                for t, holds in guards:
+                    v = step.ev.eval(t, {}, mod, scope)
+                    if v is not UNKNOWN and isinstance(v, (bool, int, float, str, type(None))) and bool(v) != holds:
+                        break
+                    if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))):
+                        tests.append(_src(t)[:140] if holds else f"not ({_src(t)[:140]})")
+                else:
+                    out.append({"what": what, "in": scope, "path": d["path"], "line": call.lineno, "when": tests})
     return out

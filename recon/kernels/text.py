@@ -23,7 +23,7 @@ def _head(lay: dict) -> list[str]:
     k = lay["kind"]
     if k == "attention":
         b = lay.get("backend_name") or {}
-        out = [f"backend {b.get('value')!r}  [{b.get('field')} = {b.get('source')}" + (f"; {b['policy']}" if b.get("policy") else "") + "]"]
+        out = [f"backend {b.get('value')!r}  [{b.get('field')} decided at {b.get('source')}" + (f" when {b['test'][:120]}" if b.get("test") else "") + "]"]
         for o in b.get("others", []):
             out.append(f"  or {o['value']!r} if {o['when'][:120]}  [{o['at']}]")
         if lay.get("registry"):
@@ -63,7 +63,12 @@ def _head(lay: dict) -> list[str]:
             out.append(f"  or {_short(a.get('method'))} if " + "; ".join(x["test"][:90] for x in a["assumptions"]))
         return out
     if k == "communication":
-        return [f"tp_size {lay.get('tp_size')}"]
+        out = [f"tp_size {lay.get('tp_size')}"]
+        for st in lay.get("sites", []):
+            out.append(f"site {st['in']}: {st['what']}  [{_at(st['path'], st['line'])}]")
+            if st["when"]:
+                out.append("    only if " + "; ".join(st["when"])[:200])
+        return out
     return [f"class {_short(lay.get('class'))}" + (f" -> {_short(lay['entry'])}" if lay.get("entry") else "")]
 
 
