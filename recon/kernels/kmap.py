@@ -176,9 +176,9 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         ops = _ops(lay)
         lay["ops"] = ops
         per = _launches(ops) if ops else 0
-        if lay["kind"] == "communication" and lay.get("sites"):
+        if lay["kind"] == "communication" and tp > 1:
             # one collective per site a layer passes (the unconditional ones; the others are listed)
-            per = sum(1 for st in lay["sites"] if not st["when"]) or None
+            per = sum(1 for st in lay.get("sites", []) if not st["when"]) or None
         lay["per_step"] = {"instances": n, "basis": why, "launches": n * per if per else None}
         lay["cuda_graph"] = graph["captured"]
         lay["roofline"] = [r for r in (_roofline(lay["kind"], ctx.model, ctx.device, mm) for mm in sorted({m, mmax})) if r]
