@@ -44,6 +44,7 @@ class Choice:
     assumptions: tuple = ()  # ((test, holds, path, line), ...)
     hops: list = field(default_factory=list)  # [(what, path, line)] dispatcher returns on the way
     constructs: bool = False  # qual is a class the function builds and returns (a factory)
+    made: Optional[Instance] = None  # the object a factory builds (its constructor's arguments bound)
 
     @property
     def primary(self) -> bool:
@@ -104,6 +105,13 @@ class StepEvaluator(Evaluator):
             b = self._class_of_ref(self._eval(node.comparators[0], env, mod, scope, depth))
             if a and b:
                 return (a == b) == isinstance(node.ops[0], ast.Is)
+        if isinstance(node, ast.Dict) and node.keys and all(k is not None for k in node.keys):
+            # a table of callables (`return {"flash_attn_with_kvcache": flash_attn_with_kvcache}`):
+            # the values stay callables, as in a tuple, so `table()["name"](...)` reaches the op
+            got = super()._eval(node, env, mod, scope, depth)
+            if isinstance(got, dict) and any(v is UNKNOWN for v in got.values()):
+                return {k: self._eval_raw(v, env, mod, scope, depth) for k, v in zip(got, node.values)}
+            return got
         return super()._eval(node, env, mod, scope, depth)
 
     def _attribute_raw(self, node, env, mod, scope, depth):
@@ -200,11 +208,14 @@ class StepEvaluator(Evaluator):
         self._globals[key] = NotImplemented  # recursion guard
         path = self.world.G.nodes.get(mod, {}).get("path")
         tree = self.world.module_ast(path) if path else None
-        found = NotImplemented
+        found, scoped = NotImplemented, False
         for fn in tree.body if tree is not None else ():
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             if not any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(fn)):
+                continue
+            if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fn)):
+                scoped = True  # a context manager sets the global for its with-block only, not at start-up
                 continue
             stores = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
             if not stores:
@@ -223,6 +234,12 @@ class StepEvaluator(Evaluator):
                 found = outs[0].value
                 self.global_sites[key] = (found, path, stores[-1].lineno, fn.name, outs[0].assumptions)
                 break
+        if found is NotImplemented and scoped:
+            # set only inside with-blocks: outside them it keeps the value the module binds at import
+            binds = [st.value for st in tree.body if isinstance(st, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)]
+            if len(binds) == 1 and self.world.literal(binds[0]) is not UNKNOWN:
+                found = self.world.literal(binds[0])
         self._globals[key] = found
         return found
 
@@ -247,6 +264,8 @@ class StepEvaluator(Evaluator):
                 if key is UNKNOWN:
                     return UNKNOWN
                 return table[key] if key in table else (self._eval_raw(node.args[1], env, mod, scope, depth) if len(node.args) > 1 else None)
+        if not node.args and not node.keywords and self._returns_server_args(f, mod, scope):
+            return ServerArgsObj(self.world.state)
         got = super()._call_known(node, env, mod, scope, depth)
         if got is NotImplemented and len(node.args) == 1 and _dotted(f):
             wrapped = self._wrapped(node, f, env, mod, scope, depth)
@@ -264,6 +283,20 @@ class StepEvaluator(Evaluator):
                     kwargs = {k.arg: _plainval(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords if k.arg}
                     return self.call_method(meth, recv, args, kwargs, depth + 1)
         return got
+
+    def _returns_server_args(self, f, mod, scope) -> bool:
+        """``get_global_server_args()``: an in-tree accessor taking no argument whose declared return
+        type is the ServerArgs class gives the process's (resolved) server arguments."""
+        sch = self.world.schema
+        d = _dotted(f)
+        if sch is None or self.world.state is None or not d:
+            return False
+        q = self.model.resolve(mod, scope, d)
+        fn = self.model.function_ast(q) if q and self.model.G.nodes.get(q, {}).get("kind") == "function" else None
+        if fn is None or fn.returns is None or fn.args.args or fn.args.posonlyargs:
+            return False
+        ret = fn.returns.value if isinstance(fn.returns, ast.Constant) and isinstance(fn.returns.value, str) else ast.unparse(fn.returns)
+        return ret.rsplit(".", 1)[-1] == sch.class_qual.rsplit(".", 1)[-1]
 
     def _wrapped(self, node, f, env, mod, scope, depth) -> Optional[FuncRef]:
         """``torch.compiler.disable(decode_attention_fwd)``: a callable from outside the tree handed
@@ -369,7 +402,7 @@ def choices(ev: StepEvaluator, qual: str, args: Optional[dict] = None, assumed: 
                 full = ev.world.imported_as(mod, scope, d) if d else None
                 out.append(Choice(None, full or d or ast.unparse(expr), o.assumptions, here))
         elif isinstance(o.value, Instance):
-            out.append(Choice(o.value.cls, o.value.cls, o.assumptions, here, constructs=True))
+            out.append(Choice(o.value.cls, o.value.cls, o.assumptions, here, constructs=True, made=o.value))
             continue
         if isinstance(expr, ast.Name) and expr.id in o.env and not isinstance(o.value, Instance):
             # `backend = make_backend(runner); return backend`: what the local was made by

@@ -9,7 +9,7 @@ from typing import Optional
 from ..roofline import ELEMENT_BITS, moe_roofline
 from ..runtime.values import EnumVal
 
-ORDER = ("embedding", "norm", "attention", "rotary", "dense_gemm", "moe", "communication", "logits", "sampling")
+ORDER = ("embedding", "norm", "attention", "attention_module", "rotary", "dense_gemm", "moe", "communication", "logits", "sampling")
 
 
 def _short(q) -> str:
@@ -23,11 +23,16 @@ def _assumed_true(lf: dict) -> int:
 def _ops(layer: dict) -> list[dict]:
     """The leaves on the path that runs: the primary ones (every undecided test false); else, the
     primary rule's nearest extension, those that take the fewest undecided tests as true (every
-    leaf is reached only under some undecided test: said, not hidden)."""
+    leaf is reached only under some undecided test: said, not hidden). A leaf that needs an ``if``
+    without an else to hold (optional work: ``if grammars: all_reduce(...)``) is never on it: the
+    other outcome of that test runs nothing instead, so it stays among the conditional leaves."""
     leaves = layer.get("leaves", [])
     prim = [lf for lf in leaves if lf.get("primary")]
     if prim or not leaves:
         return prim
+    leaves = [lf for lf in leaves if not lf.get("extra_if")]
+    if not leaves:
+        return []
     least = min(_assumed_true(lf) for lf in leaves)
     return [lf for lf in leaves if _assumed_true(lf) == least]
 
@@ -54,10 +59,11 @@ def _instances(kind: str, model, tp: int) -> tuple[int, str]:
         "embedding": (1, "once a step"),
         "norm": (2 * L + 1, "two per decoder layer and the final norm"),
         "attention": (L, f"{L} decoder layers"),
+        "attention_module": (L, f"{L} decoder layers"),
         "rotary": (L, f"{L} decoder layers"),
         "dense_gemm": (roles * L, f"{roles} dense linear roles x {L} layers (the model profile's dense GEMM shapes)"),
         "moe": (model.num_moe_layers, f"{model.num_moe_layers} MoE layers"),
-        "communication": (2 * L if tp > 1 else 0, f"2 all-reduces x {L} layers" if tp > 1 else "tp_size 1"),
+        "communication": (L if tp > 1 else 0, f"{L} layers (collective sites below, read from the model's code)" if tp > 1 else "tp_size 1"),
         "logits": (1, "once a step"),
         "sampling": (1, "once a step"),
     }.get(kind, (1, "once a step"))
@@ -128,7 +134,7 @@ def build_map(ctx, prefill_m: Optional[int] = None) -> dict:
 
 def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
     from ..runtime.cached import view_for
-    from .step import Step, attention, communication, dense, model_class, moe, simple_layers
+    from .step import Step, attention, attention_module, communication, dense, model_class, moe, simple_layers
 
     view = view_for(ctx)
     step = Step(ctx, ctx.server_flags, ctx.env)
@@ -149,6 +155,7 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         layers.append(got)
     notes.mark()
     add(_guarded("attention", attention, step, "DECODE"))
+    add(_guarded("attention_module", attention_module, step, mcls))
     add(_guarded("dense_gemm", dense, step))
     if getattr(ctx.model, "num_experts", 0):
         lay = moe(view)
@@ -168,7 +175,11 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         n, why = _instances(lay["kind"], ctx.model, tp)
         ops = _ops(lay)
         lay["ops"] = ops
-        lay["per_step"] = {"instances": n, "basis": why, "launches": n * _launches(ops) if ops else None}
+        per = _launches(ops) if ops else 0
+        if lay["kind"] == "communication" and tp > 1:
+            # one collective per site a layer passes (the unconditional ones; the others are listed)
+            per = sum(1 for st in lay.get("sites", []) if not st["when"]) or None
+        lay["per_step"] = {"instances": n, "basis": why, "launches": n * per if per else None}
         lay["cuda_graph"] = graph["captured"]
         lay["roofline"] = [r for r in (_roofline(lay["kind"], ctx.model, ctx.device, mm) for mm in sorted({m, mmax})) if r]
         if lay["kind"] == "attention":

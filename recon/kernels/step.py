@@ -3,8 +3,8 @@
 Each layer kind is reached through SGLang's own mechanism, evaluated for the device, the model's
 config.json, the resolved server arguments and the environment (declared defaults unless ``--env``):
 
-- **attention**: the backend named by the resolved ``attention_backend`` (a per-model declaration
-  first, then the generic resolution when none fires), looked up in the tree's
+- **attention**: the backend named by the runtime view's resolved ``decode_attention_backend`` or
+  ``attention_backend`` (with the decision the view recorded), looked up in the tree's
   ``@register_attention_backend`` registry; its factory explored to the class it builds; that
   class's decode (or extend) forward walked with a ``ForwardBatch`` whose ``forward_mode`` is
   ``DECODE`` (``EXTEND`` for prefill);
@@ -30,13 +30,11 @@ from typing import Optional
 from ..runtime.gatemodel import _model
 from ..runtime.interp import UNKNOWN, Dev
 from ..runtime.moe import PathWalker, _from_config, registrations, registry
-from ..runtime.serverargs import _arch_guard, _called, hook_modules, load_schema, resolve
+from ..runtime.serverargs import load_schema, resolve
 from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
-from ..runtime.writes import writes_in_module
 from .dispatch import StepEvaluator, choices, resolve_held
 from .world import Reads, StepWorld
 
-ATTN_FIELDS = ("attention_backend", "decode_attention_backend", "prefill_attention_backend")
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
 _LAYER_MODULES = (
     ("embedding", "layers/vocab_parallel_embedding.py"),
@@ -79,6 +77,16 @@ class Step:
             from ..runtime.serverargs import Schema, State
             self.world.state = State(Schema({}, "", "", ""), dict(self.flags))
 
+    def runner(self) -> Optional[Instance]:
+        """The model runner an attention backend is built with: the server's one ModelConfig for the
+        checkpoint and the resolved server arguments (its other fields unknown)."""
+        mr = self.classes("ModelRunner", "model_executor/")
+        if not mr:
+            return None
+        from ..runtime.values import ServerArgsObj
+        return Instance(mr[0], {"model_config": self.world.model_config(), "server_args": ServerArgsObj(self.world.state),
+                                "__only__": True})
+
     def classes(self, name: str, path_part: str = "") -> list[str]:
         return sorted(n for n, d in self.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == name
                       and "/srt/" in d.get("path", "") and path_part in d.get("path", ""))
@@ -92,7 +100,7 @@ class Step:
         if qual:
             w.walk(qual, inst, [], (), 0, {**self.mode_args(qual), **(args or {})})
             w.launched_locals()
-        return {"entry": qual, "leaves": [_leaf(self, lf) for lf in w.leaves if _is_op(lf)],
+        return {"entry": qual, "leaves": [_leaf(self, lf, w.extra_tests) for lf in w.leaves if _is_op(lf)],
                 "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
                 "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()}}
 
@@ -158,6 +166,7 @@ class StepWalker(PathWalker):
         super().__init__(world, ev, instance)
         self.entered: dict = {}
         self._lazy_memo: dict = {}
+        self.extra_tests: set = set()  # tests of an `if` with no else that adds work to the path
 
     def _locals_at(self, fn, line, env, mod, scope, wanted, seen=None):
         super()._locals_at(fn, line, env, mod, scope, wanted, seen)
@@ -220,6 +229,8 @@ class StepWalker(PathWalker):
 
     def walk(self, qual, selfval, via, when, depth, args=None):
         primary = all(not h for _, h in when)
+        if qual not in self.entered:
+            self.extra_tests |= _extra_work_tests(self.ev.model.function_ast(qual))
         if qual not in self.entered or (primary and not all(not h for _, h in self.entered[qual][1])):
             self.entered[qual] = (list(via), tuple(when))
         return super().walk(qual, selfval, via, when, depth, args)
@@ -280,8 +291,8 @@ class StepWalker(PathWalker):
         return None
 
 
-# PyTorch calls that are a step's work: dense GEMMs (cuBLAS) and collectives (NCCL)
-_TORCH_OPS = re.compile(r"torch\.(matmul|mm|bmm|addmm|baddbmm|_scaled_mm|nn\.functional\.linear|"
+# PyTorch calls that are a step's work: dense GEMMs (cuBLAS), the embedding gather and collectives (NCCL)
+_TORCH_OPS = re.compile(r"torch\.(matmul|mm|bmm|addmm|baddbmm|_scaled_mm|nn\.functional\.(linear|embedding)|embedding|"
                         r"distributed\.(all_reduce|all_gather\w*|reduce_scatter\w*|all_to_all\w*))$")
 # host-side management libraries (device queries): they launch nothing on the GPU
 _HOST_LIBS = frozenset({"pynvml"})
@@ -297,9 +308,19 @@ def _is_op(lf) -> bool:
     return True
 
 
-def _leaf(step: Step, lf) -> dict:
+def _extra_work_tests(fn) -> set:
+    """Tests of the ``if`` statements in ``fn`` that have no else and do not leave the function:
+    work added to the path when the test holds, with nothing instead when it does not."""
+    from ..runtime.evaluator import _src
+    from ..runtime.handoffs import _exits
+    return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not _exits(n.body)} if fn is not None else set()
+
+
+def _leaf(step: Step, lf, extra_tests: frozenset = frozenset()) -> dict:
     d = step.G.nodes.get(lf.name, {})
     return {"kind": lf.kind, "name": lf.name, "path": lf.path, "line": lf.line, "primary": lf.primary,
+            # reached only when a test adding optional work holds (`if grammars: all_reduce(...)`)
+            "extra_if": [t for t, h in lf.when if h and t in extra_tests],
             "defined_at": f"{d['path']}:{d.get('line')}" if d.get("path") else None,
             "when": [t if h else (f"not ({t})" if " " in t else f"not {t}") for t, h in lf.when],
             "via": [{"what": h.what.replace(", registered for ('returned by ", ", returned by ").replace("',)", ""),
@@ -315,85 +336,25 @@ def _dispatch_dict(d: dict) -> dict:
 
 # --- attention -------------------------------------------------------------------------------------
 def attention_backend(step: Step, mode: str = "DECODE") -> dict:
-    """The attention backend's name as the server would settle it, with where it was decided."""
+    """The attention backend's name as the runtime view resolved the server arguments: the
+    mode's own field (``decode_attention_backend``) when it is set, else ``attention_backend``;
+    with the decision the view recorded (the write that settled it, its test, or the flag)."""
     w, state = step.world, step.world.state
     order = ("decode_attention_backend", "attention_backend") if mode == "DECODE" else ("prefill_attention_backend", "attention_backend")
-    for f in order:
-        if f in step.flags:
-            return {"value": step.flags[f], "field": f, "source": "--" + f.replace("_", "-"), "path": None, "line": None,
-                    "test": "", "policy": "", "others": []}
     if w.schema is None:
-        return {"value": None, "field": "attention_backend", "source": "no ServerArgs", "path": None, "line": None, "test": "", "policy": "", "others": []}
-    archs = list(step.ctx.model.architectures)
-    fired, maybe = [], []
-    # the writes are judged against the arguments before any attention field was settled (the
-    # resolved state already holds the runtime view's answer, which would hide every write's test)
-    state = state.copy()
-    for f in ATTN_FIELDS:
-        if f not in step.flags and f in w.schema.fields:
-            state.values[f] = w.schema.fields[f].default
-    for path, module in hook_modules(w, w.schema):
-        tree = w.module_ast(path)
-        for wr in writes_in_module(tree, path, module, set(ATTN_FIELDS), dict_literals=True) if tree is not None else ():
-            if wr.key not in order:
-                continue
-            g = _arch_guard(wr.decorators, archs)
-            if g is False or not _called(w, wr, state, step.ev):
-                continue
-            from ..runtime.values import ServerArgsObj
-            env = w.write_env(wr, ServerArgsObj(state), step.ev)
-            tests = [(step.ev.eval(t, env, wr.module, wr.scope), t, want) for t, want in wr.guards]
-            if any(v is not UNKNOWN and bool(v) != want for v, t, want in tests):
-                continue
-            value = step.ev.eval(wr.value, env, wr.module, wr.scope)
-            if not isinstance(value, str):
-                continue
-            specific = g is True or any("arch" in ast.unparse(t) or "model_type" in ast.unparse(t) for _, t, _ in tests) \
-                or _called_for_model(step, wr, archs)
-            und = [(ast.unparse(t)[:160], want) for v, t, want in tests if v is UNKNOWN]
-            rec = {"value": value, "field": wr.key, "source": f"{path}:{wr.line}", "path": path, "line": wr.line,
-                   "test": " and ".join(("" if want else "not ") + f"({ast.unparse(t)[:120]})" for _, t, want in tests),
-                   "specific": specific, "undecided": und,
-                   "assumed": [{"test": t, "holds": want, "path": path, "line": wr.line} for t, want in und]}
-            # the runtime view's primary rule: an undecided test is taken as false
-            (maybe if any(want for _, want in und) else fired).append(rec)
-    fired.sort(key=lambda r: (not r["specific"], order.index(r["field"])))
-    if fired:
-        best = dict(fired[0])
-        best["policy"] = ("a per-model declaration for this architecture" if best["specific"] else
-                          "the generic resolution (no per-model declaration fires)")
-    else:
-        f = w.schema.fields.get("attention_backend")
-        best = {"value": f.default if f else None, "field": "attention_backend", "source": "default",
-                "path": f.path if f else None, "line": f.line if f else None, "test": "", "policy": "no write fires"}
-    best["assumed"] = best.get("assumed", [])
-    best["others"] = [{"value": r["value"], "at": r["source"], "when": "; ".join(("" if h else "not ") + t for t, h in r["undecided"])}
-                      for r in maybe if r["value"] != best["value"]][:4]
-    best.pop("undecided", None)
-    return best
-
-
-def _called_for_model(step: Step, wr, archs: list) -> bool:
-    """The write's function is called only under a test naming the model's architecture
-    (``elif model_arch in ["DeepseekV4ForCausalLM"]: apply_deepseek_v4_defaults(self, model_arch)``)."""
-    if not wr.scope or not archs:
-        return False
-    from ..runtime.handoffs import _guarded_calls
-    qual = f"{wr.module}.{wr.scope}"
-    sites = [(u, d.get("line")) for u, _, d in step.G.in_edges(qual, data=True) if d.get("kind") == "calls"]
-    if not sites:
-        return False
-    for caller, line in sites:
-        fn = step.ev.model.function_ast(caller)
-        if fn is None:
-            return False
-        hit = False
-        for call, guards in _guarded_calls(fn):
-            if call.lineno <= (line or 0) <= getattr(call, "end_lineno", call.lineno):
-                hit = any(want and any(a in ast.unparse(t) for a in archs) for t, want in guards)
-        if not hit:
-            return False
-    return True
+        return {"value": None, "field": "attention_backend", "source": "no ServerArgs", "path": None, "line": None, "test": "", "assumed": []}
+    for f in order:
+        v = state.get(f)
+        if not isinstance(v, str) and f != order[-1]:
+            continue
+        d = state.decisions.get(f)
+        if d is not None:
+            return {"value": v if isinstance(v, str) else None, "field": f, "source": d.source, "path": d.path,
+                    "line": int(d.line) if str(d.line).isdigit() else d.line, "test": d.test or "", "assumed": []}
+        decl = w.schema.fields.get(f)
+        return {"value": v if isinstance(v, str) else None, "field": f, "source": "default",
+                "path": decl.path if decl else None, "line": decl.line if decl else None, "test": "", "assumed": []}
+    return {"value": None, "field": "attention_backend", "source": "not decided", "path": None, "line": None, "test": "", "assumed": []}
 
 
 def attention(step: Step, mode: str = "DECODE") -> dict:
@@ -408,7 +369,9 @@ def attention(step: Step, mode: str = "DECODE") -> dict:
         return out
     keys, deco, factory, path, line, _ = regs[0]
     out["registry"] = {"decorator": deco, "factory": factory, "path": path, "line": line}
-    cs = [c for c in choices(step.ev, factory, {}) if c.constructs]
+    fn = step.ev.model.function_ast(factory)
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args] if fn is not None else []
+    cs = [c for c in choices(step.ev, factory, {params[0]: step.runner()} if params else {}) if c.constructs]
     if not cs:
         out["note"] = f"the factory {_short(factory)} builds no class recon can follow"
         return out
@@ -417,7 +380,7 @@ def attention(step: Step, mode: str = "DECODE") -> dict:
     out["gates"] += [_assume(a) for a in prim.assumptions]
     out["class_returned_at"] = [{"what": h[0], "path": h[1], "line": h[2]} for h in prim.hops]
     out["other_classes"] = [{"class": c.qual, "assumptions": [_assume(a) for a in c.assumptions]} for c in cs[1:4]]
-    inst = Instance(prim.qual)
+    inst = prim.made or Instance(prim.qual)
     meth = None
     want = "forward_decode" if mode == "DECODE" else "forward_extend"
     for c in step.world.mro(prim.qual):
@@ -555,6 +518,29 @@ def built(step: Step, cls: str, call: Optional[ast.Call], mcls: Optional[str]) -
     return inst
 
 
+def attention_module(step: Step, mcls: Optional[str]) -> Optional[dict]:
+    """The model's own attention module: a class the model's module constructs whose constructor
+    builds SGLang's ``RadixAttention`` (the layer that hands q, k, v to the backend). Its ``forward``
+    is walked in decode mode for the kernels the model code launches itself around the backend
+    (the compressor, the indexer, rotary, the quantization of the output projection's input)."""
+    radix = set(step.classes("RadixAttention", "layers/radix_attention"))
+    made = constructed_classes(step, mcls) if mcls and radix else {}
+    for q, call in made.items():
+        node = step.world._class_ast(q)
+        init = next((st for st in getattr(node, "body", ()) if isinstance(st, ast.FunctionDef) and st.name == "__init__"), None)
+        mod = step.world._module_of(q)
+        if init is None or not any(isinstance(n, ast.Call) and _dotted_name(n.func)
+                                   and step.ev.model.resolve(mod, f"{node.name}.__init__", _dotted_name(n.func)) in radix
+                                   for n in ast.walk(init)):
+            continue
+        inst = built(step, q, call, mcls)
+        got = step.walk(inst, "forward")
+        if not got["entry"]:
+            continue
+        return {"kind": "attention_module", "class": q, **got}
+    return None
+
+
 def simple_layers(step: Step, mcls: Optional[str]) -> list[dict]:
     out = []
     made = constructed_classes(step, mcls) if mcls else {}
@@ -598,6 +584,68 @@ def communication(step: Step) -> dict:
         out["entry"] = ar[0]
         out["leaves"] = [_leaf(step, lf) for lf in w.leaves if _is_op(lf)] or [
             {"kind": "collective", "name": ar[0], "path": dd["path"], "line": dd.get("line"), "primary": True, "when": [], "via": []}]
-    out["note"] = (f"tp_size {tp}: launches assume the usual placement, an all-reduce after attention's output projection "
-                   "and after the MLP/MoE of each layer (not read from this model's code)")
+    out["sites"] = collective_sites(step, model_class(step))
+    if not out["sites"]:
+        out["note"] = f"tp_size {tp}: the model's module calls no tensor-parallel collective recon can find"
+    return out
+
+
+_COLLECTIVE = re.compile(r"(all_reduce|all_gather|reduce_scatter)")
+
+
+def collective_sites(step: Step, mcls: Optional[str]) -> list[dict]:
+    """Where the model's code places the tensor-parallel collectives of a layer: calls in the model's
+    module to the tree's collective functions (``tensor_model_parallel_all_reduce``,
+    ``attn_tp_all_reduce``, defined under ``distributed/`` or in the DP-attention module), the
+    ``RowParallelLinear`` layers it builds that reduce their own output (``reduce_results`` not
+    false) and the ``LayerCommunicator`` it builds (the all-reduce between attention and MLP);
+    each with the tests around it, evaluated where the configuration decides them."""
+    d = step.G.nodes.get(mcls or "", {})
+    tree = step.world.module_ast(d["path"]) if d.get("path") else None
+    if tree is None:
+        return []
+    from ..runtime.evaluator import _src
+    from ..runtime.handoffs import _guarded_calls
+    mod = step.world._module_of(mcls)
+    out = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # the construction, and the methods a step reaches from forward through self.method(...)
+        reach, todo = {"__init__"}, ["forward"]
+        while todo:
+            m = todo.pop()
+            if m in reach or m not in methods:
+                continue
+            reach.add(m)
+            todo += [n.func.attr for n in ast.walk(methods[m]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+        for fn in (methods[m] for m in sorted(reach) if m in methods):
+            scope = f"{cls.name}.{fn.name}"
+            for call, guards in _guarded_calls(fn):
+                name = _dotted_name(call.func)
+                q = step.ev.model.resolve(mod, scope, name) if name else None
+                node = step.G.nodes.get(q or "", {})
+                path = node.get("path", "")
+                what = None
+                if node.get("kind") == "function" and _COLLECTIVE.search(q.rsplit(".", 1)[-1]) \
+                        and ("/distributed/" in path or path.endswith("dp_attention.py")):
+                    what = f"{_short(q)}(...)"
+                elif node.get("kind") == "class" and node.get("name") == "RowParallelLinear":
+                    rr = next((k.value for k in call.keywords if k.arg == "reduce_results"), None)
+                    if rr is not None and step.world.literal(rr) is False:
+                        continue
+                    what = f"RowParallelLinear({'reduce_results=' + ast.unparse(rr) if rr is not None else 'reduce_results default True'}) all-reduces its output"
+                elif node.get("kind") == "class" and node.get("name") == "LayerCommunicator":
+                    what = "LayerCommunicator: all-reduce between attention and MLP, by the layer's scatter modes (not followed)"
+                if what is None:
+                    continue
+                tests = []
+                for t, holds in guards:
+                    v = step.ev.eval(t, {}, mod, scope)
+                    if v is not UNKNOWN and isinstance(v, (bool, int, float, str, type(None))) and bool(v) != holds:
+                        break
+                    if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))):
+                        tests.append(_src(t)[:140] if holds else f"not ({_src(t)[:140]})")
+                else:
+                    out.append({"what": what, "in": scope, "path": d["path"], "line": call.lineno, "when": tests})
     return out

@@ -23,7 +23,7 @@ def _head(lay: dict) -> list[str]:
     k = lay["kind"]
     if k == "attention":
         b = lay.get("backend_name") or {}
-        out = [f"backend {b.get('value')!r}  [{b.get('field')} = {b.get('source')}" + (f"; {b['policy']}" if b.get("policy") else "") + "]"]
+        out = [f"backend {b.get('value')!r}  [{b.get('field')} decided at {b.get('source')}" + (f" when {b['test'][:120]}" if b.get("test") else "") + "]"]
         for o in b.get("others", []):
             out.append(f"  or {o['value']!r} if {o['when'][:120]}  [{o['at']}]")
         if lay.get("registry"):
@@ -63,23 +63,37 @@ def _head(lay: dict) -> list[str]:
             out.append(f"  or {_short(a.get('method'))} if " + "; ".join(x["test"][:90] for x in a["assumptions"]))
         return out
     if k == "communication":
-        return [f"tp_size {lay.get('tp_size')}"]
+        out = [f"tp_size {lay.get('tp_size')}"]
+        for st in lay.get("sites", []):
+            out.append(f"site {st['in']}: {st['what']}  [{_at(st['path'], st['line'])}]")
+            if st["when"]:
+                out.append("    only if " + "; ".join(st["when"])[:200])
+        return out
     return [f"class {_short(lay.get('class'))}" + (f" -> {_short(lay['entry'])}" if lay.get("entry") else "")]
+
+
+def _op_name(o: dict) -> str:
+    return o["name"] if o["kind"] in ("library", "torch_op") else _short(o["name"])
 
 
 def _ops_lines(lay: dict, width: int = 96) -> list[str]:
     out = []
     ops = lay.get("ops", [])
+    # optional work: the other outcome of its test runs nothing in its place
+    extra = [o for o in lay.get("leaves", []) if o.get("extra_if") and o not in ops]
+    tail = [f"only if {' and '.join(t[:90] for t in o['extra_if'])}: {o['kind']} {_op_name(o)}  [{_at(o['path'], o['line'])}]"
+            for o in extra[:4]]
     if not ops:
         out.append("runs: no kernel or library op recon can name (torch ops, or the path is not followed)" if lay["kind"] != "communication" else "")
-        return [x for x in out if x]
+        return [x for x in out + tail if x]
     for o in ops:
-        out.append(f"runs {o['kind']}: {o['name'] if o['kind'] in ('library', 'torch_op') else _short(o['name'])}  [{_at(o['path'], o['line'])}]")
+        out.append(f"runs {o['kind']}: {_op_name(o)}  [{_at(o['path'], o['line'])}]")
         if o.get("when"):
             out.append("    assuming " + "; ".join(w[:100] for w in o["when"] if not w.startswith("not ") or True)[:300])
         for h in o.get("via", []):
             out.append(f"    <- {h['what'][:width - 30]}  [{_at(h['path'], h['line'])}]")
-    rest = len(lay.get("leaves", [])) - len(ops)
+    out += tail
+    rest = len(lay.get("leaves", [])) - len(ops) - len(tail)
     if rest > 0:
         out.append(f"({rest} more ops reached only under other conditions; --format json lists them)")
     return out

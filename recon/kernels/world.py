@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from ..runtime.interp import UNKNOWN
 from ..runtime.world import World
 
 
@@ -20,6 +21,13 @@ class StepWorld(World):
             return self.instance_attr(probe, attr, ev, 0)
         finally:
             self._construction_only = False
+
+    def instance_attr(self, inst, attr: str, ev, depth: int):
+        if "__only__" in inst.attrs:
+            # an object that stands for one the server builds with state recon does not model (the
+            # model runner): it answers the attributes it was given, the others are unknown
+            return inst.attrs.get(attr, UNKNOWN)
+        return super().instance_attr(inst, attr, ev, depth)
 
     def _members(self, cls: str) -> dict:
         out = super()._members(cls)

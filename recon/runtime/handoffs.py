@@ -88,8 +88,12 @@ def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
                 walk(st.body, guards)
                 walk(st.orelse, guards)
             elif isinstance(st, ast.Try):
-                for block in (st.body, *[h.body for h in st.handlers], st.orelse, st.finalbody):
+                for block in (st.body, st.orelse, st.finalbody):
                     walk(block, guards)
+                for h in st.handlers:
+                    # a handler runs only when the try body raised: a test nothing decides statically
+                    what = ast.unparse(h.type) if h.type is not None else "an exception"
+                    walk(h.body, guards + ((ast.Name(id=f"raised({what} in the try at line {st.lineno})"), True),))
             else:
                 calls_in(st, guards)
 
