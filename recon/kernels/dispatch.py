@@ -3,12 +3,9 @@
 SGLang picks many kernels by calling a function that returns a function
 (``self.w8a8_block_fp8_linear = dispatch_w8a8_block_fp8_linear()``), which reads module state a
 start-up function set from the server arguments (``global FP8_GEMM_RUNNER_BACKEND`` in
-``initialize_fp8_gemm_config``). Two additions to the runtime view's evaluator follow that:
-
-- a module global that a function declares ``global`` and assigns is evaluated by exploring that
-  function with the resolved server arguments, and read back where the global is read;
-- a resolved configuration bag (a function returning ``<ctx>.config_bag(...)``, SGLang's snapshot
-  of the resolved server arguments) answers a ServerArgs field by its resolved value.
+``initialize_fp8_gemm_config``). The addition to the runtime view's evaluator that follows that:
+a module global that a function declares ``global`` and assigns is evaluated by exploring that
+function with the resolved server arguments, and read back where the global is read.
 
 A dispatch resolved lazily, on an op's first call (``method = self._forward_method``, filled by
 ``self._resolve_forward_method()`` when still None), reads the class machinery: module tables of
@@ -121,7 +118,7 @@ class StepEvaluator(Evaluator):
                 if node.attr == "__mro__":
                     return tuple(ClassRef(c) for c in self.world.mro(cls))
                 return _defined_names(self.world._class_ast(cls))
-        got = self._bag_attribute(node, env, mod, scope, depth)
+        got = super()._attribute_raw(node, env, mod, scope, depth)
         if got is MISSING and isinstance(node.value, ast.Name) and isinstance(env.get(node.value.id), Instance):
             # a class attribute bound to a module name (`priority = DEFAULT_PRIORITY`): evaluated there
             got = self._class_body_value(env[node.value.id].cls, node.attr, depth)
@@ -264,8 +261,6 @@ class StepEvaluator(Evaluator):
                 if key is UNKNOWN:
                     return UNKNOWN
                 return table[key] if key in table else (self._eval_raw(node.args[1], env, mod, scope, depth) if len(node.args) > 1 else None)
-        if not node.args and not node.keywords and self._returns_server_args(f, mod, scope):
-            return ServerArgsObj(self.world.state)
         got = super()._call_known(node, env, mod, scope, depth)
         if got is NotImplemented and len(node.args) == 1 and _dotted(f):
             wrapped = self._wrapped(node, f, env, mod, scope, depth)
@@ -284,20 +279,6 @@ class StepEvaluator(Evaluator):
                     return self.call_method(meth, recv, args, kwargs, depth + 1)
         return got
 
-    def _returns_server_args(self, f, mod, scope) -> bool:
-        """``get_global_server_args()``: an in-tree accessor taking no argument whose declared return
-        type is the ServerArgs class gives the process's (resolved) server arguments."""
-        sch = self.world.schema
-        d = _dotted(f)
-        if sch is None or self.world.state is None or not d:
-            return False
-        q = self.model.resolve(mod, scope, d)
-        fn = self.model.function_ast(q) if q and self.model.G.nodes.get(q, {}).get("kind") == "function" else None
-        if fn is None or fn.returns is None or fn.args.args or fn.args.posonlyargs:
-            return False
-        ret = fn.returns.value if isinstance(fn.returns, ast.Constant) and isinstance(fn.returns.value, str) else ast.unparse(fn.returns)
-        return ret.rsplit(".", 1)[-1] == sch.class_qual.rsplit(".", 1)[-1]
-
     def _wrapped(self, node, f, env, mod, scope, depth) -> Optional[FuncRef]:
         """``torch.compiler.disable(decode_attention_fwd)``: a callable from outside the tree handed
         one in-tree function gives back a callable that runs it."""
@@ -310,26 +291,6 @@ class StepEvaluator(Evaluator):
             return None
         full = self.world.imported_as(mod, scope, _dotted(f)) or _dotted(f)
         return FuncRef(q, (f"wrapped by {full}",), (self.world.G.nodes.get(mod, {}).get("path", ""), node.lineno))
-
-    # --- configuration bags ----------------------------------------------------------------------
-    def _bag_attribute(self, node, env, mod, scope, depth):
-        got = super()._attribute_raw(node, env, mod, scope, depth)
-        if (got is UNKNOWN or got is NotImplemented or got is MISSING) and self.world.is_field(node.attr) and self._bag(node.value, mod, scope):
-            return self.world.state.get(node.attr)
-        return got
-
-    def _bag(self, node, mod, scope) -> bool:
-        """True when ``node`` is (an attribute of) a call to a function returning a config bag."""
-        while isinstance(node, ast.Attribute):
-            node = node.value
-        if not isinstance(node, ast.Call):
-            return False
-        q = self.model.resolve(mod, scope, _dotted(node.func)) if _dotted(node.func) else None
-        fn = self.model.function_ast(q) if q else None
-        if fn is None:
-            return False
-        return any(isinstance(n, ast.Return) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
-                   and n.value.func.attr == "config_bag" for n in ast.walk(fn))
 
 
 def _jumps(stmts) -> bool:

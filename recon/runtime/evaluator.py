@@ -266,6 +266,8 @@ class Evaluator(Interpreter):
         got = self._model_path_call(node, env, mod, scope, depth)
         if got is not NotImplemented:
             return got
+        if not node.args and not node.keywords and self._returns_server_args(f, mod, scope):
+            return ServerArgsObj(self.world.state)
         if isinstance(f, ast.Name) and f.id not in env:
             if f.id in ("getattr", "hasattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
                 obj = self._eval(node.args[0], env, mod, scope, depth)
@@ -343,6 +345,20 @@ class Evaluator(Interpreter):
             w.bind_init(inst, node, self, env, mod, scope, depth)
             return inst
         return NotImplemented
+
+    def _returns_server_args(self, f, mod, scope) -> bool:
+        """``get_global_server_args()``: an in-tree accessor taking no argument whose declared return
+        type is the ServerArgs class gives the process's (resolved) server arguments."""
+        sch = self.world.schema
+        d = _dotted(f)
+        if sch is None or self.world.state is None or not d:
+            return False
+        q = self.model.resolve(mod, scope, d)
+        fn = self.model.function_ast(q) if q and self.model.G.nodes.get(q, {}).get("kind") == "function" else None
+        if fn is None or fn.returns is None or fn.args.args or fn.args.posonlyargs:
+            return False
+        ret = fn.returns.value if isinstance(fn.returns, ast.Constant) and isinstance(fn.returns.value, str) else ast.unparse(fn.returns)
+        return ret.rsplit(".", 1)[-1] == sch.class_qual.rsplit(".", 1)[-1]
 
     def _model_path_call(self, node: ast.Call, env, mod, scope, depth):
         """Filesystem questions about the checkpoint's path (:class:`ModelPath`): it is no single
