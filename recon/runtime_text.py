@@ -61,6 +61,9 @@ def render_text(view) -> str:
             out.append(f"kernels and ops reached from {moe.get('apply')} (every undecided test false):")
             for lf in prim:
                 out.append(f"  {lf['kind']}: {lf['name']}")
+                if "required_by_release" in lf and lf["required_by_release"] is None:
+                    out.append(f"      package {lf['package']} is not among the release's requirements ({lf['requirements']}): "
+                               "it runs only where that package was installed besides SGLang")
                 out.append(f"      {_at(lf['path'], lf['line'])}")
                 for h in lf["via"]:
                     out.append(f"        <- {h['what'][:90]}  ({_at(h['path'], h['line'])})")

@@ -335,3 +335,13 @@ def test_an_attribute_read_in_its_own_write_tests_has_its_earlier_value(tree_new
         assert not any(_short(o["method"]) == "KTEPWrapperMethod" for o in v.moe["outcomes"])
     kt = _view(tree_0513, "h200", model="qwen3-30b-a3b", flags="--kt-weight-path /weights")
     assert _short(kt.moe_method) == "KTEPWrapperMethod"
+
+
+def test_library_ops_say_whether_the_release_installs_their_package(tree_0513, tree_new):
+    # 0.5.13.post1 sets moe_runner_backend='triton_kernel' for gpt-oss on sm_120, but its wheel does
+    # not require triton_kernels: the op is said to need a package installed besides SGLang
+    v = _view(tree_0513, "rtx-pro-6000", model="gpt-oss-120b")
+    ogs = [lf for lf in v.primary_leaves() if lf["name"].startswith("triton_kernels.")]
+    assert ogs and all(lf["required_by_release"] is None and lf["package"] == "triton_kernels" for lf in ogs)
+    fi = [lf for lf in _view(tree_new, "rtx-pro-6000").primary_leaves() if lf["name"].startswith("flashinfer.")]
+    assert fi and all(lf["required_by_release"].startswith("flashinfer") for lf in fi)

@@ -137,6 +137,18 @@ def classify(tree, lf: dict) -> dict:
     return {"what": "", "grouped_tensor_core": None}
 
 
+def _package_of(tree, lf: dict) -> dict:
+    """For a library op: the release's requirement that installs its package, or that none does
+    (``triton_kernels`` on releases that do not require it: the op runs only where a user added it)."""
+    if lf["kind"] != "library":
+        return {}
+    from .packages import declared
+    decl = declared(tree)
+    if decl is None:
+        return {}
+    return {"package": lf["name"].split(".", 1)[0], "required_by_release": decl.provides(lf["name"]), "requirements": decl.where}
+
+
 def _leaf_dict(lf) -> dict:
     return {"kind": lf.kind, "name": lf.name, "path": lf.path, "line": lf.line, "primary": lf.primary,
             "when": [_cond(t, h) for t, h in lf.when],
@@ -206,6 +218,7 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
             moe["leaves"] = [_leaf_dict(lf) for lf in got["leaves"]]
             for lf in moe["leaves"]:
                 lf.update(classify(ctx.tree, lf))
+                lf.update(_package_of(ctx.tree, lf))
             moe["switches"] = [{**s, "value": plain(s["value"])} for s in got["switches"]]
             moe["construction"] = [{**s, "value": plain(s["value"])} for s in got["construction"]]
         else:
