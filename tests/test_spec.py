@@ -227,3 +227,75 @@ def test_cli_json_to_file(tmp_path, sglang_0513, seed):
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     assert data["summary"] == seed[0]["summary"] and data["target"]["version"] == "0.5.13.post1"
+
+
+# --- the kernel on a device without measurements: a prediction ----------------------------------
+
+
+def _arch_row(major: int) -> tuple[dict, list]:
+    """reference_impl/arch.py's row for ``major`` and its COMPILED list, read here with ast too."""
+    import ast
+
+    tree = ast.parse((REPO / "reference_impl" / "arch.py").read_text())
+    vals = {n.targets[0].id: n.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)}
+    table = {ast.literal_eval(k): {kw.arg: ast.literal_eval(kw.value) for kw in v.keywords} for k, v in zip(vals["_TABLE"].keys, vals["_TABLE"].values)}
+    return table[major], [tuple(c) for c in ast.literal_eval(vals["COMPILED"])]
+
+
+def test_kernel_row_on_sm120_is_a_labelled_prediction(seed):
+    ctx, md = seed
+    od = ctx["reference_kernel"]["on_device"]
+    row, compiled = _arch_row(12)
+    assert od["measured"] is False and od["arch"] == "sm_120" and od["supported"]
+    assert od["paths"] == ["dot"] + [p for p in ("mma", "wgmma") if row.get(p)] and "wgmma" not in od["paths"]
+    assert od["compiled_in_ci"] is ((12, 0) in compiled) and od["compiled_as"] == "sm_120"
+    bench = json.loads((REPO / "recon/data/anchors" / spec.REFERENCE_RESULTS).read_text())
+    measured = {r["M"]: r for r in bench["rows"] if r["model"] == "DeepSeek-V4-Flash"}
+    floors = {r["M"]: r for r in ctx["roofline"]["rows"]}
+    bw = load_device("rtx-pro-6000").mem_bandwidth_tbs * 1e12
+    predicted = [r for r in od["rows"] if r.get("prediction")]
+    assert {r["M"] for r in predicted} >= {1, 16}
+    for r in predicted:
+        m = measured[r["M"]]
+        assert r["path"] == m["config"]["path"] == "mma"
+        want = floors[r["M"]]["step_bytes"] / bw * 1e3 / m["frac_roofline"]
+        assert abs(r["predicted_step_ms"] - want) <= 5e-5 * max(1.0, want)
+        assert abs(r["predicted_layer_ms"] - floors[r["M"]]["layer_bytes"] / bw * 1e3 / m["frac_roofline"]) <= 5e-5
+    one = next(r for r in predicted if r["M"] == 1)
+    # labelled a prediction in both outputs: the plan's kernel row and the table of section 6
+    medium = next(p for p in ctx["plan"] if p["tier"] == "medium")
+    assert "PREDICTION, not measured" in medium["expected"] and f"{one['predicted_step_ms']} ms/step" in medium["expected"]
+    assert "compiled for sm_120 in CI" in medium["expected"]
+    assert "a prediction, not a measurement" in md
+    assert f"| 1 | `mma` | sm_120 | {one['h200_pct_roofline']}% | {one['floor_step_ms']} | {one['predicted_step_ms']} (prediction) |" in md
+    assert json.loads(spec.render(ctx, "json"))["reference_kernel"]["on_device"]["rows"][0]["prediction"] is True
+
+
+def test_kernel_rows_the_h200_cannot_predict_say_why():
+    from recon.spec import plan
+
+    device, model = load_device("rtx-pro-6000"), load_model("DeepSeek-V4-Flash")
+    data = roofline._anchor(spec.REFERENCE_RESULTS)
+    rows = [r for r in data["rows"] if r["model"] == "DeepSeek-V4-Flash"]
+    od = plan._on_device(model, device, roofline.moe_roofline(model, device, [1, 1024]), data, rows)
+    by_m = {r["M"]: r for r in od["rows"]}
+    assert by_m[1]["prediction"] is True and by_m[1]["path"] == "mma"
+    # the H200 runs wgmma at M=1024, which sm_120 cannot: no number is invented for the dot path it runs
+    assert by_m[1024]["h200_path"] == "wgmma" and by_m[1024]["path"] == "dot"
+    assert "prediction" not in by_m[1024] and "cannot run" in by_m[1024]["why_not"]
+
+
+def test_kernel_row_on_the_h200_stays_measured(h200):
+    ctx, md = h200
+    od = ctx["reference_kernel"]["on_device"]
+    assert od["measured"] is True and od["rows"] == [] and od["arch"] == "sm_90" and "wgmma" in od["paths"]
+    assert all("est_device_ms" not in r for r in ctx["reference_kernel"]["rows"])
+    assert "PREDICTION" not in json.dumps(ctx["plan"]) and "a prediction, not a measurement" not in md
+    assert "the table above is measured" in md
+
+
+def test_kernel_row_on_b200_names_sm100(tree_0513):
+    ctx = _build(tree_0513, "b200")
+    od = ctx["reference_kernel"]["on_device"]
+    assert od["arch"] == "sm_100" and od["compiled_as"] == "sm_100" and not od["measured"]
+    assert any(r.get("prediction") and r["path"] == "mma" for r in od["rows"])
