@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recon.apply import codemod
-from recon.apply.swap import BUNDLE_PACKAGE, WRAPPER
+from recon.apply.swap import BUNDLE_PACKAGE, PREPACK, WRAPPER
 from recon.apply.vcs import BRANCH
 from recon.cli import app
 
@@ -88,6 +88,8 @@ def test_apply_makes_branch_and_one_commit_user_branch_untouched(checkout):
     for fid in ("triton-cuda-core-reduction", "per-call-weight-conversion", "eager-epilogue", "low-occupancy-launch"):
         assert fid in msg
     assert f"{codemod.ENV_VAR}=0" in msg and "recon apply --revert" in msg
+    assert f"process_weights_after_loading calls {PREPACK}(...) once per layer" in msg
+    assert "weights prepacked once at load" in res.output
     changed = {d.b_path or d.a_path: d.change_type for d in base.diff(c)}
     assert changed[DISPATCH] == "M"
     assert changed[f"{BUNDLE}/__init__.py"] == "A" and changed[f"{BUNDLE}/moe.py"] == "A"
@@ -103,6 +105,7 @@ def test_apply_makes_branch_and_one_commit_user_branch_untouched(checkout):
     assert replaced == ["            output = mxfp4_moe_forward_triton(\n"]
     added = [l for tag, _, _, j1, j2 in ops for l in new[j1:j2]]
     assert any(codemod.ENV_VAR in l for l in added) and any(WRAPPER in l for l in added)
+    assert sum(f"{PREPACK}(" in l for l in added) == 1
     # the bundle is self-contained: no absolute reference_impl import, headed by its origin
     for p in (checkout / BUNDLE).rglob("*.py"):
         text = p.read_text()
@@ -281,6 +284,20 @@ def test_codemod_round_trip_on_real_dispatch_file(sglang_0513):
     line = next(i for i, l in enumerate(src.splitlines(), 1) if l.strip() == "output = mxfp4_moe_forward_triton(")
     new = codemod.patch(src, "Mxfp4MarlinMoEMethod.apply", line, "mxfp4_moe_forward_triton", mod)
     assert codemod.unpatch(new, mod) == (src, 2)
+    both, why = codemod.add_prepack(new, "Mxfp4MarlinMoEMethod.apply", "mxfp4_moe_forward_triton", mod)
+    assert why is None and codemod.unpatch(both, mod) == (src, 4)
+    # inside the sm120 branch of process_weights_after_loading, after its backend string, before its return,
+    # with the four attributes apply reads (`.data` of each)
+    lines = both.splitlines()
+    hook = next(i for i, l in enumerate(lines) if "def process_weights_after_loading" in l)
+    at = next(i for i, l in enumerate(lines) if f"{PREPACK}(" in l and "import" not in l)
+    assert hook < at and lines[at - 3] == '            layer._dsv4_mxfp4_backend = "sm120_triton"'
+    assert lines[at - 2].startswith("            # recon apply: the MXFP4 experts prepacked once")
+    assert lines[at] == f"            {PREPACK}(layer, 'w13_weight', 'w2_weight', 'w13_weight_scale_inv', 'w2_weight_scale_inv')"
+    assert lines[at - 1] == f"            from {mod} import {PREPACK}" and lines[at + 1] == "            return"
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    branch = next(l for l in reversed(lines[hook:at]) if l.lstrip().startswith("if ") and len(l) - len(l.lstrip()) < indent)
+    assert branch.strip() == "if is_sm120_supported():"
     with pytest.raises(Exception):
         codemod.patch(src, "Mxfp4MarlinMoEMethod.apply", line + 1, "mxfp4_moe_forward_triton", mod)
 

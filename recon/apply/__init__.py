@@ -17,7 +17,7 @@ from typing import Optional
 from ..errors import NothingToDo, ReconError
 from ..links import inside, real_root
 from . import bundle, codemod, vcs
-from .swap import WRAPPER, NoSwapPoint, SwapPoint, applied_sites, find_swap_point, grouped_params
+from .swap import PREPACK, WRAPPER, NoSwapPoint, SwapPoint, applied_sites, find_swap_point, grouped_params
 
 __all__ = ["Plan", "Outcome", "plan", "run", "NoSwapPoint", "SwapPoint"]
 
@@ -35,6 +35,7 @@ class Plan:
     root: Path  # the target's root: the tree's relative paths start here
     files: dict[str, bytes]  # target-relative path -> new bytes (the dispatch file and the bundle)
     originals: dict[str, Optional[bytes]]  # the same paths as they are now (None: new file)
+    prepack_skipped: Optional[str] = None  # why the load-time prepack call was not added (None: added)
 
     def diff(self) -> str:
         out = []
@@ -79,6 +80,7 @@ def plan(tree, device, model=None, server_flags=None, env=None) -> Plan:
     if (root / sp.path).read_bytes() != old.encode("utf-8"):
         raise ReconError(f"{sp.path} is not UTF-8 text: refusing to rewrite it")
     new = codemod.patch(old, sp.method_scope, sp.call_line, sp.host_name, sp.bundle_module)
+    new, prepack_skipped = codemod.add_prepack(new, sp.method_scope, sp.host_name, sp.bundle_module)
     files = {sp.path: new.encode("utf-8")}
     files.update(bundle.build(sp.bundle_dir, sp.host_name, sp.host.rsplit(".", 1)[0]))
     bound = real_root(root)
@@ -95,7 +97,7 @@ def plan(tree, device, model=None, server_flags=None, env=None) -> Plan:
             except SyntaxError as e:  # a bug of recon's, caught before anything is written
                 raise ReconError(f"the patched {rel} does not compile ({e}); nothing was written") from None
     originals = {rel: ((root / rel).read_bytes() if (root / rel).exists() else None) for rel in files}
-    return Plan(sp, root, files, originals)
+    return Plan(sp, root, files, originals, prepack_skipped)
 
 
 def _write(p: Plan) -> None:
@@ -113,6 +115,9 @@ def commit_text(p: Plan, device) -> tuple[str, str]:
         "What changed:",
         f"- {sp.path}: {sp.method_scope} calls {WRAPPER}({sp.host_name}, ...) instead of {sp.host_name}(...)"
         + (f" on the path taken when {sp.selection}" if sp.selection else "") + ".",
+        (f"- {sp.path}: {codemod.LOAD_METHOD} calls {PREPACK}(...) once per layer in that branch: the experts prepacked"
+         " at load (one copy: weights aliased, scales as e8m0 views), found by the forward from w13's address."
+         if p.prepack_skipped is None else f"- no load-time prepack ({p.prepack_skipped}): the kernel takes the raw tensors each call."),
         f"- added {sp.bundle_dir}/ ({n_new} files): the grouped MXFP4 MoE kernel from recon's reference_impl,"
         " self-contained (relative imports), replacing the launch of " + sp.kernel.rsplit(".", 1)[1] + ".",
         "",
@@ -202,7 +207,9 @@ def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool
         return Outcome("dry-run", [], p.diff(), p)
     sp = p.swap
     head = [f"swap-in point: {sp.method_scope} ({sp.path}:{sp.call_line}) -> {sp.host_name} -> {sp.kernel.rsplit('.', 1)[1]}"
-            + (f" [{sp.selection}]" if sp.selection else "")]
+            + (f" [{sp.selection}]" if sp.selection else ""),
+            f"weights prepacked once at load: {codemod.LOAD_METHOD} calls {PREPACK}" if p.prepack_skipped is None
+            else f"weights not prepacked at load ({p.prepack_skipped}): raw tensors each call"]
     if no_git:
         _write(p)
         return Outcome("applied", head + [f"wrote {len(p.files)} files (no git): {sp.path} and {sp.bundle_dir}/; "

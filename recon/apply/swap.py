@@ -25,6 +25,7 @@ from ..errors import NothingToDo, ReconError
 METHOD_PATTERN = re.compile(r"(?i)mxfp4\w*moe\w*\.apply$")
 BUNDLE_PACKAGE = "grouped_mxfp4_moe"  # the package recon apply writes beside the slot kernel
 WRAPPER = "mxfp4_moe_forward_grouped"  # its entry point, called where the slot host function was
+PREPACK = "mxfp4_moe_prepack_layer"  # its load-time hook, called in process_weights_after_loading
 
 
 class NoSwapPoint(NothingToDo):
