@@ -32,7 +32,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .compat import cta_barrier, tma_load
-from .decode_tma import _issue, _read_slot, _scales, ring_layout
+from .decode_tma import tma_issue, tma_read_slot, tma_scales, ring_layout
 from .gluon_common import (LIFT, combine_rows, frag_ids, frag_layout, frag_total, load_act, mma_tile,
                            release_barriers, swiglu_store)
 
@@ -132,7 +132,7 @@ def _ring_fill(desc, ring, full, q0, nk, coord0, row0, T: gl.constexpr, NW: gl.c
     (slot q % STAGES, phase (q // STAGES) & 1)."""
     for i in gl.static_range(STAGES):
         if i < nk:
-            _issue(desc, ring, full.index((q0 + i) % STAGES), (q0 + i) % STAGES, coord0, row0, i, T, NW, Q)
+            tma_issue(desc, ring, full.index((q0 + i) % STAGES), (q0 + i) % STAGES, coord0, row0, i, T, NW, Q)
 
 
 @gluon.jit
@@ -164,12 +164,12 @@ def _gemm1_item(b, nt, e, xb_ptr, w_desc, s_ptr, act_ptr, rs_ptr, ring, full, q0
         qs = q0 + j
         s = qs % STAGES
         mbarrier.wait(full.index(s), (qs // STAGES) & 1)
-        glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
-        gs0, gs1 = _scales(sg_lo, stride_sn, c, row_ok & kin)
-        us0, us1 = _scales(su_lo, stride_sn, c, row_ok & kin)
+        glo, ghi, ulo, uhi = tma_read_slot(ring, s, 2, NW, Q)
+        gs0, gs1 = tma_scales(sg_lo, stride_sn, c, row_ok & kin)
+        us0, us1 = tma_scales(su_lo, stride_sn, c, row_ok & kin)
         cta_barrier()  # every warp has slot s in registers
         if j + STAGES < nk:
-            _issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
+            tma_issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
         gacc = mma_tile((glo, ghi, gs0, gs1), (b0, b1, b2, b3), gacc)
         uacc = mma_tile((ulo, uhi, us0, us1), (b0, b1, b2, b3), uacc)
     swiglu_store(gacc, uacc, act_ptr, b, nt, I, stride_am, clamp_limit, HAS_CLAMP)
@@ -201,11 +201,11 @@ def _gemm2_item(b, nt, e, a_ptr, w_desc, s_ptr, out_ptr, rs_ptr, tw_ptr, cnt_ptr
         qs = q0 + j
         s = qs % STAGES
         mbarrier.wait(full.index(s), (qs // STAGES) & 1)
-        lo, hi = _read_slot(ring, s, 1, NW, Q)
-        s0, s1 = _scales(s_lo, stride_sn, c, row_ok & kin)
+        lo, hi = tma_read_slot(ring, s, 1, NW, Q)
+        s0, s1 = tma_scales(s_lo, stride_sn, c, row_ok & kin)
         cta_barrier()
         if j + STAGES < nk:
-            _issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
+            tma_issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
         acc = mma_tile((lo, hi, s0, s1), (b0, b1, b2, b3), acc)
     combine_rows(frag_total(acc), out_ptr, rs_ptr, tw_ptr, b, nt, S, N, TOPK, stride_om, scale_factor, OUT_MODE)
     return q0 + nk

@@ -58,7 +58,7 @@ def _words_layout(T, NW, Q):
 
 
 @gluon.jit
-def _issue(desc, ring, bar, slot, coord0, row0, j, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
+def tma_issue(desc, ring, bar, slot, coord0, row0, j, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
     """One TMA box into ring slot `slot`: chunks j * NW .. j * NW + NW - 1 (16 words each) of rows
     [row0, + 16 Q), of T tiles (the gate and up halves of W13 are the middle index of a 3-D view)."""
     mbarrier.expect(bar, T * 16 * Q * 64 * NW)
@@ -82,7 +82,7 @@ def _ring_start(desc, coord0, row0, K, T: gl.constexpr, NW: gl.constexpr, Q: gl.
         mbarrier.init(full.index(i), count=1)
     for i in gl.static_range(STAGES):
         if i < nk:
-            _issue(desc, ring, full.index(i), i, coord0, row0, i, T, NW, Q)
+            tma_issue(desc, ring, full.index(i), i, coord0, row0, i, T, NW, Q)
     return ring, full, nk
 
 
@@ -113,7 +113,7 @@ def _step(full, j, w, t4, KG, a_rows, tok_ok, NW: gl.constexpr, STAGES: gl.const
 
 
 @gluon.jit
-def _read_slot(ring, s, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
+def tma_read_slot(ring, s, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
     """Slot s -> per tile (rows r, rows r + 8) as [NW, Q, 32, 4], in the layout mma_tile takes."""
     x = ring.index(s)
     if T == 1:
@@ -135,14 +135,14 @@ def _read_slot(ring, s, T: gl.constexpr, NW: gl.constexpr, Q: gl.constexpr):
 
 
 @gluon.jit
-def _scales(s_lo, row_stride_s, c, ok):
+def tma_scales(s_lo, row_stride_s, c, ok):
     return gl.load(s_lo + c * 4, mask=ok, other=127), gl.load(s_lo + 8 * row_stride_s + c * 4, mask=ok, other=127)
 
 
 @gluon.jit
 def _scales_at(s_lo, row_stride_s, c, t4, KG, row_ok):
     """The E8M0 bytes of chunk c (zero-scale filler past K)."""
-    return _scales(s_lo, row_stride_s, c, row_ok & ((c * 4 + t4) < KG))
+    return tma_scales(s_lo, row_stride_s, c, row_ok & ((c * 4 + t4) < KG))
 
 
 @gluon.jit
@@ -194,16 +194,16 @@ def decode_gemm1_swiglu_tma_kernel(
         else:
             s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
             b0, b1, b2, b3 = bp  # (one name a target: Triton 3.6 rejects a nested tuple target)
-        glo, ghi, ulo, uhi = _read_slot(ring, s, 2, NW, Q)
+        glo, ghi, ulo, uhi = tma_read_slot(ring, s, 2, NW, Q)
         if AHEAD >= 1:  # this step's scales came with the step before; the next step's go out now
             ngs0, ngs1 = _scales_at(sg_lo, stride_sn, c + NW, t4, KG, row_ok)
             nus0, nus1 = _scales_at(su_lo, stride_sn, c + NW, t4, KG, row_ok)
         else:
-            gs0, gs1 = _scales(sg_lo, stride_sn, c, row_ok & kin)
-            us0, us1 = _scales(su_lo, stride_sn, c, row_ok & kin)
+            gs0, gs1 = tma_scales(sg_lo, stride_sn, c, row_ok & kin)
+            us0, us1 = tma_scales(su_lo, stride_sn, c, row_ok & kin)
         cta_barrier()  # every warp has slot s in registers
         if j + STAGES < nk:
-            _issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
+            tma_issue(w_desc, ring, full.index(s), s, e * 2, row0, j + STAGES, 2, NW, Q)
         gacc = mma_tile((glo, ghi, gs0, gs1), (b0, b1, b2, b3), gacc)
         uacc = mma_tile((ulo, uhi, us0, us1), (b0, b1, b2, b3), uacc)
         if AHEAD >= 1:
@@ -252,14 +252,14 @@ def decode_gemm2_combine_tma_kernel(
         else:
             s, c, kin, bp = _step(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
             b0, b1, b2, b3 = bp  # (one name a target: Triton 3.6 rejects a nested tuple target)
-        lo, hi = _read_slot(ring, s, 1, NW, Q)
+        lo, hi = tma_read_slot(ring, s, 1, NW, Q)
         if AHEAD >= 1:
             ns0, ns1 = _scales_at(s_lo, stride_sn, c + NW, t4, KG, row_ok)
         else:
-            s0, s1 = _scales(s_lo, stride_sn, c, row_ok & kin)
+            s0, s1 = tma_scales(s_lo, stride_sn, c, row_ok & kin)
         cta_barrier()
         if j + STAGES < nk:
-            _issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
+            tma_issue(w_desc, ring, full.index(s), s, 0, row0, j + STAGES, 1, NW, Q)
         acc = mma_tile((lo, hi, s0, s1), (b0, b1, b2, b3), acc)
         if AHEAD >= 1:
             s0, s1 = ns0, ns1

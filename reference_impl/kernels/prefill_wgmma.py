@@ -89,7 +89,7 @@ def _acc_layout(N, NW):
 
 
 @gluon.jit
-def _word_ids(NW: gl.constexpr):
+def word_ids(NW: gl.constexpr):
     """(row, ml, t4) index tensors of a stage's weight words, [16 NW, 1, 1] / [1, 2, 1] / [1, 1, 4]."""
     WL: gl.constexpr = _word_layout(NW)
     rho = gl.arange(0, 16 * NW, layout=gl.SliceLayout(1, gl.SliceLayout(2, WL)))
@@ -107,7 +107,7 @@ def _to_view(x, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def _a_stage(words, scales, N: gl.constexpr):
+def a_stage(words, scales, N: gl.constexpr):
     """words [ROWS, 2, 4] int32, scales [ROWS, 1, 4] E8M0 bytes -> A [ROWS, 64] bf16 in wgmma's
     register layout (for an N-wide MMA), scale applied."""
     ROWS: gl.constexpr = words.shape[0]
@@ -118,7 +118,7 @@ def _a_stage(words, scales, N: gl.constexpr):
 
 
 @gluon.jit
-def _load_stage(w_rows, s_rows, kt, row_ok, t4, KG, MASK: gl.constexpr, WC: gl.constexpr):
+def load_stage(w_rows, s_rows, kt, row_ok, t4, KG, MASK: gl.constexpr, WC: gl.constexpr):
     """Words and scale bytes of stage kt: words 2 (kt % 2) + {0, 1} of group 4 c + t4 (c = kt // 2)."""
     c = kt // 2
     w_rows = w_rows + c * 16 + (kt % 2) * 2
@@ -191,7 +191,7 @@ def _wide(a, N: gl.constexpr):
 
 
 @gluon.jit
-def _mma_parts(a, tile, p0, p1, p2, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
+def mma_parts(a, tile, p0, p1, p2, parts, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
     """p_i += a @ the tokens of part i of the stage's B tile, for the block's first `parts`
     parts (a in the T0-wide operand layout). Padding sits at the end of an expert's rows, so
     the last block of an expert skips the parts it does not reach (the same for the whole
@@ -216,7 +216,7 @@ def _mma_parts(a, tile, p0, p1, p2, parts, T0: gl.constexpr, T1: gl.constexpr, B
 @gluon.jit
 def _mma_parts_gu(ga, ua, tile, g0, g1, g2, u0, u1, u2, parts, T0: gl.constexpr, T1: gl.constexpr,
                   BN: gl.constexpr):
-    """_mma_parts for the gate and the up tile at once (one wait for all of them)."""
+    """mma_parts for the gate and the up tile at once (one wait for all of them)."""
     b0, b1, b2 = _parts(tile, T0, T1, BN)
     T2: gl.constexpr = BN - T0 - T1
     if parts == 3:
@@ -241,7 +241,7 @@ def _mma_parts_gu(ga, ua, tile, g0, g1, g2, u0, u1, u2, parts, T0: gl.constexpr,
 
 
 @gluon.jit
-def _acc_parts(ROWS: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
+def acc_parts(ROWS: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, BN: gl.constexpr):
     W: gl.constexpr = ROWS // 16
     return (gl.zeros([ROWS, T0], gl.float32, layout=_acc_layout(T0, W)),
             gl.zeros([ROWS, T1], gl.float32, layout=_acc_layout(T1, W)),
@@ -267,7 +267,7 @@ def _prologue(hd, td, row0, nk, sorted_ptr, S, T0: gl.constexpr, T1: gl.constexp
 
 
 @gluon.jit
-def _block_tile(block_expert_ptr, NT):
+def block_tile(block_expert_ptr, NT):
     """(token block, row tile, expert as int64; < 0 past the used blocks) of this program. The
     row tiles of one block are consecutive programs, so the block's B rows stay in L2."""
     pid = gl.program_id(0)
@@ -288,13 +288,13 @@ def prefill_gemm1_swiglu_kernel(
     w13; strides in bytes / elements of the uint8 tensors. (prefill_ws.py computes the same
     with the gate and up rows stacked in one accumulator, in warp-specialized partitions.)"""
     ROWS: gl.constexpr = 16 * NW
-    b, nt, e = _block_tile(block_expert_ptr, NT)
+    b, nt, e = block_tile(block_expert_ptr, NT)
     if e < 0:
         return
-    rho, ml, t4 = _word_ids(NW)
+    rho, ml, t4 = word_ids(NW)
     # MMA row rho holds feature f: logical position L of chunk c
     j = nt * ROWS + rho
-    f, row_ok = _feature(j, I)
+    f, row_ok = wgmma_feature(j, I)
     rw = stride_wn // 4
     g_rows = w_ptr + e * (stride_we // 4) + f.to(gl.int64) * rw + t4 * 4 + ml
     u_rows = g_rows + I * rw
@@ -304,39 +304,39 @@ def prefill_gemm1_swiglu_kernel(
     nk = KP // KS
 
     smem, bars, parts = _prologue(x_desc, xt_desc, b * BN, nk, sorted_ptr, S, T0, T1, BN, STAGES)
-    g0, g1, g2 = _acc_parts(ROWS, T0, T1, BN)
-    u0, u1, u2 = _acc_parts(ROWS, T0, T1, BN)
+    g0, g1, g2 = acc_parts(ROWS, T0, T1, BN)
+    u0, u1, u2 = acc_parts(ROWS, T0, T1, BN)
     # the weights of stages kt + 1 .. kt + PF are in flight during stage kt (registers)
-    gw, gs = _load_stage(g_rows, sg_rows, 0, row_ok, t4, KG, MASK, WC)
-    uw, us = _load_stage(u_rows, su_rows, 0, row_ok, t4, KG, MASK, WC)
-    gw2, gs2 = _load_stage(g_rows, sg_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
-    uw2, us2 = _load_stage(u_rows, su_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
+    gw, gs = load_stage(g_rows, sg_rows, 0, row_ok, t4, KG, MASK, WC)
+    uw, us = load_stage(u_rows, su_rows, 0, row_ok, t4, KG, MASK, WC)
+    gw2, gs2 = load_stage(g_rows, sg_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
+    uw2, us2 = load_stage(u_rows, su_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
     for kt in range(nk):
-        ga = _a_stage(gw, gs, T0)
-        ua = _a_stage(uw, us, T0)
+        ga = a_stage(gw, gs, T0)
+        ua = a_stage(uw, us, T0)
         nx = gl.minimum(kt + PF, nk - 1)
         if PF == 2:
             gw, gs, uw, us = gw2, gs2, uw2, us2
-            gw2, gs2 = _load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
-            uw2, us2 = _load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
+            gw2, gs2 = load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
+            uw2, us2 = load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
         else:
-            gw, gs = _load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
-            uw, us = _load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
+            gw, gs = load_stage(g_rows, sg_rows, nx, row_ok, t4, KG, MASK, WC)
+            uw, us = load_stage(u_rows, su_rows, nx, row_ok, t4, KG, MASK, WC)
         g0, g1, g2, u0, u1, u2 = _mma_parts_gu(ga, ua, _wait(kt, smem, bars, STAGES), g0, g1, g2, u0, u1, u2,
                                                parts, T0, T1, BN)
         if kt + STAGES - 1 < nk:  # the slot of stage kt - 1, whose MMAs are done
             _issue(x_desc, xt_desc, smem, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
     release_barriers(bars, STAGES)
 
-    _swiglu_store(g0, u0, act_ptr, b * BN, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
+    wgmma_swiglu_store(g0, u0, act_ptr, b * BN, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
     if parts > 1:
-        _swiglu_store(g1, u1, act_ptr, b * BN + T0, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
+        wgmma_swiglu_store(g1, u1, act_ptr, b * BN + T0, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
     if parts > 2:
-        _swiglu_store(g2, u2, act_ptr, b * BN + T0 + T1, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
+        wgmma_swiglu_store(g2, u2, act_ptr, b * BN + T0 + T1, nt * ROWS, stride_am, clamp_limit, HAS_CLAMP)
 
 
 @gluon.jit
-def _feature(j, I):
+def wgmma_feature(j, I):
     """The feature whose output lands in act column j (logical position L = j % 128 of its
     chunk, physical_k(L) within it), and whether it exists (< I)."""
     L = j % CHUNK
@@ -345,7 +345,7 @@ def _feature(j, I):
 
 
 @gluon.jit
-def _unstack(acc):
+def unstack(acc):
     """A stacked accumulator [ROWS, T] (slab w: gate rows g, up rows g + 8) -> gate and up
     [ROWS / 2, T], row 8 w + g. Rows g and g + 8 are registers of one thread: no data moves."""
     ROWS: gl.constexpr = acc.shape[0]
@@ -365,7 +365,7 @@ def _store_layout(F, NW):
 
 
 @gluon.jit
-def _swiglu_store(gacc, uacc, act_ptr, row0, col0, stride_am, clamp_limit, HAS_CLAMP: gl.constexpr):
+def wgmma_swiglu_store(gacc, uacc, act_ptr, row0, col0, stride_am, clamp_limit, HAS_CLAMP: gl.constexpr):
     """act[row0 + t, col0 + j] = silu(gate) * up * 2**64 for one [ROWS features, T tokens] tile."""
     ROWS: gl.constexpr = gacc.shape[0]
     T: gl.constexpr = gacc.shape[1]
@@ -393,10 +393,10 @@ def prefill_gemm2_combine_kernel(
     """out[token] += w * rsf * act[b*BN + t] @ W2^T for ROWS output columns (OUT_MODE as in
     gemm2_combine). a_desc: the gate/up epilogue's permuted activations [rows, KP]."""
     ROWS: gl.constexpr = 16 * NW
-    b, nt, e = _block_tile(block_expert_ptr, NT)
+    b, nt, e = block_tile(block_expert_ptr, NT)
     if e < 0:
         return
-    rho, ml, t4 = _word_ids(NW)
+    rho, ml, t4 = word_ids(NW)
     n = nt * ROWS + rho
     row_ok = n < N
     w_rows = w_ptr + e * (stride_we // 4) + n.to(gl.int64) * (stride_wn // 4) + t4 * 4 + ml
@@ -405,27 +405,27 @@ def prefill_gemm2_combine_kernel(
     nk = KP // KS
 
     smem, bars, parts = _prologue(a_desc, at_desc, b * BN, nk, sorted_ptr, S, T0, T1, BN, STAGES)
-    p0, p1, p2 = _acc_parts(ROWS, T0, T1, BN)
-    wd, sc = _load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, WC)
-    wd2, sc2 = _load_stage(w_rows, s_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
+    p0, p1, p2 = acc_parts(ROWS, T0, T1, BN)
+    wd, sc = load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, WC)
+    wd2, sc2 = load_stage(w_rows, s_rows, gl.minimum(1, nk - 1), row_ok, t4, KG, MASK, WC)
     for kt in range(nk):
-        a = _a_stage(wd, sc, T0)
+        a = a_stage(wd, sc, T0)
         if PF == 2:
             wd, sc = wd2, sc2
-            wd2, sc2 = _load_stage(w_rows, s_rows, gl.minimum(kt + 2, nk - 1), row_ok, t4, KG, MASK, WC)
+            wd2, sc2 = load_stage(w_rows, s_rows, gl.minimum(kt + 2, nk - 1), row_ok, t4, KG, MASK, WC)
         else:
-            wd, sc = _load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, WC)
-        p0, p1, p2 = _mma_parts(a, _wait(kt, smem, bars, STAGES), p0, p1, p2, parts, T0, T1, BN)
+            wd, sc = load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, WC)
+        p0, p1, p2 = mma_parts(a, _wait(kt, smem, bars, STAGES), p0, p1, p2, parts, T0, T1, BN)
         if kt + STAGES - 1 < nk:
             _issue(a_desc, at_desc, smem, bars, b * BN, kt + STAGES - 1, parts, T0, T1, BN, STAGES)
     release_barriers(bars, STAGES)
 
-    _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om,
+    combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, nt, S, N, TOPK, stride_om,
                    scale_factor, OUT_MODE, AV)
 
 
 @gluon.jit
-def _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, row0, nt, S, N, TOPK, stride_om,
+def combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, row0, nt, S, N, TOPK, stride_om,
                    scale_factor, OUT_MODE: gl.constexpr, AV: gl.constexpr):
     """_combine for each token part of the block that holds a token."""
     T0: gl.constexpr = p0.shape[1]

@@ -26,8 +26,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 from .compat import cta_barrier
 from .gluon_common import release_barriers
 from .prefill_wgmma import (
-    KS, _a_stage, _acc_parts, _block_tile, _combine_parts, _feature, _load_stage, _mma_parts, _swiglu_store, _unstack,
-    _word_ids, fetch_b, parts_used, ring_rows,
+    KS, a_stage, acc_parts, block_tile, combine_parts, wgmma_feature, load_stage, mma_parts, wgmma_swiglu_store, unstack,
+    word_ids, fetch_b, parts_used, ring_rows,
 )
 
 
@@ -56,14 +56,14 @@ def _mainloop(c: gl.constexpr, w_rows, s_rows, row_ok, t4, KG, hd, td, smem, ful
               BN: gl.constexpr, T0: gl.constexpr, T1: gl.constexpr, STAGES: gl.constexpr, LAG: gl.constexpr,
               MASK: gl.constexpr):
     """One warpgroup's 64 MMA rows x the block's tokens over all of K; warpgroup 0 refills the ring."""
-    p0, p1, p2 = _acc_parts(64, T0, T1, BN)
-    wd, sc = _load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, "")
+    p0, p1, p2 = acc_parts(64, T0, T1, BN)
+    wd, sc = load_stage(w_rows, s_rows, 0, row_ok, t4, KG, MASK, "")
     for kt in range(nk):
-        a = _a_stage(wd, sc, T0)
-        wd, sc = _load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, "")
+        a = a_stage(wd, sc, T0)
+        wd, sc = load_stage(w_rows, s_rows, gl.minimum(kt + 1, nk - 1), row_ok, t4, KG, MASK, "")
         s = kt % STAGES
         mbarrier.wait(full.index(s), (kt // STAGES) & 1)
-        p0, p1, p2 = _mma_parts(a, smem.index(s), p0, p1, p2, parts, T0, T1, BN)
+        p0, p1, p2 = mma_parts(a, smem.index(s), p0, p1, p2, parts, T0, T1, BN)
         cta_barrier()  # every warp of the group is past its MMAs on slot s (a partition barrier)
         mbarrier.arrive(empty.index(s), count=1)
         if c == 0:
@@ -81,9 +81,9 @@ def _gate_up(c: gl.constexpr, rt, HAS_CLAMP: gl.constexpr, BN: gl.constexpr, T0:
     """Warpgroup c of the gate/up GEMM: features [32 (CW nt + c), + 32) of token block b."""
     (hd, td, smem, full, empty, w_ptr, s_ptr, act_ptr, e, b, nt, parts, nk, K, I,
      stride_we, stride_wn, stride_se, stride_sn, stride_am, clamp_limit) = rt
-    rho, ml, t4 = _word_ids(4)
+    rho, ml, t4 = word_ids(4)
     col0 = nt * (32 * CW) + c * 32
-    f, row_ok = _feature(col0 + (rho // 16) * 8 + rho % 8, I)
+    f, row_ok = wgmma_feature(col0 + (rho // 16) * 8 + rho % 8, I)
     # up rows sit 8 below their gate rows; features past I (a CW = 3 tile past the last
     # feature, whose result is not stored) read row I - 1 where the loads are not masked
     row = gl.minimum(f, I - 1) + ((rho // 8) % 2) * I
@@ -92,14 +92,14 @@ def _gate_up(c: gl.constexpr, rt, HAS_CLAMP: gl.constexpr, BN: gl.constexpr, T0:
     p0, p1, p2 = _mainloop(c, w_rows, s_rows, row_ok, t4, K // 32, hd, td, smem, full, empty, b * BN, parts, nk,
                            BN, T0, T1, STAGES, LAG, MASK)
     if col0 < (I + 127) // 128 * 128:  # with CW = 3 the last tile reaches past act's width
-        g0, u0 = _unstack(p0)
-        _swiglu_store(g0, u0, act_ptr, b * BN, col0, stride_am, clamp_limit, HAS_CLAMP)
+        g0, u0 = unstack(p0)
+        wgmma_swiglu_store(g0, u0, act_ptr, b * BN, col0, stride_am, clamp_limit, HAS_CLAMP)
         if parts > 1:
-            g1, u1 = _unstack(p1)
-            _swiglu_store(g1, u1, act_ptr, b * BN + T0, col0, stride_am, clamp_limit, HAS_CLAMP)
+            g1, u1 = unstack(p1)
+            wgmma_swiglu_store(g1, u1, act_ptr, b * BN + T0, col0, stride_am, clamp_limit, HAS_CLAMP)
         if parts > 2:
-            g2, u2 = _unstack(p2)
-            _swiglu_store(g2, u2, act_ptr, b * BN + T0 + T1, col0, stride_am, clamp_limit, HAS_CLAMP)
+            g2, u2 = unstack(p2)
+            wgmma_swiglu_store(g2, u2, act_ptr, b * BN + T0 + T1, col0, stride_am, clamp_limit, HAS_CLAMP)
 
 
 @gluon.jit
@@ -108,7 +108,7 @@ def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.
     """Warpgroup c of the down GEMM: output columns [64 (CW nt + c), + 64) of token block b."""
     (hd, td, smem, full, empty, w_ptr, s_ptr, out_ptr, sorted_ptr, topk_w_ptr, e, b, nt, parts, nk, S, N, K,
      TOPK, stride_we, stride_wn, stride_se, stride_sn, stride_om, scale_factor) = rt
-    rho, ml, t4 = _word_ids(4)
+    rho, ml, t4 = word_ids(4)
     tile = nt * CW + c
     n = tile * 64 + rho
     nl = gl.minimum(n, N - 1)  # columns past N (not stored) read row N - 1 where loads are not masked
@@ -116,7 +116,7 @@ def _down(c: gl.constexpr, rt, OUT_MODE: gl.constexpr, AV: gl.constexpr, BN: gl.
     s_rows = s_ptr + e * stride_se + nl.to(gl.int64) * stride_sn + t4
     p0, p1, p2 = _mainloop(c, w_rows, s_rows, n < N, t4, K // 32, hd, td, smem, full, empty, b * BN, parts, nk,
                            BN, T0, T1, STAGES, LAG, MASK)
-    _combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, tile, S, N, TOPK, stride_om,
+    combine_parts(p0, p1, p2, parts, out_ptr, sorted_ptr, topk_w_ptr, b * BN, tile, S, N, TOPK, stride_om,
                    scale_factor, OUT_MODE, AV)
 
 
@@ -132,7 +132,7 @@ def prefill_gemm1_ws_kernel(
 ):
     """prefill_gemm1_swiglu_kernel's output (stacked form) for 32 CW features a program;
     launched with num_warps=4 (warpgroup 0) and CW - 1 more warpgroups as partitions."""
-    b, nt, e = _block_tile(block_expert_ptr, NT)
+    b, nt, e = block_tile(block_expert_ptr, NT)
     if e < 0:
         return
     smem, full, empty, parts, nk = _ring(x_desc, xt_desc, sorted_ptr, S, b * BN, KP, BN, T0, T1, STAGES, CW)
@@ -163,7 +163,7 @@ def prefill_gemm2_ws_kernel(
 ):
     """prefill_gemm2_combine_kernel's output for 64 CW output columns a program (partitions
     as in prefill_gemm1_ws_kernel)."""
-    b, nt, e = _block_tile(block_expert_ptr, NT)
+    b, nt, e = block_tile(block_expert_ptr, NT)
     if e < 0:
         return
     smem, full, empty, parts, nk = _ring(a_desc, at_desc, sorted_ptr, S, b * BN, KP, BN, T0, T1, STAGES, CW)
