@@ -215,7 +215,7 @@ def _ctx(tree, device="rtx-pro-6000"):
 def test_gate_forms_synthetic(synthetic):
     tree = synthetic({
         "sglang/srt/utils/common.py": (
-            "import torch\nfrom functools import lru_cache, partial\n\n"
+            "import os\nimport torch\nfrom functools import lru_cache, partial\n\n"
             "def _check(majors, cuda_version):\n"
             "    if not is_cuda():\n        return False\n"
             "    return torch.cuda.get_device_capability()[0] in majors and tuple(map(int, torch.version.cuda.split('.')[:2])) >= cuda_version\n\n"
@@ -224,18 +224,21 @@ def test_gate_forms_synthetic(synthetic):
             "is_bw = lru_cache(maxsize=1)(partial(_check, majors=[10, 12], cuda_version=(12, 8)))\n\n"
             "def is_hopper():\n    major, minor = torch.cuda.get_device_capability()\n    return major == 9\n\n"
             "def is_sm90_plus():\n    return torch.cuda.get_device_capability() >= (9, 0)\n\n"
-            "def supports_fp4():\n    return is_bw() and not is_hopper()\n"
+            "def supports_fp4():\n    return is_bw() and not is_hopper()\n\n"
+            "def supports_nvswitch():\n    return is_bw() and os.path.exists('/dev/nvidia-nvswitchctl')\n"
         ),
     })
     from recon.runtime.gatemodel import evaluate_gates
 
     vals = {k.rsplit(".", 1)[-1]: v for k, v in evaluate_gates(_ctx(tree)).items()}
     assert vals["is_bw"] is True and vals["is_sm90_plus"] is True
-    assert vals["supports_fp4"] is None  # true and (not unknown): unknown, never guessed
+    assert vals["is_hopper"] is False  # `major, minor = get_device_capability()` unpacked: 12 != 9
+    assert vals["supports_fp4"] is True
+    assert vals["supports_nvswitch"] is None  # true and (a file on the host): unknown, never guessed
     assert vals["is_new"] is False  # CUDA 12.8 on the profile, the gate wants 13.0
-    assert vals["is_hopper"] is None  # tuple unpacking is beyond the interpreter: unknown, not a guess
     h = {k.rsplit(".", 1)[-1]: v for k, v in evaluate_gates(_ctx(tree, "h200")).items()}
-    assert h["is_bw"] is False and h["supports_fp4"] is False
+    assert h["is_bw"] is False and h["supports_fp4"] is False and h["is_hopper"] is True
+    assert h["supports_nvswitch"] is False
     amd = {k.rsplit(".", 1)[-1]: v for k, v in evaluate_gates(_ctx(tree, "mi300x")).items()}
     assert amd["is_bw"] is False  # no CUDA on ROCm
 
