@@ -664,6 +664,18 @@ def _forward(hidden_states, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids
                  routed_scaling_factor, clamp_limit, poison)
 
 
+def _reduce_topk(pl, buf, ids, M: int, H: int, E: int, topk: int, dev, poison: bool):
+    """The deterministic epilogue: each token's top-k rows of ``buf`` summed into a new bf16 output."""
+    out = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
+    if poison:
+        out.fill_(float("nan"))
+    RBN = min(1024, triton.next_power_of_2(H))
+    _launch(pl, "reduce", reduce_topk_kernel, (M, triton.cdiv(H, RBN)),
+            (buf, ids, out, H, E, buf.stride(0), out.stride(0)), dict(TOPK=topk, BLOCK_N=RBN))
+    _mark("epilogue")
+    return out
+
+
 def _body(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_weights, M, E, H, I, topk,
           routed_scaling_factor, clamp_limit, poison):
     """The call's buffers and launches, once validated and planned."""
@@ -790,14 +802,7 @@ def _body(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_
         out = buf.to(torch.bfloat16)
         _mark("epilogue")
         return out
-    out = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
-    if poison:
-        out.fill_(float("nan"))
-    RBN = min(1024, triton.next_power_of_2(H))
-    _launch(pl, "reduce", reduce_topk_kernel, (M, triton.cdiv(H, RBN)),
-            (buf, ids, out, H, E, buf.stride(0), out.stride(0)), dict(TOPK=topk, BLOCK_N=RBN))
-    _mark("epilogue")
-    return out
+    return _reduce_topk(pl, buf, ids, M, H, E, topk, dev, poison)
 
 
 def fused_workspace(pl, dev, M, H, I):
@@ -844,11 +849,4 @@ def _forward_fused(pl, pk, x, w13, w2, s13, s2, ids, tw, M, E, H, I, topk, rsf, 
     _mark("launch_fused")
     if mode != 2:
         return buf
-    out = torch.empty(M, H, dtype=torch.bfloat16, device=dev)
-    if poison:
-        out.fill_(float("nan"))
-    RBN = min(1024, triton.next_power_of_2(H))
-    _launch(pl, "reduce", reduce_topk_kernel, (M, triton.cdiv(H, RBN)),
-            (buf, ids, out, H, E, buf.stride(0), out.stride(0)), dict(TOPK=topk, BLOCK_N=RBN))
-    _mark("epilogue")
-    return out
+    return _reduce_topk(pl, buf, ids, M, H, E, topk, dev, poison)
