@@ -218,12 +218,14 @@ def make_problem(M: int, s: dict, seed: int, weights=None):
 _FLUSH = None
 
 
-def _capture(fn):
+def capture_graph(fn, warm: int = 1):
+    """``fn`` run ``warm`` times on a side stream (compiles, allocates), then captured in a CUDA graph."""
     import torch
     st = torch.cuda.Stream()
     st.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(st):
-        fn()
+        for _ in range(warm):
+            fn()
     torch.cuda.current_stream().wait_stream(st)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
@@ -239,7 +241,7 @@ def time_graphs(fns: dict, reps: int = 20) -> dict:
     global _FLUSH
     if _FLUSH is None:
         _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    graphs = [(k, _capture(fn)) for k, fn in fns.items()]
+    graphs = [(k, capture_graph(fn)) for k, fn in fns.items()]
     ts = {k: [] for k in fns}
     for r in range(reps):
         for i in range(len(graphs)):

@@ -22,6 +22,7 @@ from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, prepack_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
 from reference_impl import arch, moe  # noqa: E402
 from reference_impl.configs import get_config  # noqa: E402
+from reference_impl.tune import capture_graph  # noqa: E402
 from bench_moe import MODELS, copy_bw, problem, rel  # noqa: E402
 
 
@@ -51,20 +52,6 @@ def variants(M, S):
 _flush = None
 
 
-def capture(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
 def time_rotated(graphs, reps):
     """{name: median ms}: the graphs replayed in turn (order rotated each rep), L2 flushed before each."""
     global _flush
@@ -87,7 +74,7 @@ def time_rotated(graphs, reps):
 
 def host_overhead(fn, n=200):
     """(eager us, graph us, eager - graph us), each timed from a sync to a sync, medians."""
-    g = capture(fn)
+    g = capture_graph(fn, warm=2)
     e, r = [], []
     for _ in range(n):
         torch.cuda.synchronize()
@@ -161,7 +148,7 @@ def main():
                     if not (errs[n] < 1e-2):
                         print(f"  M={M} {n}: rel err {errs[n]:.3g}: dropped", flush=True)
                         continue
-                    graphs[n] = capture(lambda a_=args_, c_=cf: grouped_mxfp4_moe(**a_, **kw, config=c_))
+                    graphs[n] = capture_graph(lambda a_=args_, c_=cf: grouped_mxfp4_moe(**a_, **kw, config=c_), warm=2)
                 except Exception as ex:
                     print(f"  M={M} {n}: failed {repr(ex)[:300]}", flush=True)
             t = time_rotated(graphs, args.reps)

@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from refimpl_data import make_problem  # noqa: E402
 from reference_impl import grouped_mxfp4_moe, prepack_mxfp4_moe, reference_mxfp4_moe  # noqa: E402
 from reference_impl import moe  # noqa: E402
+from reference_impl.tune import capture_graph  # noqa: E402
 from bench_moe import MODELS  # noqa: E402
 
 MODES = {"v14 launches": dict(_EAGER_GRAPH=False, _LEAN_LAUNCH=False),
@@ -43,20 +44,6 @@ MODES = {"v14 launches": dict(_EAGER_GRAPH=False, _LEAN_LAUNCH=False),
 def set_mode(m):
     for k, v in MODES[m].items():
         setattr(moe, k, v)
-
-
-def capture(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
 
 
 def pairs(fn, g, n):
@@ -197,7 +184,7 @@ def main():
                     set_mode(m)
                     for _ in range(5):
                         fn()
-                    graphs[m] = capture(fn)
+                    graphs[m] = capture_graph(fn, warm=2)
                 for r in range(args.rounds):
                     for i in range(len(MODES)):
                         m = list(MODES)[(i + r) % len(MODES)]

@@ -28,6 +28,7 @@ from reference_impl.reference import dequant_mxfp4  # noqa: E402
 from reference_impl import arch  # noqa: E402
 from reference_impl.configs import config_file_name, get_config  # noqa: E402
 from reference_impl.moe import scale_vec_ok  # noqa: E402
+from reference_impl.tune import capture_graph  # noqa: E402
 
 MODELS = {
     "DeepSeek-V4-Flash": dict(E=256, H=4096, I=2048, topk=8, clamp=None, rsf=2.5),
@@ -113,16 +114,7 @@ def time_graph(fn, reps=20, warm=2, hide_launch=False):
     global _flush
     if _flush is None:
         _flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(warm):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    g = capture_graph(fn, warm=warm)
     ts = []
     for _ in range(reps):
         _flush.zero_()
