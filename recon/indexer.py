@@ -25,7 +25,7 @@ from typing import Callable, Iterator, NamedTuple, Optional
 from .cache import atomic_write_bytes, cache_dir, load_pickle, write_behind
 from .facts import FileFacts, from_plain, to_plain
 from .pyfacts import extract_plain, internal_error, module_name
-from .sources import MAX_BYTES, DirSource, file_kind
+from .sources import MAX_BYTES, DirSource, file_kind, read_under
 
 # Registrations of native ops in C++/CUDA: m.def("name(...)" / m.def("name", &fn) / TORCH_LIBRARY(ns, m)
 _CPP_DEF = re.compile(r"""\b(?:m|ops|lib)\s*\.\s*(?:def|impl)\s*\(\s*"([A-Za-z_][A-Za-z0-9_.]*)""")
@@ -275,10 +275,9 @@ def _from_bytes(relpath: str, data: bytes, prefix: str, digest: Optional[str], f
 
 
 def _index_path(args) -> tuple:
-    root, relpath, prefix, facts_dir = args
-    try:
-        with open(os.path.join(root, relpath), "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+    root, relpath, prefix, facts_dir, bound = args
+    try:  # the file checked is the file read: no link followed out, never a pipe (recon.safepath)
+        data = read_under(root, relpath, bound, MAX_BYTES + 1)
     except OSError as e:
         err = FileFacts(relpath, "", file_kind(relpath), "", 0, f"unreadable: {e.strerror or e}")
         return relpath, marshal.dumps(to_plain(err)), "", False
@@ -373,7 +372,7 @@ def _extract_many(source, todo: list[str], prefix: str, progress, workers: Optio
     workers = workers or os.cpu_count() or 1
     facts_dir = str(cache_dir() / "facts")
     if isinstance(source, DirSource):
-        yield from _run(_index_path, [(str(source.root), p, prefix, facts_dir) for p in todo], workers, progress)
+        yield from _run(_index_path, [(source.real_root, p, prefix, facts_dir, source.bound) for p in todo], workers, progress)
         return
     jobs = []
     for p in todo:

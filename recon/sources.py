@@ -2,16 +2,22 @@
 
 A source lists the files recon reads with a cheap *stamp* per file (size and mtime on disk, the
 blob id in git) so that unchanged files are never read again, and reads one file's bytes on demand.
+
+Only regular files are read, and only through :func:`recon.safepath.open_in` (no link followed
+after the check, never a blocking open): a named pipe, socket or device, and a name that is not
+UTF-8, are listed in ``refused`` with the reason (the "not analyzed" diagnostics), never opened.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 from typing import Iterator, Optional
 
 from .links import BROKEN, LEAVES_ROOT, MAX_HOPS, git_link_target, inside, real_root
+from .safepath import UnsafePath, kind_of, not_regular, open_in, read_fd, shown, utf8
 
 # Folders never worth reading: caches, VCS metadata, virtual environments, front-end bundles.
 SKIP_DIRS = frozenset(
@@ -22,6 +28,18 @@ CPP_EXT = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 JSON_EXT = (".json",)
 MAX_BYTES = 4 * 1024 * 1024  # larger files are reported, not parsed
 LINK_MODE = 0o120000  # a symbolic link in a git tree
+BAD_NAME = "file name is not UTF-8: not read"
+BAD_FOLDER = "folder name is not UTF-8: nothing in it was read"
+
+
+def read_under(root: str, relpath: str, bound: str, limit: Optional[int] = None) -> bytes:
+    """The bytes of the regular file ``relpath`` under ``root`` (real), not outside ``bound``
+    (real); OSError with the reason otherwise (a process-pool worker calls this with strings)."""
+    try:
+        fd = open_in(root, relpath, bound)
+    except UnsafePath as e:
+        raise OSError(errno.EINVAL, str(e), relpath) from None
+    return read_fd(fd, limit)
 
 
 def file_kind(relpath: str) -> Optional[str]:
@@ -46,6 +64,7 @@ class DirSource:
         self.root = Path(root)
         self.subdirs = subdirs
         self.bound = real_root(bound if bound is not None else root)
+        self.real_root = real_root(root)
         self.refused: dict[str, str] = {}  # relpath -> why it was not read (filled by files())
 
     def describe(self) -> str:
@@ -68,6 +87,10 @@ class DirSource:
                     st = os.stat(top)
                     yield top[cut:].replace(os.sep, "/"), (st.st_size, st.st_mtime_ns)
                 continue
+            if os.path.lexists(top) and not os.path.isdir(top):  # a pipe or device named as a subfolder
+                with_kind = kind_of(os.stat(top).st_mode) or "not a regular file"
+                self.refused[sub] = not_regular(with_kind)
+                continue
             yield from self._walk(top, cut)
 
     def _walk(self, folder: str, cut: int) -> Iterator[tuple[str, tuple]]:
@@ -84,11 +107,25 @@ class DirSource:
             try:
                 is_link = e.is_symlink()
                 is_dir = not is_link and e.is_dir(follow_symlinks=False)
+                is_file = not is_link and not is_dir and e.is_file(follow_symlinks=False)
             except OSError:
                 continue
             if is_dir:
                 if e.name not in SKIP_DIRS and not e.name.endswith(".egg-info"):
+                    if not utf8(e.name):  # every path under it would carry the undecodable bytes
+                        self.refused[shown(rel)] = BAD_FOLDER
+                        continue
                     subdirs.append(e.path)
+                continue
+            if not utf8(e.name):
+                self.refused[shown(rel)] = BAD_NAME
+                continue
+            if not is_link and not is_file:  # a pipe, socket or device: never opened
+                try:
+                    what = kind_of(e.stat(follow_symlinks=False).st_mode) or "not a regular file"
+                except OSError:
+                    continue
+                self.refused[rel] = not_regular(what)
                 continue
             if is_link:
                 if not inside(e.path, self.bound):
@@ -104,24 +141,22 @@ class DirSource:
                 if is_link:
                     self.refused[rel] = BROKEN
                 continue
+            if not stat.S_ISREG(st.st_mode):  # a link to a pipe or device inside the root
+                self.refused[rel] = not_regular(kind_of(st.st_mode) or "not a regular file")
+                continue
             yield rel, (st.st_size, st.st_mtime_ns)
         for d in subdirs:
             yield from self._walk(d, cut)
 
-    def _checked(self, relpath: str) -> str:
-        full = os.path.join(self.root, relpath)
-        if not inside(full, self.bound):
-            raise OSError(errno.EACCES, LEAVES_ROOT, relpath)
-        return full
-
     def read(self, relpath: str) -> bytes:
-        with open(self._checked(relpath), "rb") as f:
-            return f.read()
+        return read_under(self.real_root, relpath, self.bound)
 
     def exists(self, relpath: str) -> bool:
+        """Is ``relpath`` a regular file recon may read?"""
         try:
-            return os.path.exists(self._checked(relpath))
-        except OSError:
+            os.close(open_in(self.real_root, relpath, self.bound))
+            return True
+        except (OSError, UnsafePath):
             return False
 
 
@@ -176,11 +211,12 @@ class GitSource:
             if top.type == "blob":
                 items = [top]
             else:
-                items = top.traverse(
-                    prune=lambda i, d: i.type == "tree" and (i.name in SKIP_DIRS or i.name.endswith(".egg-info"))
-                )
+                items = top.traverse(prune=self._prune)
             for item in items:
                 if item.type != "blob":
+                    continue
+                if not utf8(item.path):  # GitPython keeps undecodable bytes of a name as surrogates
+                    self.refused[shown(item.path)] = BAD_NAME
                     continue
                 if item.mode == LINK_MODE:
                     try:
@@ -198,6 +234,15 @@ class GitSource:
                     continue
                 self._blobs[item.path] = item
                 yield item.path, (item.size, item.hexsha)
+
+    def _prune(self, item, _depth) -> bool:
+        """Folders not descended: skipped ones, and those whose name is not UTF-8 (reported)."""
+        if item.type != "tree":
+            return False
+        if not utf8(item.name):
+            self.refused[shown(item.path)] = BAD_FOLDER
+            return True
+        return item.name in SKIP_DIRS or item.name.endswith(".egg-info")
 
     def _blob(self, relpath: str):
         blob = self._blobs.get(relpath)

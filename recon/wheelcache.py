@@ -10,6 +10,11 @@ honest without hashing 70 MB on every run:
 - a file whose stamp differs, a tree without a stamp, and ``recon cache verify`` get the full
   sha256 check. Files that still differ from RECORD (or are missing, or not in the wheel at all)
   are unpacked again from the wheel, and the caller is told which.
+
+Names in a wheel and in its RECORD are input, not trusted (see :mod:`recon.safepath`): a member
+whose name could land outside the tree makes the wheel damaged (nothing is written), and a RECORD
+row naming such a path is ignored with a note, so no check ever reads, rewrites or deletes a file
+outside the unpacked tree.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import hashlib
 import io
 import json
 import os
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from . import safepath
 from .cache import atomic_write_bytes
+from .links import inside
 
 STAMP = ".recon-unpacked.json"  # beside sglang/, outside what the indexer reads
 _SKIP_DIRS = {"__pycache__"}  # bytecode Python may have written: not the wheel's, never read
@@ -58,10 +66,18 @@ def _digest(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def _parse_record(text: str, version: str) -> dict[str, tuple[Optional[str], Optional[int]]]:
+def _parse_record(text: str, version: str, ignored: Optional[list] = None) -> dict[str, tuple[Optional[str], Optional[int]]]:
+    """RECORD rows of the members recon unpacks; rows whose path is not safe to join under the
+    tree are left out (and added to ``ignored`` as ``(row path, why)``)."""
     out = {}
     for row in csv.reader(io.StringIO(text)):
         if not row or not wanted(row[0], version):
+            continue
+        try:
+            safepath.clean(row[0])
+        except safepath.UnsafePath as e:
+            if ignored is not None:
+                ignored.append((row[0], str(e)))
             continue
         h = row[1] if len(row) > 1 and row[1] else None
         size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
@@ -69,24 +85,39 @@ def _parse_record(text: str, version: str) -> dict[str, tuple[Optional[str], Opt
     return out
 
 
-def _record_path(root: Path, version: str) -> Path:
-    return root / f"sglang-{version}.dist-info" / "RECORD"
-
-
-def record(root: Path, version: str) -> Optional[dict]:
+def record(root: Path, version: str, ignored: Optional[list] = None) -> Optional[dict]:
     """RECORD of the unpacked tree (path -> (sha256 field, size)), or None when it is gone."""
     try:
-        return _parse_record(_record_path(root, version).read_text("utf-8"), version)
+        text = _read(root, f"sglang-{version}.dist-info/RECORD").decode("utf-8")
+        return _parse_record(text, version, ignored)
     except (OSError, UnicodeDecodeError, csv.Error, ValueError):
         return None
 
 
+def _read(root: Path, rel: str) -> bytes:
+    """A file of the tree, never one outside it (a planted link is not followed out)."""
+    base = os.path.realpath(root)
+    return safepath.read_fd(safepath.open_in(base, rel, base))
+
+
 def _stat(p: Path) -> Optional[list]:
     try:
-        st = p.stat()
+        st = p.lstat()  # a link is not the wheel's file: its own size and time, never its target's
     except OSError:
         return None
     return [st.st_size, st.st_mtime_ns]
+
+
+def _note(msg: str) -> None:
+    sys.stderr.write(f"recon: {msg}\n")
+    sys.stderr.flush()
+
+
+def _note_ignored(where: str, ignored: list) -> None:
+    if ignored:
+        first, why = ignored[0]
+        more = f" (+{len(ignored) - 1} more)" if len(ignored) > 1 else ""
+        _note(f"{len(ignored)} RECORD row(s) of {where} name a path outside the tree and were ignored: {safepath.shown(first)!r} ({why}){more}")
 
 
 def _write_stamp(root: Path, paths) -> None:
@@ -104,8 +135,11 @@ def _read_stamp(root: Path) -> dict:
 def _extra_files(root: Path, rec: dict, version: str) -> list[str]:
     """Files in the unpacked tree that the wheel does not hold (they would be indexed as SGLang's)."""
     out = []
+    bound = os.path.realpath(root)
     for top in ("sglang", f"sglang-{version}.dist-info"):
         base = root / top
+        if not inside(base, bound):  # the folder itself links out: not ours to list
+            continue
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
             rel_dir = Path(dirpath).relative_to(root).as_posix()
@@ -119,7 +153,9 @@ def _extra_files(root: Path, rec: dict, version: str) -> list[str]:
 def check(root: Path, version: str, full: bool = False) -> Optional[Check]:
     """Compare the unpacked tree with RECORD: stats only where the stamp still matches (unless
     ``full``), sha256 elsewhere. None when RECORD itself is gone (the whole tree is suspect)."""
-    rec = record(root, version)
+    ignored: list = []
+    rec = record(root, version, ignored)
+    _note_ignored(f"the cached sglang=={version}", ignored)
     if not rec:
         return None
     stamp = {} if full else _read_stamp(root)
@@ -134,7 +170,11 @@ def check(root: Path, version: str, full: bool = False) -> Optional[Check]:
         if h is None:  # RECORD does not hash itself
             continue
         res.hashed += 1
-        data = (root / rel).read_bytes()
+        try:
+            data = _read(root, rel)
+        except OSError:  # a link, a pipe, or gone meanwhile: not the wheel's file
+            res.differ.append(rel)
+            continue
         if (size is not None and len(data) != size) or _digest(data) != h:
             res.differ.append(rel)
     res.extra = _extra_files(root, rec, version)
@@ -153,20 +193,31 @@ def unpack(wheel: Path, dest: Path, version: str, only: Optional[list[str]] = No
             rec_name = f"sglang-{version}.dist-info/RECORD"
             if rec_name not in names:
                 raise WheelDamaged(f"{wheel.name} has no {rec_name}")
-            rec = _parse_record(z.read(rec_name).decode("utf-8"), version)
+            for n in names:  # one unsafe name and the wheel is not used at all
+                try:
+                    safepath.clean(n)
+                except safepath.UnsafePath as e:
+                    raise WheelDamaged(f"{wheel.name} holds a member that would be written outside the tree: {safepath.shown(n)!r} ({e})") from None
+            ignored: list = []
+            rec = _parse_record(z.read(rec_name).decode("utf-8"), version, ignored)
+            _note_ignored(wheel.name, ignored)
             todo = names if only is None else [n for n in names if n in set(only)]
             for n in todo:
+                try:
+                    path = safepath.under(dest, n)  # a folder on the way swapped for a link: refused
+                except safepath.UnsafePath as e:
+                    raise WheelDamaged(f"{n} in {wheel.name} cannot be written under {dest} ({e})") from None
                 data = z.read(n)
                 h, size = rec.get(n, (None, None))
                 if h is not None and (_digest(data) != h or (size is not None and len(data) != size)):
                     raise WheelDamaged(f"{n} in {wheel.name} differs from the wheel's RECORD")
-                atomic_write_bytes(dest / n, data)  # a racing run sees the old file or the new one
-    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, ValueError) as e:
+                atomic_write_bytes(Path(path), data)  # a racing run sees the old file or the new one
+    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, ValueError, UnicodeDecodeError) as e:
         raise WheelDamaged(f"{wheel.name} is not a readable wheel ({e})") from None
     for extra in (set(only or ()) - set(names)):  # in the tree, not in the wheel: not SGLang's
         try:
-            (dest / extra).unlink()
-        except OSError:
+            safepath.unlink_in(dest, extra)  # by its folder's descriptor: never a file outside dest
+        except (OSError, safepath.UnsafePath):
             pass
     _write_stamp(dest, rec)
     return len(todo)
