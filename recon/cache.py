@@ -3,6 +3,11 @@
 Every file is written to a temporary name in the same folder and renamed into place
 (``os.replace`` is atomic), so a reader sees the old file or the new one, never a torn one.
 A cache file that cannot be read back is treated as missing and rebuilt.
+
+The cache is never needed for a right answer. A cache that cannot be written (a read-only folder,
+a full disk) turns into "no cache" with one warning line: nothing more is written, results and
+exit codes stay the same. Entries are signed (see :mod:`recon.cachekey`): one that does not verify
+is a miss, never unpickled.
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ import contextlib
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Optional
+
+from . import cachekey, safepath
 
 FORMAT = 3  # bump when the facts or graph layout changes: old entries are then ignored
 
@@ -39,11 +47,39 @@ def code_fingerprint(*modules: str) -> str:
     return fp
 
 
-def cache_dir() -> Path:
+def _root() -> Path:
     env = os.environ.get("RECON_CACHE_DIR")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "recon"
-    base.mkdir(parents=True, exist_ok=True)
+    return Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "recon"
+
+
+def cache_dir() -> Path:
+    base = _root()
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        disable(e, base)
     return base
+
+
+_DISABLED: list = []  # the reason, once writing to the cache failed in this process
+_IN_CHILD = [False]  # a write-behind child: its failures are silent (the answer is already out)
+
+
+def disable(err: OSError, where: Optional[Path] = None) -> None:
+    """Stop writing to the cache for the rest of this run; say so once, on stderr."""
+    if _DISABLED:
+        return
+    _DISABLED.append(err)
+    if _IN_CHILD[0]:
+        return
+    why = err.strerror or str(err)
+    where = where or Path(os.environ.get("RECON_CACHE_DIR") or "the cache")
+    sys.stderr.write(f"recon: the cache at {where} cannot be written ({why}): running without a cache; results are the same, only slower\n")
+    sys.stderr.flush()
+
+
+def disabled() -> bool:
+    return bool(_DISABLED)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -66,17 +102,50 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def save_entry(path: Path, data: bytes) -> None:
+    """Store a derived entry, signed. Never raises: a cache that cannot be written is no cache."""
+    if _DISABLED:
+        return
+    try:
+        path = Path(_entry(path, resolve=True))
+        atomic_write_bytes(path, cachekey.seal(data))
+    except safepath.UnsafePath:
+        return  # a folder of the cache swapped for a link out of it: that entry is not written
+    except OSError as e:
+        disable(e)
+
+
+def _entry(path, resolve: bool = False) -> str:
+    """``path`` when it names an entry inside the cache (with ``resolve``, also once every link on
+    the way is followed: a write never lands outside it); :class:`~recon.safepath.UnsafePath` else."""
+    root = os.path.abspath(_root())
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full, root)
+    return safepath.under(root, rel) if resolve else os.path.join(root, safepath.clean(rel))
+
+
+def load_entry(path) -> Optional[memoryview]:
+    """The body of the entry at ``path`` when its signature holds, else None (a miss)."""
+    try:
+        with open(_entry(path), "rb") as f:
+            blob = f.read()
+    except (OSError, safepath.UnsafePath):
+        return None
+    return cachekey.unseal(blob)  # read through a link or not, only recon's own signed bytes load
+
+
 def save_pickle(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, pickle.dumps((FORMAT, obj), protocol=pickle.HIGHEST_PROTOCOL))
+    save_entry(path, pickle.dumps((FORMAT, obj), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def load_pickle(path: Path) -> Optional[Any]:
-    """The object stored at ``path``, or None when missing, of another format, or corrupt."""
-    try:
-        with open(path, "rb") as f:
-            fmt, obj = pickle.load(f)
-    except FileNotFoundError:
+    """The object stored at ``path``, or None when missing, unsigned or tampered with (never
+    unpickled then), of another format, or corrupt."""
+    body = load_entry(path)
+    if body is None:
         return None
+    try:
+        fmt, obj = pickle.loads(body)
     except Exception:  # truncated, garbage, or from an incompatible recon: rebuild
         return None
     if fmt != FORMAT:
@@ -87,7 +156,13 @@ def load_pickle(path: Path) -> Optional[Any]:
 
 
 def _lock_file():
-    return open(cache_dir() / ".writer.lock", "a+b")
+    """The lock writers hold, or None when it cannot be opened (a read-only cache: no cache)."""
+    path = cache_dir() / ".writer.lock"
+    try:
+        return open(path, "a+b")
+    except OSError as e:
+        disable(e, path.parent)
+        return None
 
 
 def write_behind(jobs: list) -> None:
@@ -97,15 +172,21 @@ def write_behind(jobs: list) -> None:
     Readers call :func:`wait_for_writers` first. Without ``fork`` (or with
     ``RECON_SYNC_WRITES=1``) the writes happen here and now.
     """
+    if _DISABLED:
+        return
     if not hasattr(os, "fork") or os.environ.get("RECON_SYNC_WRITES") == "1":
         _write_all(jobs)
         return
     import fcntl
 
     lock = _lock_file()
+    if lock is None:
+        return
+    cachekey.key()  # read (or made) once here, not by the child after the answer
     fcntl.flock(lock, fcntl.LOCK_EX)  # taken before the fork: no reader slips in between
     pid = os.fork()
     if pid == 0:  # child: write, release, leave without running the parent's exit handlers
+        _IN_CHILD[0] = True
         code = 0
         try:
             _write_all(jobs)
@@ -121,15 +202,15 @@ _CHILDREN: list = []
 
 
 def _write_all(jobs: list) -> None:
+    """Each job's entry, signed; stops at the first that cannot be written (no cache from then)."""
     for path, obj in jobs:
         path = Path(path)
-        try:
-            if isinstance(obj, bytes):
-                atomic_write_bytes(path, obj)
-            else:
-                save_pickle(path, obj)
-        except OSError:
-            pass  # a full or read-only cache costs speed, not results; the other entries still go
+        if isinstance(obj, bytes):
+            save_entry(path, obj)
+        else:
+            save_pickle(path, obj)
+        if _DISABLED:
+            return
 
 
 def wait_for_writers() -> None:
@@ -144,7 +225,10 @@ def wait_for_writers() -> None:
         return
     import fcntl
 
-    with _lock_file() as lock:
+    lock = _lock_file()
+    if lock is None:  # nothing of ours writes to a cache we cannot lock; renames keep reads whole
+        return
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_SH)
         fcntl.flock(lock, fcntl.LOCK_UN)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Optional
 
-from .cache import atomic_write_bytes, cache_dir, load_pickle, write_behind
+from .cache import cache_dir, load_entry, load_pickle, save_entry, write_behind
 from .facts import FileFacts, from_plain, to_plain
 from .pyfacts import extract_plain, internal_error, module_name
 from .sources import MAX_BYTES, DirSource, file_kind, read_under
@@ -66,12 +66,10 @@ def load_facts_blob(digest: str) -> Optional[bytes]:
 
 
 def _read_blob(path) -> Optional[bytes]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+    data = load_entry(path)  # None unless signed with this user's key: marshal is not safe on forged data
+    if data is None or data[: len(_STORE_FORMAT)] != _STORE_FORMAT:
         return None
-    return data[len(_STORE_FORMAT) :] if data.startswith(_STORE_FORMAT) else None
+    return bytes(data[len(_STORE_FORMAT) :])
 
 
 def load_facts(digest: str) -> Optional[FileFacts]:
@@ -87,10 +85,7 @@ def load_facts(digest: str) -> Optional[FileFacts]:
 
 def store_facts(facts: FileFacts) -> bytes:
     blob = marshal.dumps(to_plain(facts))
-    try:
-        atomic_write_bytes(_facts_path(facts.digest), _STORE_FORMAT + blob)
-    except OSError:
-        pass  # a read-only or full cache costs speed, not results
+    save_entry(_facts_path(facts.digest), _STORE_FORMAT + blob)  # a read-only or full cache costs speed, not results
     return blob
 
 
