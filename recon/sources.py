@@ -87,10 +87,6 @@ class DirSource:
                     st = os.stat(top)
                     yield top[cut:].replace(os.sep, "/"), (st.st_size, st.st_mtime_ns)
                 continue
-            if os.path.lexists(top) and not os.path.isdir(top):  # a pipe or device named as a subfolder
-                with_kind = kind_of(os.stat(top).st_mode) or "not a regular file"
-                self.refused[sub] = not_regular(with_kind)
-                continue
             yield from self._walk(top, cut)
 
     def _walk(self, folder: str, cut: int) -> Iterator[tuple[str, tuple]]:

@@ -179,7 +179,10 @@ def check(root: Path, version: str, full: bool = False) -> Optional[Check]:
             res.differ.append(rel)
     res.extra = _extra_files(root, rec, version)
     if res.hashed and not res.differ:  # touched, not changed: remember the new times
-        _write_stamp(root, rec)
+        try:
+            _write_stamp(root, rec)
+        except OSError:
+            pass  # a read-only cache: the same files are hashed again next time, nothing else
     return res
 
 
