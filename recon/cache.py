@@ -127,9 +127,16 @@ def _entry(path, resolve: bool = False) -> str:
 def load_entry(path) -> Optional[memoryview]:
     """The body of the entry at ``path`` when its signature holds, else None (a miss)."""
     try:
-        with open(_entry(path), "rb") as f:
-            blob = f.read()
+        # the entry itself not a link, and never a pipe planted to make the read block
+        fd = os.open(_entry(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except (OSError, safepath.UnsafePath):
+        return None
+    try:
+        if safepath.kind_of(os.fstat(fd).st_mode) is not None:
+            os.close(fd)
+            return None
+        blob = safepath.read_fd(fd)
+    except OSError:
         return None
     return cachekey.unseal(blob)  # read through a link or not, only recon's own signed bytes load
 
@@ -158,8 +165,9 @@ def load_pickle(path: Path) -> Optional[Any]:
 def _lock_file():
     """The lock writers hold, or None when it cannot be opened (a read-only cache: no cache)."""
     path = cache_dir() / ".writer.lock"
-    try:
-        return open(path, "a+b")
+    try:  # not through a link planted in its place (it would create a file where it points)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+        return os.fdopen(fd, "a+b")
     except OSError as e:
         disable(e, path.parent)
         return None

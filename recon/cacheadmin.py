@@ -25,7 +25,9 @@ class Area:
 
 
 def _files(folder: Path):
-    for dirpath, _dirs, names in os.walk(folder):
+    if folder.is_symlink():  # an area swapped for a link: what it points to is not the cache's
+        return
+    for dirpath, _dirs, names in os.walk(folder):  # links below are listed, never followed
         for n in names:
             yield Path(dirpath) / n
 
@@ -71,6 +73,8 @@ def prune(root: Path, older_than_days: float, everything: bool = False, wheels: 
 
 
 def _remove_empty_dirs(folder: Path) -> None:
+    if folder.is_symlink():
+        return
     for dirpath, _dirs, _names in sorted(os.walk(folder), key=lambda t: -len(t[0])):
         if Path(dirpath) != folder:
             try:

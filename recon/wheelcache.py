@@ -127,7 +127,7 @@ def _write_stamp(root: Path, paths) -> None:
 
 def _read_stamp(root: Path) -> dict:
     try:
-        return json.loads((root / STAMP).read_bytes())
+        return json.loads(_read(root, STAMP))
     except (OSError, ValueError):
         return {}
 

@@ -497,3 +497,25 @@ def test_the_key_is_made_private_outside_the_cache(tmp_path, monkeypatch, capsys
     path.chmod(0o644)  # others could read it and sign entries: not used
     monkeypatch.setattr(cachekey, "_key", None)
     assert cachekey.key() != k and "no usable cache key" in capsys.readouterr().err
+
+
+def test_prune_never_deletes_through_an_area_that_links_out(own_cache, tmp_path):
+    from recon.cacheadmin import prune
+
+    out = tmp_path / "precious"
+    (out / "sub").mkdir(parents=True)
+    (out / "sub" / "data.txt").write_text("keep")
+    (own_cache / "graph").symlink_to(out, target_is_directory=True)  # planted by whoever shares the cache
+    gone = prune(own_cache, 0, everything=True, wheels=True)
+    assert (out / "sub" / "data.txt").read_text() == "keep" and gone.files == 0
+
+
+def test_a_pipe_planted_as_a_cache_entry_or_lock_does_not_block(own_cache, tmp_path):
+    p = own_cache / "findings" / "x.pkl"
+    p.parent.mkdir(parents=True)
+    os.mkfifo(p)
+    assert cache.load_pickle(p) is None  # opened non-blocking, refused by fstat
+    elsewhere = tmp_path / "created-by-lock"
+    (own_cache / ".writer.lock").symlink_to(elsewhere)
+    cache.wait_for_writers()  # the lock is not followed out of the cache: no cache, one line
+    assert not elsewhere.exists() and cache.disabled()
