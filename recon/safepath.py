@@ -122,6 +122,50 @@ def _open_dir(path: str) -> int:
     return fd
 
 
+_ROOT_FDS: dict = {}  # real root -> (fd, (st_dev, st_ino)): the few roots a run reads, opened once
+_MAX_ROOT_FDS = 8
+
+
+def _root_fd(root: str) -> int:
+    """A descriptor of the folder ``root`` (a real path the user named: its own components are
+    not the target's), kept open while it is still the folder at that path."""
+    st = os.stat(root)
+    hit = _ROOT_FDS.get(root)
+    if hit is not None:
+        if hit[1] == (st.st_dev, st.st_ino):
+            return hit[0]
+        os.close(hit[0])  # replaced meanwhile (a wheel unpacked again): open the new one
+        del _ROOT_FDS[root]
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fst = os.fstat(fd)
+    if len(_ROOT_FDS) >= _MAX_ROOT_FDS:
+        old = next(iter(_ROOT_FDS))
+        os.close(_ROOT_FDS.pop(old)[0])
+    _ROOT_FDS[root] = (fd, (fst.st_dev, fst.st_ino))
+    return fd
+
+
+def _open_at(top: int, rel: str) -> int:
+    """``rel`` (clean) below the folder ``top``, no component followed as a link, regular only."""
+    parts = rel.split("/")
+    dfd = top
+    try:
+        for part in parts[:-1]:
+            nfd = os.open(part, _DIR_FLAGS, dir_fd=dfd)
+            if dfd != top:
+                os.close(dfd)
+            dfd = nfd
+        fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=dfd)
+    finally:
+        if dfd != top:
+            os.close(dfd)
+    what = kind_of(os.fstat(fd).st_mode)
+    if what is not None:
+        os.close(fd)
+        raise OSError(errno.EINVAL, not_regular(what), rel)
+    return fd
+
+
 def open_regular(path: str) -> int:
     """A read-only descriptor of the regular file at ``path`` (absolute, normal), opened one
     component at a time so that no component is a link: the file opened is the file at this very
@@ -157,7 +201,7 @@ def open_in(root: str, rel: str, bound: str) -> int:
     full = os.path.join(root, rel)
     try:
         if inside_real(full, bound):
-            return open_regular(full)
+            return _open_at(_root_fd(root), rel)
     except OSError as e:
         if e.errno != errno.ELOOP:
             raise
