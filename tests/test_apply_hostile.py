@@ -16,8 +16,6 @@ from recon.apply.swap import WRAPPER
 from recon.apply.vcs import BRANCH, TRAILER
 from tests.test_apply import BUNDLE, DISPATCH, _drop_tmp_graph_caches, base_repo, checkout, cli, snapshot  # noqa: F401
 
-pytestmark = pytest.mark.network
-
 COMMON = "sglang/srt/utils/common.py"
 ARGS = "sglang/srt/server_args.py"
 
@@ -272,3 +270,18 @@ def test_linked_worktree_whose_git_is_a_file(checkout, tmp_path):
     res = cli("--path", linked, "--revert", "--force")
     assert res.exit_code == 0, res.output
     assert state(linked) == linked_before and state(checkout) == main_before
+
+
+def test_a_bare_repository_is_refused_in_one_line(tmp_path):
+    src = git.Repo.init(tmp_path / "src", initial_branch="main")
+    (tmp_path / "src/README").write_bytes(b"x\n")
+    src.git.add("-A")
+    src.index.commit("base")
+    bare = tmp_path / "bare.git"
+    git.Repo.clone_from(tmp_path / "src", bare, bare=True)
+    refs = sorted(p.relative_to(bare).as_posix() for p in bare.rglob("*"))
+    for args in ([], ["--force"], ["--revert"]):
+        res = cli("--path", bare, *args)
+        assert res.exit_code == 2, res.output
+        assert "bare git repository" in one_line(res)
+    assert sorted(p.relative_to(bare).as_posix() for p in bare.rglob("*")) == refs

@@ -34,9 +34,12 @@ class GitRefused(ReconError):
 
 def open_repo(path: Path) -> Optional[git.Repo]:
     try:
-        return git.Repo(path, search_parent_directories=True)
+        repo = git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
+    if repo.bare or repo.working_tree_dir is None:
+        raise GitRefused(f"{path} is a bare git repository (no work tree to change): run recon apply in a checkout of it")
+    return repo
 
 
 def repo_rel(repo: git.Repo, path: Path) -> str:
