@@ -285,3 +285,21 @@ def test_a_bare_repository_is_refused_in_one_line(tmp_path):
         assert res.exit_code == 2, res.output
         assert "bare git repository" in one_line(res)
     assert sorted(p.relative_to(bare).as_posix() for p in bare.rglob("*")) == refs
+
+
+def test_a_rebase_stopped_half_way_is_refused_and_left_as_it_is(checkout):
+    """`git rebase -x false` stops with a clean work tree: apply would make its branch mid-rebase."""
+    repo = git.Repo(checkout)
+    _commit(repo, "NOTES.txt", b"one\n", "one")
+    _commit(repo, "NOTES.txt", b"two\n", "two")
+    with pytest.raises(git.GitCommandError):
+        repo.git.rebase("-x", "false", "HEAD~1")
+    assert (Path(repo.git_dir) / "rebase-merge").is_dir() and not repo.is_dirty(untracked_files=True)
+    before = state(checkout)
+    todo = sorted(p.name for p in (Path(repo.git_dir) / "rebase-merge").iterdir())
+    for args in ([], ["--force"], ["--revert"]):
+        res = cli("--path", checkout, *args)
+        assert res.exit_code == 2, (args, res.output)
+        assert "a rebase is in progress" in one_line(res)
+        assert state(checkout) == before and [h.name for h in repo.heads] == ["main"]
+    assert sorted(p.name for p in (Path(repo.git_dir) / "rebase-merge").iterdir()) == todo

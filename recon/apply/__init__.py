@@ -189,6 +189,8 @@ def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool
     if repo is None and not no_git and not dry_run:
         raise vcs.GitRefused(f"{path} is not in a git repository: recon apply makes its change on a branch so it can be taken out again; "
                              "run `git init && git add -A && git commit -m base` there, or pass --no-git to write the files only (undo with --no-git --revert)")
+    if repo is not None and not dry_run:
+        vcs.refuse_in_progress(repo)
     if revert:
         if dry_run:
             raise ReconError("--dry-run and --revert together: a revert writes only what apply wrote; run --revert alone")

@@ -42,6 +42,21 @@ def open_repo(path: Path) -> Optional[git.Repo]:
     return repo
 
 
+# what git leaves in the (per-worktree) git directory while an operation waits for the user
+_IN_PROGRESS = {"rebase-merge": "a rebase", "rebase-apply": "a rebase or `git am`", "MERGE_HEAD": "a merge",
+                "CHERRY_PICK_HEAD": "a cherry-pick", "REVERT_HEAD": "a revert", "sequencer": "a cherry-pick or revert",
+                "BISECT_LOG": "a bisect"}
+
+
+def refuse_in_progress(repo: git.Repo) -> None:
+    """A branch made, or a branch left, in the middle of the user's own rebase, merge or bisect
+    would be mixed into it: refused, whatever the work tree looks like."""
+    gd = Path(repo.git_dir)
+    what = next((w for name, w in _IN_PROGRESS.items() if (gd / name).exists()), None)
+    if what:
+        raise GitRefused(f"{what} is in progress in {repo.working_tree_dir}: finish or abort it first (`git status` says how); nothing was changed")
+
+
 def repo_rel(repo: git.Repo, path: Path) -> str:
     return Path(path).resolve().relative_to(Path(repo.working_tree_dir).resolve()).as_posix()
 
@@ -132,8 +147,9 @@ def stashed(repo: git.Repo, force: bool, touching: list[str]) -> Iterator[Saved]
         repo.git.stash("push", "--include-untracked", "-m", f"{token}: your uncommitted work (recon apply restores it automatically)")
     except git.GitCommandError as e:
         mine = [s for s, subj in stash_entries(repo) if s not in before and token in subj]
-        kept = f"; what git saved is in the stash {mine[0][:10]} (`git stash apply --index {mine[0][:10]}`)" if mine else ""
-        raise GitRefused(f"git could not stash your uncommitted changes ({_last_line(e)}); recon changed nothing{kept}") from None
+        kept = (f"git stopped part-way: what it saved is in the stash {mine[0][:10]} (`git stash apply --index {mine[0][:10]}`)"
+                if mine else "recon changed nothing")
+        raise GitRefused(f"git could not stash your uncommitted changes ({_last_line(e)}); {kept}") from None
     mine = [s for s, subj in stash_entries(repo) if s not in before and token in subj]
     saved = Saved(dirty, mine[0] if mine else None, dirty_paths(repo))
     try:
