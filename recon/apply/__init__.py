@@ -164,6 +164,17 @@ def _unapply_files(tree) -> list[str]:
     return done
 
 
+def _saved_lines(saved: vcs.Saved) -> list[str]:
+    """What happened to the user's uncommitted work, said only for what did happen."""
+    out = []
+    if saved.stash:
+        out.append(f"your uncommitted changes were stashed and restored ({saved.stashed} paths)")
+    if saved.left:
+        out.append(f"left in place, untouched ({', '.join(saved.left[:5])}{' …' if len(saved.left) > 5 else ''}): "
+                   "git does not stash a submodule's own changes, and recon's change does not go there")
+    return out
+
+
 def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool = False,
         force: bool = False, no_git: bool = False, server_args: Optional[str] = None, env: Optional[list] = None) -> Outcome:
     """The whole command: refusals first, then the change (or its removal)."""
@@ -178,21 +189,28 @@ def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool
     if repo is None and not no_git and not dry_run:
         raise vcs.GitRefused(f"{path} is not in a git repository: recon apply makes its change on a branch so it can be taken out again; "
                              "run `git init && git add -A && git commit -m base` there, or pass --no-git to write the files only (undo with --no-git --revert)")
+    if repo is not None and not dry_run:
+        vcs.refuse_in_progress(repo)
     if revert:
         if dry_run:
             raise ReconError("--dry-run and --revert together: a revert writes only what apply wrote; run --revert alone")
         if no_git:
             tree = _load(path)
             return Outcome("reverted", ["removed recon apply's change: " + ", ".join(_unapply_files(tree))])
+        rp = vcs.plan_revert(repo)  # every refusal first: nothing is touched when one is made
+        root = Path(repo.working_tree_dir)
+        vcs.check_dirty(repo, force, rp.touching, frozenset(f.relative_to(root).as_posix() for f in vcs.bytecode_of(repo)))
         vcs.drop_bytecode(repo)  # apply's own bytecode is not the user's uncommitted work
-        with vcs.stashed(repo, force, []) as saved:
-            what = vcs.revert(repo)
-        return Outcome("reverted", [what] + ([f"your uncommitted changes were stashed and restored ({len(saved)} paths)"] if saved else []))
+        with vcs.stashed(repo, force, rp.touching) as saved:
+            what = vcs.revert(repo, rp)
+        return Outcome("reverted", [what] + _saved_lines(saved))
 
     if repo is not None and not dry_run and not force:
         vcs.refuse_dirty(repo)  # at once, not after seconds of analysis
     if repo is not None and vcs.has_branch(repo):
         c = vcs.apply_commit(repo)
+        if c is None:
+            raise vcs.foreign_branch(repo)
         here = "you are on it" if vcs.current_branch(repo) == vcs.BRANCH else f"`git checkout {vcs.BRANCH}` to use it"
         return Outcome("already-applied", [f"already applied: branch {vcs.BRANCH} exists (commit {c.hexsha[:10] if c else '?'}); {here}, "
                                            "or `recon apply --revert` to take it out. Nothing changed."])
@@ -227,6 +245,5 @@ def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool
     lines = head + [f"committed {c.hexsha[:10]} on new branch {vcs.BRANCH} (from {base or 'detached HEAD'}), now checked out; "
                     f"{base or 'your branch'} is unchanged",
                     f"{codemod.ENV_VAR}=0 switches back at run time; `recon apply --revert` returns to {base or 'where you were'}"]
-    if saved:
-        lines.append(f"your uncommitted changes were stashed and restored ({len(saved)} paths)")
+    lines += _saved_lines(saved)
     return Outcome("applied", lines, plan=p, commit=c.hexsha)
