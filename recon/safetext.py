@@ -17,6 +17,9 @@ import re
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff\ufffe\uffff]")
 
 
+_UNSAFE_ABOVE_C0 = re.compile(_UNSAFE.pattern.replace("\x00-\x1f", "", 1))
+
+
 def _escape(m: re.Match) -> str:
     o = ord(m.group())
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
@@ -40,7 +43,7 @@ def terminal(s, lines: bool = False) -> str:
 def json_text(text: str) -> str:
     """JSON written with ``ensure_ascii=False``, its C1, bidi and invisible characters as ``\\u``
     escapes (JSON escapes C0 itself): the same document, inert when shown."""
-    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _UNSAFE_ABOVE_C0.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # C0 outside strings is its layout
 
 
 # --- Markdown ---------------------------------------------------------------------------------
