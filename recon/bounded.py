@@ -14,10 +14,125 @@ import re
 
 MAX_INT_BITS = 256  # a shape, a grid, a capability: far below this
 MAX_LEN = 1 << 16  # a string, list or tuple an evaluator builds
+# what the text of any value an evaluator holds may take (an estimate of ``len(repr(v))``, every
+# reference counted where it occurs: ``["a" * 65536] * 65536`` is 4 GB of text, not 65537 objects)
+MAX_SIZE = 1 << 18
+MAX_DEPTH = 32  # containers in containers: a gate's tables nest two or three deep
 
 
 class TooLarge(ArithmeticError):
     pass
+
+
+# id -> (the value, kept so its id stays its own; its length; its size). The evaluators never
+# change a value they hold in place; the length is a guard against a list grown elsewhere.
+_REMEMBERED: dict[int, tuple[object, int, int]] = {}
+_REMEMBER_AT = 256  # containers this long keep their size: re-walking them per operation is the cost
+_REMEMBER_MAX = 64
+
+
+def size(v, limit: int = MAX_SIZE) -> int:
+    """An upper estimate of the text ``repr(v)`` would build (escapes aside), counting a shared
+    element at every place it occurs; :class:`TooLarge` as soon as it passes ``limit``, so the
+    walk itself visits at most about ``limit / 2`` places."""
+    return _size(v, limit, 0, {})
+
+
+def _size(v, limit, depth, memo) -> int:
+    if isinstance(v, (str, bytes, bytearray)):
+        n = len(v) + 3
+    elif isinstance(v, bool) or v is None:
+        return 5
+    elif isinstance(v, int):
+        n = v.bit_length() * 3 // 10 + 3
+    elif isinstance(v, (float, complex)):
+        return 48
+    elif isinstance(v, (list, tuple, set, frozenset, dict)):
+        key = id(v)
+        if key in memo:
+            n = memo[key]
+        elif (hit := _REMEMBERED.get(key)) is not None and hit[0] is v and hit[1] == len(v):
+            n = hit[2]
+        else:
+            if depth >= MAX_DEPTH:
+                raise TooLarge("nested too deep")
+            n = 2
+            for e in (v.items() if isinstance(v, dict) else v):
+                n += _size(e, limit, depth + 1, memo) + 2
+                if n > limit:
+                    raise TooLarge("value too large")
+            memo[key] = n
+            if len(v) >= _REMEMBER_AT:
+                if len(_REMEMBERED) >= _REMEMBER_MAX:
+                    _REMEMBERED.pop(next(iter(_REMEMBERED)))
+                _REMEMBERED[key] = (v, len(v), n)
+    else:
+        return 64  # one of the engine's own values (a reference, an enum member): its repr is a name
+    if n > limit:
+        raise TooLarge("value too large")
+    return n
+
+
+def check(v):
+    """``v`` itself when its size is within :data:`MAX_SIZE`, else :class:`TooLarge`."""
+    size(v)
+    return v
+
+
+def build(kind, items):
+    """``kind(items)`` (tuple, list, set, frozenset) of values already held, refused before it is
+    built when their sizes add up past :data:`MAX_SIZE` (``(x, x, x, x)`` of a large ``x``)."""
+    items = items if isinstance(items, (list, tuple)) else list(items)
+    total = 2
+    for e in items:
+        total += size(e) + 2
+        if total > MAX_SIZE:
+            raise TooLarge("value too large")
+    return kind(items)
+
+
+def build_dict(pairs):
+    """A dict of (key, value) pairs, bounded as :func:`build`."""
+    pairs = list(pairs)
+    build(tuple, pairs)
+    return dict(pairs)
+
+
+def text(fn, *args):
+    """``str(x)`` / ``repr(x)`` / ``format(x)`` of a value, refused before it is built when the value's
+    text would pass :data:`MAX_SIZE` (``str(["a" * 65536] * 65536)``)."""
+    for a in args:
+        size(a)
+    return fn(*args)
+
+
+def str_(*args, **kwargs):
+    """The builtin ``str`` for an evaluator: the text of a held value, bounded (:func:`text`)."""
+    if kwargs or len(args) > 1:  # str(b, "utf-8"): a decode, as long as its input
+        size(args[0]) if args else None
+        return str(*args, **kwargs)
+    return text(str, *args) if args else ""
+
+
+def join(sep: str, items) -> str:
+    """``sep.join(items)``, bounded before it is built."""
+    items = list(items)
+    total = size(sep) * len(items) + size(items)
+    if total > MAX_SIZE:
+        raise TooLarge("join too long")
+    return sep.join(items)
+
+
+def copy(kind):
+    """A container constructor (``list``, ``tuple``, ``set``, ``sorted``...) for an evaluator: the
+    copy of a held value is as large as it, except a string spread into one-character strings
+    (each a separate text, six times its one character) and a lazy ``map``, measured as it is built."""
+    def make(*args, **kwargs):
+        if args and isinstance(args[0], (str, bytes)) and 6 * len(args[0]) > MAX_SIZE:
+            raise TooLarge("value too large")
+        return check(kind(*args, **kwargs))
+    make.__name__ = getattr(kind, "__name__", "copy")
+    return make
 
 
 def _bits(v) -> int:
@@ -28,6 +143,10 @@ def _seq_len(v) -> int:
     return len(v) if isinstance(v, (str, bytes, list, tuple)) else 0
 
 
+def _sized(v) -> bool:
+    return isinstance(v, (str, bytes, list, tuple, set, frozenset, dict))
+
+
 def mul(a, b):
     if isinstance(a, int) and isinstance(b, int):
         if _bits(a) + _bits(b) > MAX_INT_BITS:
@@ -36,12 +155,16 @@ def mul(a, b):
         n, seq = (a, b) if isinstance(a, int) else (b, a)
         if _seq_len(seq) * max(n, 0) > MAX_LEN:
             raise TooLarge("repetition too long")
+        if _sized(seq) and size(seq) * max(n, 0) > MAX_SIZE:  # the elements count at every repetition
+            raise TooLarge("repetition too large")
     return a * b
 
 
 def add(a, b):
     if _seq_len(a) + _seq_len(b) > MAX_LEN:
         raise TooLarge("concatenation too long")
+    if _sized(a) and _sized(b) and size(a) + size(b) > MAX_SIZE:
+        raise TooLarge("concatenation too large")
     return a + b
 
 
@@ -61,8 +184,12 @@ _WIDE_FORMAT = re.compile(r"%[-+ #0]*(\*|\d{4,})|%[-+ #0]*\d*\.(\*|\d{4,})")
 
 
 def mod(a, b):
-    if isinstance(a, (str, bytes)) and _WIDE_FORMAT.search(a if isinstance(a, str) else a.decode("latin-1")):
-        raise TooLarge("string format too wide")  # "%0999999999d" % 1 builds a gigabyte
+    if isinstance(a, (str, bytes)):
+        if _WIDE_FORMAT.search(a if isinstance(a, str) else a.decode("latin-1")):
+            raise TooLarge("string format too wide")  # "%0999999999d" % 1 builds a gigabyte
+        # each conversion is at most its argument's text or a width of three digits
+        if size(a) + size(b) + 1000 * a.count("%" if isinstance(a, str) else b"%") > MAX_SIZE:
+            raise TooLarge("string format too large")
     return a % b
 
 

@@ -16,7 +16,7 @@ from typing import Optional
 import typer
 import typer.core
 from rich.console import Console
-from rich.markup import escape as esc
+from .safetext import inert, terminal as esc  # Rich markup and control characters from the tree shown as text
 from rich.table import Table
 
 from . import __version__, notanalyzed, progress
@@ -101,7 +101,7 @@ def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str],
     tree = load(target)  # its phases (index, graph) report through recon.progress
     line = notanalyzed.summary_line(notanalyzed.entries(tree))
     if line:  # even when quiet: what a shared output does not cover is never silent
-        err.print(line, style="yellow", markup=False, highlight=False)
+        err.print(inert(line), style="yellow", markup=False, highlight=False)
     return tree
 
 
@@ -169,8 +169,8 @@ SymbolArg = typer.Argument(..., metavar="SYMBOL", help="A qualified name, Class.
 
 
 def _lines(lines: list[str]) -> None:
-    for line in lines:  # plain text: names and paths from code are never Rich markup
-        out.print(line, markup=False, highlight=False)
+    for line in lines:  # plain text: names and paths from code are never Rich markup nor terminal controls
+        out.print(inert(line), markup=False, highlight=False)
 
 
 def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
@@ -197,7 +197,7 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
             _print_json({"error": "ambiguous", "candidates": e.candidates})
         else:
             for line in ambiguous(e.name, e.candidates):
-                err.print(line, markup=False, highlight=False)
+                err.print(inert(line), markup=False, highlight=False)
         raise typer.Exit(e.exit_code)
     except ReconError as e:
         _fail(e)
@@ -388,14 +388,14 @@ def rules_show(rule_id: str = typer.Argument(..., metavar="ID", help="A rule id 
         _fail(e)
     out.print(f"[bold]{esc(r.id)}[/bold] — {esc(r.title)}  ({esc(r.severity)}, {esc(r.category)})", highlight=False)
     for head, body in (("What it finds", r.finds), ("Why it costs", r.why), ("How to fix", r.fix)):
-        out.print(f"\n[bold]{head}[/bold]\n{esc(str(body))}", highlight=False)
+        out.print(f"\n[bold]{head}[/bold]\n{esc(str(body), lines=True)}", highlight=False)
     from .checks import params_dict
 
     out.print(f"\n[bold]Check[/bold] {esc(r.check)}  params: {esc(json.dumps(params_dict(r.params), sort_keys=True))}", highlight=False)
     for kind in ("positive", "negative"):
         for ex in r.examples.get(kind, []):
             text = "\n".join(f"# {k}\n{v}" for k, v in ex.files.items())
-            out.print(f"\n[bold]{kind} example[/bold]\n{esc(text.rstrip())}", highlight=False)
+            out.print(f"\n[bold]{kind} example[/bold]\n{esc(text.rstrip(), lines=True)}", highlight=False)
             for e in ex.expect:
                 out.print(f"expect: {esc(e.path)}:{e.line} — {esc(e.message)}", highlight=False)
     out.print(f"\n[dim]{esc(str(r.source))}[/dim]", highlight=False)
@@ -496,7 +496,7 @@ def apply_cmd(
     if result.diff:
         sys.stdout.write(result.diff)
     for line in result.lines:
-        out.print(line, highlight=False, markup=False)
+        out.print(inert(line), highlight=False, markup=False)
     if result.status == "already-applied":
         raise typer.Exit(NOTHING)  # nothing to do
 
@@ -562,7 +562,7 @@ def run(args: Optional[list[str]] = None) -> int:
 
         progress.stop()
         tb = traceback.extract_tb(e.__traceback__)[-1]
-        err.print(f"error: recon crashed: {type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno}); please report it",
+        err.print(f"error: recon crashed: {type(e).__name__}: {inert(e)} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno}); please report it",
                   markup=False, highlight=False, style="red")
         return CRASHED
     finally:

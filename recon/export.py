@@ -9,6 +9,7 @@ from typing import Optional
 
 import networkx as nx
 
+from . import safetext
 from .query import DYNAMIC_KINDS, find
 
 FORMATS = ("graphml", "json", "dot", "mermaid")
@@ -42,16 +43,19 @@ def subgraph(G: nx.MultiDiGraph, root: Optional[str], depth: int, dynamic: bool 
     return H
 
 
-def _flat(attrs: dict) -> dict:
-    """GraphML takes scalars only: tuples become comma-joined text."""
+def _flat(attrs: dict, text=str) -> dict:
+    """GraphML takes scalars only: tuples become comma-joined text; ``text`` makes each string
+    fit the output (:func:`recon.safetext.xml` for GraphML)."""
     out = {}
     for k, v in attrs.items():
-        if isinstance(v, _SCALAR):
-            out[k] = v
+        if isinstance(v, str):
+            out[text(k)] = text(v)
+        elif isinstance(v, _SCALAR):
+            out[text(k)] = v
         elif isinstance(v, (tuple, list)):
-            out[k] = ", ".join("=".join(map(str, x)) if isinstance(x, tuple) else str(x) for x in v)
+            out[text(k)] = text(", ".join("=".join(map(str, x)) if isinstance(x, tuple) else str(x) for x in v))
         elif v is not None:
-            out[k] = str(v)
+            out[text(k)] = text(str(v))
     return out
 
 
@@ -61,10 +65,11 @@ def _sorted_edges(H):
 
 def to_graphml(H: nx.MultiDiGraph) -> str:
     F = nx.MultiDiGraph()
+    x = safetext.xml  # a name from the tree may hold characters XML 1.0 cannot
     for n in sorted(H.nodes):
-        F.add_node(n, **_flat(H.nodes[n]))
+        F.add_node(x(n), **_flat(H.nodes[n], x))
     for u, v, k, e in _sorted_edges(H):
-        F.add_edge(u, v, key=k, **_flat(e))
+        F.add_edge(x(u), x(v), key=x(k) if isinstance(k, str) else k, **_flat(e, x))
     buf = io.BytesIO()
     nx.write_graphml(F, buf)
     return buf.getvalue().decode("utf-8")
@@ -76,9 +81,7 @@ def to_json(H: nx.MultiDiGraph) -> str:
     return json.dumps({"directed": True, "multigraph": True, "nodes": nodes, "edges": edges}, indent=1, sort_keys=True)
 
 
-def _q(s: str) -> str:
-    """A DOT string; a newline becomes DOT's own ``\\n`` escape, so labels break where they should."""
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+_q = safetext.dot_string  # quoted, controls escaped: a name cannot end the string or add a statement
 
 
 def _labels(H: nx.MultiDiGraph) -> dict[str, str]:
@@ -105,8 +108,8 @@ def to_dot(H: nx.MultiDiGraph) -> str:
     names = _labels(H)
     for n in sorted(H.nodes):
         d = H.nodes[n]
-        label = f"{names[n]}\n{d.get('path', '')}:{d.get('line', '')}"
-        lines.append(f"  {_q(n)} [label={_q(label)} shape={_DOT_SHAPE.get(d.get('kind'), 'ellipse')}];")
+        label = safetext.dot_label([names[n], f"{d.get('path', '')}:{d.get('line', '')}"])
+        lines.append(f"  {_q(n)} [label={label} shape={_DOT_SHAPE.get(d.get('kind'), 'ellipse')}];")
     for u, v, _, e in _sorted_edges(H):
         style = " style=dashed" if e["kind"] == "calls_dynamic" else ""
         lines.append(f"  {_q(u)} -> {_q(v)} [label={_q(e['kind'] + ' @' + str(e.get('line', '')))}{style}];")
@@ -124,7 +127,7 @@ def to_mermaid(H: nx.MultiDiGraph) -> str:
     lines = ["flowchart LR"]
     for n, i in ids.items():
         d = H.nodes[n]
-        label = f"{names[n]}<br/>{d.get('path', '')}:{d.get('line', '')}".replace('"', "'")
+        label = f"{safetext.mermaid_label(names[n])}<br/>{safetext.mermaid_label(d.get('path', ''))}:{safetext.mermaid_label(d.get('line', ''))}"
         shape = ('[["', '"]]') if d.get("kind") in ("triton_kernel", "native_op") else ('["', '"]')
         lines.append(f"  {i}{shape[0]}{label}{shape[1]}")
     # one arrow per (caller, callee, kind): several call sites say how many, not one arrow each

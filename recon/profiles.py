@@ -130,10 +130,15 @@ def _read_mapping(path: Path) -> dict:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"{path}: cannot be read: {e}") from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise ProfileError(f"{path}: is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None
+        raise ProfileError(f"{path}: is not valid {kind}: {str(e).splitlines()[0]}") from None
+    except RecursionError:  # [[[[... 100,000 deep: no profile or config.json nests like that
+        raise ProfileError(f"{path}: is not valid {kind}: nested too deeply") from None
+    except ValueError as e:  # an integer past Python's 4300-digit limit for decimal text
+        raise ProfileError(f"{path}: is not valid {kind}: an integer of more than 4300 digits") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a profile must hold a mapping, found {type(data).__name__}")
     return data
@@ -198,6 +203,12 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
     if unknown:
         f._bad("block_scaled_formats", f"has unknown format(s) {unknown} (known: {', '.join(sorted(FORMAT_GROUP))})")
     cuda = f.pair("cuda_version", required=vendor == "nvidia")
+    for k, v in (("compute_capability", cc[0]), ("compute_capability", cc[1])):
+        _bounded_int(where, k, v, 0, 999)
+    _bounded_int(where, "sm_count", sm_count, 1, 1 << 14)  # the largest GPU of 2026 has 160 SMs
+    for k, v in (("smem_per_block_kb", smem), ("mem_bandwidth_tbs", bw)):
+        if not 0 < v < 1e6:  # also refuses NaN and infinity
+            f._bad(k, f"must be a positive number below 1e6, not {v!r}")
     return DeviceProfile(
         name=name,
         short=f.get("short", str, required=False, default="") or re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-"),
@@ -209,7 +220,7 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
         mem_bandwidth_tbs=bw,
         block_scaled_formats=formats,
         cuda_version=cuda,
-        bf16_tflops=f.get("bf16_tflops", float),
+        bf16_tflops=_positive(f, "bf16_tflops"),
         arch=f.get("arch", str, required=False, default=""),
         fp8=f.get("fp8", bool, required=False, default=False),
         rocm_version=f.pair("rocm_version", required=False),
@@ -218,9 +229,76 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
     )
 
 
+# The largest each size may be: well beyond any released model (the largest known in 2026: 384
+# routed experts, top-k 16, hidden 16,384, MoE intermediate 53,248, 126 layers, 128 query heads),
+# and small enough that every product recon forms of them stays an ordinary number. A config past
+# one is refused with the field named rather than analyzed as a model that cannot exist.
+MAX_SIZES = {"num_experts": 1 << 16, "top_k": 1 << 10, "hidden_size": 1 << 20, "moe_intermediate_size": 1 << 20,
+             "num_layers": 1 << 12, "num_moe_layers": 1 << 12, "expert_group_size": 1 << 16, "num_attention_heads": 1 << 14}
+# config.json keys recon computes with besides those (shapes of the attention and shared-expert
+# linears, the KV cache): each, when present, an integer from its least to MAX_DIM
+MAX_DIM = 1 << 20
+HF_DIMS = {"num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 1, "q_lora_rank": 0, "kv_lora_rank": 0,
+           "o_lora_rank": 0, "o_groups": 1, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 1,
+           "n_shared_experts": 0, "first_k_dense_replace": 0, "sliding_window": 0, "intermediate_size": 1,
+           "moe_intermediate_size": 1, "n_routed_experts": 1, "num_local_experts": 1, "num_experts": 1,
+           "num_experts_per_tok": 1, "experts_per_token": 1, "num_experts_per_token": 1, "num_hidden_layers": 1,
+           "hidden_size": 1}
+
+_HF_FIELD = {"num_hidden_layers": "num_layers", "n_routed_experts": "num_experts", "num_local_experts": "num_experts",
+             "num_experts_per_tok": "top_k", "experts_per_token": "top_k", "num_experts_per_token": "top_k",
+             "intermediate_size": "moe_intermediate_size"}  # config.json key -> the profile field it fills
+
+
+def _bounded_int(where: str, key: str, v, least: int, most: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProfileError(f"{where}: field '{key}' must be an integer, not {_short(v)}")
+    if v < least:
+        raise ProfileError(f"{where}: field '{key}' must be {'a positive integer' if least == 1 else f'at least {least}'}, not {v}")
+    if v > most:
+        raise ProfileError(f"{where}: field '{key}' is {_short(v)}, beyond any real model (at most {most})")
+
+
+def _short(v) -> str:
+    """A value for a one-line message: ``10**4000`` is not printed in full."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {len(str(abs(v))) if v.bit_length() < 13_000 else 'thousands of'} digits"
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _positive(f: "_Fields", key: str) -> float:
+    v = f.get(key, float)
+    if not 0 < v < 1e9:
+        f._bad(key, f"must be a positive number below 1e9, not {v!r}")
+    return v
+
+
+def _check_hf(cfg: dict, where: str) -> None:
+    """The config.json keys recon computes with, each an integer within bounds when present
+    (a bool is not an integer: ``num_experts_per_tok: true`` is refused)."""
+    for key, least in HF_DIMS.items():
+        if cfg.get(key) is not None:
+            _bounded_int(where, key, cfg[key], least, MAX_SIZES.get(_HF_FIELD.get(key, key), MAX_DIM))
+    mlp_only = cfg.get("mlp_only_layers")
+    if mlp_only is not None and not (isinstance(mlp_only, list) and len(mlp_only) <= MAX_SIZES["num_layers"]):
+        raise ProfileError(f"{where}: field 'mlp_only_layers' must be a list of layer numbers, not {_short(mlp_only)}")
+    qc = cfg.get("quantization_config")
+    if isinstance(qc, dict):
+        if qc.get("group_size") is not None:
+            _bounded_int(where, "quantization_config.group_size", qc["group_size"], 1, MAX_SIZES["expert_group_size"])
+        block = qc.get("weight_block_size")
+        if block is not None:
+            if not (isinstance(block, list) and len(block) == 2):
+                raise ProfileError(f"{where}: field 'quantization_config.weight_block_size' must be [N, K], not {_short(block)}")
+            for b in block:
+                _bounded_int(where, "quantization_config.weight_block_size", b, 1, MAX_DIM)
+
+
 def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None) -> "ModelProfile":
-    """Refuse a model no checkpoint can have (a spec of it would be all zeros): every size positive,
-    top-k within the experts. ``names`` maps a profile field to the key the file used for it."""
+    """Refuse a model no checkpoint can have (a spec of it would be all zeros): every size positive
+    and within :data:`MAX_SIZES`, top-k within the experts. ``names`` maps a profile field to the
+    key the file used for it."""
     names = names or {}
     key = lambda f: names.get(f, f)
     for f in ("num_experts", "top_k", "hidden_size", "moe_intermediate_size", "num_layers", "num_moe_layers"):
@@ -228,12 +306,21 @@ def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None) ->
         if v < 1:
             after = " MoE layers after first_k_dense_replace and mlp_only_layers" if f == "num_moe_layers" and names else ""
             raise ProfileError(f"{where}: field '{key(f)}' must be a positive integer, not {v}{after}")
+        if v > MAX_SIZES[f]:
+            raise ProfileError(f"{where}: field '{key(f)}' is {_short(v)}, beyond any real model (at most {MAX_SIZES[f]})")
+    if m.num_attention_heads is not None:
+        _bounded_int(where, key("num_attention_heads"), m.num_attention_heads, 1, MAX_SIZES["num_attention_heads"])
+    for i, (n, k) in enumerate(m.dense_gemm_shapes):
+        for v in (n, k):
+            _bounded_int(where, f"dense_gemm_shapes[{i}]", v, 1, MAX_DIM)
+    for b in m.decode_batches:
+        _bounded_int(where, "decode_batches", b, 1, MAX_DIM)
     if m.top_k > m.num_experts:
         raise ProfileError(f"{where}: field '{key('top_k')}' is {m.top_k}, more than the {m.num_experts} experts ('{key('num_experts')}')")
     if m.num_moe_layers > m.num_layers:
         raise ProfileError(f"{where}: field '{key('num_moe_layers')}' is {m.num_moe_layers}, more than the {m.num_layers} layers ('{key('num_layers')}')")
-    if m.expert_group_size is not None and m.expert_group_size < 1:
-        raise ProfileError(f"{where}: field '{key('expert_group_size')}' must be a positive integer, not {m.expert_group_size}")
+    if m.expert_group_size is not None:
+        _bounded_int(where, key("expert_group_size"), m.expert_group_size, 1, MAX_SIZES["expert_group_size"])
     return m
 
 
@@ -368,6 +455,7 @@ def load_model(spec: Union[str, Path, ModelProfile, None] = None) -> ModelProfil
             raise ProfileError(f"model profile or config.json not found: {path}")
         data = _read_mapping(path)
         if "architectures" in data and ("hidden_size" in data and "name" not in data):
+            _check_hf(data, str(path))
             return _check_sizes(model_from_hf_config(data, str(path)), str(path), _hf_names(data))
         return _check_sizes(model_from_mapping(data, str(path)), str(path))
     return _find(str(spec), _shipped_models(), "model")

@@ -137,6 +137,26 @@ def from_path(path: Path, rev: Optional[str] = None, reason: str = "--path") -> 
     repo_root = path if (path / ".git").exists() else None
     return Target(src, "dir", str(path), reason, prefix, version, None, repo_root)
 
+def _commit(repo, rev: str):
+    """The commit ``rev`` names, or None. GitPython's own parser answers most forms; the ones it
+    cannot parse (``HEAD@{yesterday}``, ``@{-1}``) or fails on with an error of its own
+    (``HEAD@{100}`` past the reflog's end raises IndexError) are asked of ``git rev-parse``, which
+    reads refs only (no hook, filter or fsmonitor runs); what neither resolves is None."""
+    import git
+
+    try:
+        return repo.commit(rev)
+    except git.BadName:
+        return None
+    except Exception:  # noqa: BLE001 - a parser's failure on user input is a bad revision, not a crash
+        pass
+    try:
+        sha = repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}").strip()
+        return repo.commit(sha) if re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def _from_git(path: Path, rev: str, reason: str) -> Target:
     import git
 
@@ -144,10 +164,10 @@ def _from_git(path: Path, rev: str, reason: str) -> Target:
         repo = git.Repo(path, search_parent_directories=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise ReconError(f"not a git repository: {path} (--rev needs a git checkout)") from None
-    try:
-        commit = repo.commit(rev)
-    except (git.BadName, ValueError, git.GitCommandError):
-        raise ReconError(f"unknown git revision {rev!r} in {path}") from None
+    commit = _commit(repo, rev)
+    if commit is None:
+        shown = rev if len(rev) <= 120 else rev[:120] + "..."
+        raise ReconError(f"unknown git revision {shown!r} in {path}")
     layout = _git_layout(commit)
     if layout is None:
         raise ReconError(f"no SGLang found in {path} at {rev}: expected python/sglang/ or sglang/")

@@ -88,9 +88,10 @@ def _literal(node: ast.AST, consts: dict[str, ast.AST], depth: int = 0) -> Any:
         return _literal(consts[node.id], consts, depth + 1)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.FloorDiv, ast.Sub)):
         a, b = _literal(node.left, consts, depth + 1), _literal(node.right, consts, depth + 1)
-        if isinstance(a, int) and isinstance(b, int):
-            return {ast.Mult: a * b, ast.Add: a + b, ast.Sub: a - b}.get(type(node.op), a // b if b else 0)
-    return ast.literal_eval(node)
+        if isinstance(a, int) and isinstance(b, int):  # bounded: a chain of products of literals doubles the digits
+            op = type(node.op)
+            return bounded.mul(a, b) if op is ast.Mult else bounded.add(a, b) if op is ast.Add else a - b if op is ast.Sub else a // b if b else 0
+    return bounded.check(ast.literal_eval(node))
 
 
 def _config(call: ast.AST, consts: dict[str, ast.AST]) -> Optional[dict]:
@@ -111,7 +112,7 @@ def _config(call: ast.AST, consts: dict[str, ast.AST]) -> Optional[dict]:
         if not _modest(out):
             return None  # a tile of 2**5000 is no config: texts and arithmetic over it would fail
         return out
-    except (ValueError, TypeError, SyntaxError, IndexError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, IndexError, MemoryError, RecursionError, ArithmeticError):
         return None
 
 

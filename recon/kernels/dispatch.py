@@ -25,6 +25,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .. import bounded
 from ..runtime.interp import UNKNOWN, _dotted, _Ref, _Return
 from ..runtime.evaluator import Evaluator
 from ..runtime.values import MISSING, ClassRef, FuncRef, Instance, ServerArgsObj
@@ -107,7 +108,7 @@ class StepEvaluator(Evaluator):
             # the values stay callables, as in a tuple, so `table()["name"](...)` reaches the op
             got = super()._eval(node, env, mod, scope, depth)
             if isinstance(got, dict) and any(v is UNKNOWN for v in got.values()):
-                return {k: self._eval_raw(v, env, mod, scope, depth) for k, v in zip(got, node.values)}
+                return bounded.build_dict((k, self._eval_raw(v, env, mod, scope, depth)) for k, v in zip(got, node.values))
             return got
         return super()._eval(node, env, mod, scope, depth)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ..safetext import inert, md_code, md_text
+
 _ENV_NOTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*( unset|=)")
 
 
@@ -159,18 +161,23 @@ def render_text(m: dict) -> str:
 
 def render_md(m: dict) -> str:
     g = m["cuda_graph"]
-    out = [f"# Kernel map: {m['model']} on {m['device']} ({m['arch']})", "",
-           f"{m['target']}, one decode step. Model class `{m.get('model_class')}`, tp_size {m['tp_size']}, CUDA graph "
-           + ("captured" if g["captured"] else "not captured") + f" (`disable_cuda_graph = {g['value']}`, {g['source']}).", "",
+    t, c = md_text, md_code  # names, paths and values come from the tree: inert Markdown (recon.safetext)
+    flag = f"disable_cuda_graph = {g['value']}"
+    out = [f"# Kernel map: {t(m['model'])} on {t(m['device'])} ({t(m['arch'])})", "",
+           f"{t(m['target'])}, one decode step. Model class {c(m.get('model_class'))}, tp_size {t(m['tp_size'])}, CUDA graph "
+           + ("captured" if g["captured"] else "not captured") + f" ({c(flag)}, {t(g['source'])}).", "",
            "| layer | runs | per step | floor (M=min..max) |", "|---|---|---|---|"]
     for lay in m["layers"]:
-        ops = ", ".join(f"`{_short(o['name'])}`" for o in lay.get("ops", [])) or "(no named op)"
+        ops = ", ".join(c(_short(o["name"]), cell=True) for o in lay.get("ops", [])) or "(no named op)"
         floors = [str(r["floor_us"]) + " us" for r in lay.get("roofline", []) if r.get("floor_us") is not None]
-        out.append(f"| {lay['kind']} | {ops} | {lay.get('per_step', {}).get('launches') or '-'} | {' .. '.join(floors) or '-'} |")
+        out.append(f"| {t(lay['kind'])} | {ops} | {t(lay.get('per_step', {}).get('launches') or '-')} | {' .. '.join(floors) or '-'} |")
     for lay in m["layers"]:
-        out += ["", f"## {lay['kind']}", "", "```"] + _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay) + ["```"]
+        # inside the fence each line is inert; a fence longer than any backtick run in it stays closed
+        body = [inert(x) for x in _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay)]
+        fence = "`" * max(3, 1 + max((len(r) for x in body for r in re.findall(r"`+", x)), default=0))
+        out += ["", f"## {t(lay['kind'])}", "", fence] + body + [fence]
     if m.get("notes"):
-        out += ["", "## Assumed", ""] + [f"- {n}" for n in m["notes"]]
+        out += ["", "## Assumed", ""] + [f"- {t(n)}" for n in m["notes"]]
     return "\n".join(out) + "\n"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Optional
 
+from .. import bounded
 from .interp import UNKNOWN
 
 
@@ -35,7 +36,10 @@ class _Eval:
         if isinstance(n, ast.Name):
             return self.env.get(n.id, UNKNOWN)
         if isinstance(n, (ast.List, ast.Tuple)):
-            return [self.expr(e) for e in n.elts]
+            try:
+                return bounded.build(list, [self.expr(e) for e in n.elts])
+            except bounded.TooLarge:
+                return UNKNOWN
         if isinstance(n, ast.Subscript):
             v, i = self.expr(n.value), self.expr(n.slice)
             try:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .. import bounded
 from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value, unpack
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, ServerArgsObj
 
@@ -134,7 +135,7 @@ class Evaluator(Interpreter):
         elif isinstance(node, ast.Tuple) and isinstance(node.ctx, ast.Load):
             # keep callables as values: `return cutlass_fused_moe, ActivationType`
             if not any(isinstance(e, ast.Starred) for e in node.elts):
-                return tuple(self._eval_raw(e, env, mod, scope, depth) for e in node.elts)
+                return bounded.build(tuple, [self._eval_raw(e, env, mod, scope, depth) for e in node.elts])
         elif isinstance(node, ast.BoolOp):
             # Python's value semantics (`cfg or {}` is the dict), unknown where it matters
             last, unknown = None, False
@@ -153,7 +154,7 @@ class Evaluator(Interpreter):
             keys = [_value(self._eval(k, env, mod, scope, depth)) for k in node.keys]
             if any(k is UNKNOWN or isinstance(k, (dict, list)) for k in keys):
                 return UNKNOWN
-            return {k: _value(self._eval(v, env, mod, scope, depth)) for k, v in zip(keys, node.values)}
+            return bounded.build_dict((k, _value(self._eval(v, env, mod, scope, depth))) for k, v in zip(keys, node.values))
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
             a = _value(self._eval(node.left, env, mod, scope, depth))
             b = _value(self._eval(node.comparators[0], env, mod, scope, depth))

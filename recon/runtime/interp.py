@@ -103,9 +103,10 @@ class _Ref:
         return self.dotted.rsplit(".", 1)[-1]
 
 
-_SAFE_BUILTINS = {"tuple": tuple, "map": map, "int": int, "list": list, "len": len, "str": str, "any": any, "all": all,
-                  "min": min, "max": max, "bool": bool, "float": float, "set": set, "sorted": sorted,
-                  "frozenset": frozenset}
+# the builtins that build a value are bounded (recon.bounded): `str(["a" * 65536] * 65536)` is unknown
+_SAFE_BUILTINS = {"tuple": bounded.copy(tuple), "map": map, "int": int, "list": bounded.copy(list), "len": len,
+                  "str": bounded.str_, "any": any, "all": all, "min": min, "max": max, "bool": bool, "float": float,
+                  "set": bounded.copy(set), "sorted": bounded.copy(sorted), "frozenset": bounded.copy(frozenset)}
 _STR_METHODS = {"split", "startswith", "endswith", "strip", "lower", "upper", "count", "index", "replace"}
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
         ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
@@ -314,7 +315,7 @@ class Interpreter:
                 if v is UNKNOWN:
                     return UNKNOWN
                 out.append(v)
-        return set(out) if isinstance(node, ast.SetComp) else out
+        return bounded.build(set if isinstance(node, ast.SetComp) else list, out)
 
     def _step(self):
         self.steps -= 1
@@ -336,7 +337,9 @@ class Interpreter:
                     vals.extend(sorted(seq, key=repr) if isinstance(seq, (set, frozenset)) else seq)
                 else:
                     vals.append(ev(e))
-            return UNKNOWN if any(v is UNKNOWN for v in vals) else (tuple(vals) if isinstance(node, ast.Tuple) else list(vals) if isinstance(node, ast.List) else set(vals))
+            if any(v is UNKNOWN for v in vals):
+                return UNKNOWN
+            return bounded.build(tuple if isinstance(node, ast.Tuple) else list if isinstance(node, ast.List) else set, vals)
         if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
             return self._comprehension(node, env, mod, scope, depth)
         if isinstance(node, ast.Name):
@@ -441,13 +444,13 @@ class Interpreter:
             if isinstance(base, str) and func.attr == "replace":
                 return bounded.replace(base, *args, **kwargs)
             if isinstance(base, (str, tuple, list)):
-                return getattr(base, func.attr)(*args, **kwargs)
+                return bounded.check(getattr(base, func.attr)(*args, **kwargs))
         target = self._eval(func, env, mod, scope, depth)
         if callable(target) and not isinstance(target, _Ref):
             if any(a is UNKNOWN for a in args):
                 return UNKNOWN
             out = target(*args, **kwargs)
-            return tuple(out) if isinstance(out, map) else out
+            return bounded.build(tuple, out) if isinstance(out, map) else bounded.check(out)
         if isinstance(target, _Ref):
             probe = self._probe(target.tail, target.dotted, args)
             if probe is not KeyError:

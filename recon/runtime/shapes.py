@@ -250,7 +250,7 @@ def _arith_node(node, lookup, meta=None, meta_name=None):
     if t is ast.Name:
         return lookup(node.id)
     if t in (ast.Tuple, ast.List):
-        return tuple(_arith_node(e, lookup, meta, meta_name) for e in node.elts)
+        return bounded.build(tuple, [_arith_node(e, lookup, meta, meta_name) for e in node.elts])
     if t is ast.UnaryOp and isinstance(node.op, ast.USub):
         return -_arith_node(node.operand, lookup, meta, meta_name)
     if t is ast.BinOp:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .. import safetext
 from .common import TYPICAL_BATCH, _at, _ev, _node, _short, _slim
 from .roles import Roles
 
@@ -81,8 +82,8 @@ def _chain(G, cg, backend) -> list[dict]:
 def _mermaid(hops: list[dict]) -> str:
     lines = ["flowchart TD"]
     for i, h in enumerate(hops):
-        label = h["symbol"].replace('"', "'")
-        lines.append(f'    n{i}["{label}<br/><small>{h["at"]}</small>"]')
+        label, at = safetext.mermaid_label(h["symbol"]), safetext.mermaid_label(h["at"])  # names from the tree
+        lines.append(f'    n{i}["{label}<br/><small>{at}</small>"]')
     for i in range(1, len(hops)):
         style = "-.->" if hops[i].get("inferred") else "-->"
         lines.append(f"    n{i - 1} {style} n{i}")

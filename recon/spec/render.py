@@ -7,14 +7,19 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ReconError
+from ..safetext import inert, json_text, md_code, md_text
 from ..resources import resource_dir
 
 
 TEMPLATES_DIR = resource_dir("templates")
 
 
+class _Md(str):
+    """Markdown already made safe (a code span, recon's own chart): ``finalize`` leaves it as is."""
+
+
 def to_json(ctx: dict) -> str:
-    return json.dumps(ctx, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json_text(json.dumps(ctx, indent=2, sort_keys=True, ensure_ascii=False)) + "\n"
 
 
 def render_markdown(ctx: dict, templates_dir: Optional[Path] = None) -> str:
@@ -26,7 +31,15 @@ def render_markdown(ctx: dict, templates_dir: Optional[Path] = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(d)), undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters["mb"] = lambda b: f"{b / 1e6:,.2f} MB" if b is not None else "?"
     env.filters["ms"] = lambda x: "?" if x is None else (f"{x:.4f}" if x < 0.1 else f"{x:.3f}" if x < 10 else f"{x:.1f}")
-    env.filters["code"] = lambda s: f"`{s}`" if s else "—"
+    # Every value reaches the text through `finalize`: as Markdown text that forms no link, image,
+    # code span or table cell (recon.safetext.md_text). A code span is the `code` filter (`code_cell`
+    # in a table row), fenced longer than any backtick run inside; `trusted` is Markdown recon built
+    # itself from escaped parts (the Mermaid chart), `fenced` a line inside a fenced block.
+    env.finalize = lambda v: v if isinstance(v, _Md) else md_text(v)
+    env.filters["code"] = lambda s: _Md(md_code(s)) if s or s == 0 else "—"
+    env.filters["code_cell"] = lambda s: _Md(md_code(s, cell=True)) if s or s == 0 else "—"
+    env.filters["trusted"] = lambda s: _Md(s)
+    env.filters["fenced"] = lambda s: _Md(" " + inert(s) if inert(s).startswith(("`", "~")) else inert(s))
     text = env.get_template("spec.md.j2").render(**ctx)
     # headings set off by one blank line, one blank line between blocks, one newline at the end
     out: list[str] = []
