@@ -203,7 +203,7 @@ def open_in(root: str, rel: str, bound: str) -> int:
         if inside_real(full, bound):
             return _open_at(_root_fd(root), rel)
     except OSError as e:
-        if e.errno != errno.ELOOP:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):  # a link as a folder gives ENOTDIR
             raise
     real = os.path.realpath(full)  # a link on the way: where it leads, checked, then opened as is
     if not inside_real(real, bound):
