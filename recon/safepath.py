@@ -169,8 +169,8 @@ def _open_at(top: int, rel: str) -> int:
 def open_regular(path: str) -> int:
     """A read-only descriptor of the regular file at ``path`` (absolute, normal), opened one
     component at a time so that no component is a link: the file opened is the file at this very
-    path, whatever was swapped in meanwhile. A link anywhere raises ``ELOOP``; a named pipe, socket
-    or device raises ``EINVAL`` with :func:`not_regular` as the reason (without blocking: opened
+    path, whatever was swapped in meanwhile. A link anywhere raises ``ELOOP`` (``ENOTDIR`` for a
+    folder on the way); a named pipe, socket or device raises ``EINVAL`` with :func:`not_regular` as the reason (without blocking: opened
     non-blocking and checked with ``fstat`` before anything is read)."""
     head, name = os.path.split(path)
     dfd = _open_dir(head)
@@ -203,7 +203,7 @@ def open_in(root: str, rel: str, bound: str) -> int:
         if inside_real(full, bound):
             return _open_at(_root_fd(root), rel)
     except OSError as e:
-        if e.errno != errno.ELOOP:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):  # a link as a folder gives ENOTDIR
             raise
     real = os.path.realpath(full)  # a link on the way: where it leads, checked, then opened as is
     if not inside_real(real, bound):

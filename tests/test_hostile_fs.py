@@ -519,3 +519,15 @@ def test_a_pipe_planted_as_a_cache_entry_or_lock_does_not_block(own_cache, tmp_p
     (own_cache / ".writer.lock").symlink_to(elsewhere)
     cache.wait_for_writers()  # the lock is not followed out of the cache: no cache, one line
     assert not elsewhere.exists() and cache.disabled()
+
+
+def test_a_read_through_a_link_inside_the_root_still_works(tmp_path):
+    """The safe open keeps the target's rule: links inside the root are followed, once checked."""
+    root = make_tree(tmp_path / "t", {"sglang/srt/real/x.py": "x = 1\n"})
+    os.symlink("real", root / "sglang" / "srt" / "ln")
+    os.symlink("real/x.py", root / "sglang" / "srt" / "y.py")
+    src = DirSource(root, ("sglang",))
+    assert src.read("sglang/srt/ln/x.py") == src.read("sglang/srt/y.py") == b"x = 1\n"
+    os.mkfifo(root / "sglang" / "srt" / "p.py")
+    with pytest.raises(OSError, match="named pipe"):
+        src.read("sglang/srt/p.py")
