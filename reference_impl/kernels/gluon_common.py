@@ -181,3 +181,44 @@ def release_barriers(bars, STAGES: gl.constexpr):
     """Invalidate a ring's STAGES mbarriers (the kernel is past its last wait on them)."""
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
+
+
+# cp.async.bulk.prefetch.L2 (sm_90+): a byte range into L2, no register or shared memory touched;
+# $1 the start (16-byte aligned), $2 the size (a multiple of 16; 0: nothing). POLICY 2 marks the lines
+# evict_last, so the gate/up stream (normal priority) evicts its own lines before them
+_PF_ASM = {
+    1: "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+    2: "{ .reg .pred p; .reg .b64 pol; setp.ne.u32 p, $2, 0; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; "
+       "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], $2, pol; mov.u32 $0, 0; }",
+}
+
+
+@gluon.constexpr_function
+def _pf_asm(policy):
+    return _PF_ASM[policy]
+
+
+@gluon.jit
+def l2_prefetch(base_ptr, total, part, piece, NW: gl.constexpr, POLICY: gl.constexpr):
+    """Prefetch into L2 part `part` of a byte range [base_ptr, + total) cut into pieces of `piece`
+    bytes (a multiple of 16), 32 NW pieces a part: one piece a thread of the program."""
+    L: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+    off = (part * (32 * NW) + gl.arange(0, 32 * NW, layout=L)).to(gl.int64) * piece
+    size = gl.minimum(gl.maximum(total - off, 0), piece).to(gl.int32)
+    gl.inline_asm_elementwise(_pf_asm(POLICY), "=r,l,r", [base_ptr + off, size], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
+def prefetch_down(w2_ptr, s2_ptr, block_expert_ptr, b, nt, e, w2_bytes, s2_bytes, w2_piece, s2_piece,
+                  NW: gl.constexpr, POLICY: gl.constexpr):
+    """A gate/up program's share of its expert's down weights and scales, prefetched into L2 while the
+    gate/up GEMM streams (bench/NOTES.md v16): program (b, nt) takes part nt of expert e's two
+    contiguous ranges, and only the first block of an expert does (the blocks are sorted by expert)."""
+    first = b == 0
+    if b > 0:
+        first = gl.load(block_expert_ptr + b - 1) != e
+    if first:
+        e64 = e.to(gl.int64)
+        l2_prefetch(w2_ptr + e64 * w2_bytes, w2_bytes, nt, w2_piece, NW, POLICY)
+        l2_prefetch(s2_ptr + e64 * s2_bytes, s2_bytes, nt, s2_piece, NW, POLICY)
