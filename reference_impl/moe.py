@@ -90,8 +90,9 @@ def check_mma_config(cfg: dict) -> None:
             bad.append(f"{g}.ahead without tma (only the TMA form loads operands a step ahead)")
     c1 = cfg.get("gemm1", {})
     l2, at = c1.get("l2", 0), c1.get("l2_at", 0)
-    if not (_is_int(l2) and l2 in (0, 1, 2)):
-        bad.append(f"gemm1.l2={l2} (0: off, 1: the down weights prefetched into L2, 2: the same marked evict_last)")
+    if not (_is_int(l2) and l2 in (0, 1, 2, 3, 4)):
+        bad.append(f"gemm1.l2={l2} (0: off; the down weights prefetched into L2 by bulk requests, 1 plain, 2 "
+                   "evict_last, or by line prefetches, 3 evict_last, 4 evict_normal)")
     if not (_is_int(at) and 0 <= at <= 64):
         bad.append(f"gemm1.l2_at={at} (the gate/up step that issues the prefetch, 0..64)")
     elif at and not c1.get("tma", 0):
@@ -158,7 +159,9 @@ def _l2_args(c1: dict, w2: torch.Tensor, s2: torch.Tensor, H: int, I: int):
         pol = 0
     wb, sb = H * (I // 2), H * (I // 32)
     parts = triton.cdiv(I, 16 * c1["Q"]) * 32 * c1["num_warps"]  # programs an expert x threads a program
-    return pol, (w2, s2, wb, sb, triton.cdiv(triton.cdiv(wb, parts), 16) * 16, triton.cdiv(triton.cdiv(sb, parts), 16) * 16)
+    unit = 128 if pol >= 3 else 16  # line prefetches: whole 128-byte lines a thread
+    return pol, (w2, s2, wb, sb), (dict(w2_piece=triton.cdiv(triton.cdiv(wb, parts), unit) * unit,
+                                        s2_piece=triton.cdiv(triton.cdiv(sb, parts), unit) * unit) if pol else {})
 
 
 def _decode_mask(K: int, N: int, c: dict) -> bool:
@@ -771,20 +774,20 @@ def _body(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_
         Q1, NW1 = c1["Q"], c1["num_warps"]
         d1 = _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1], pk, "w13")
         _mark("descriptors")
-        l2p, l2a = _l2_args(c1, w2, s2, H, I)
+        l2p, l2a, l2k = _l2_args(c1, w2, s2, H, I)
         _launch(pl, "gemm1", _decode_tma.decode_gemm1_swiglu_tma_kernel, pl.g1, (
             xb.view(torch.int32), d1, s13, act, sorted_slots,
             block_expert, S, H, I, NB, topk, xb.stride(0), s13.stride(0), s13.stride(1), act.stride(0),
             clamp) + l2a, dict(HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=st1, AHEAD=c1.get("ahead", 0), L2P=l2p,
-                               PF_AT=c1.get("l2_at", 0), num_warps=NW1, launch_pdl=pdl, **_configs.reg_cap(c1)), pk)
+                               PF_AT=c1.get("l2_at", 0), **l2k, num_warps=NW1, launch_pdl=pdl, **_configs.reg_cap(c1)), pk)
     elif mma:
-        l2p, l2a = _l2_args(c1, w2, s2, H, I)
+        l2p, l2a, l2k = _l2_args(c1, w2, s2, H, I)
         _launch(pl, "gemm1", _decode_mma.decode_gemm1_swiglu_kernel, pl.g1, (
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
             clamp) + l2a, dict(HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
-                               MASK=pl.mask1, L2P=l2p, num_warps=c1["num_warps"], launch_pdl=pdl,
+                               MASK=pl.mask1, L2P=l2p, **l2k, num_warps=c1["num_warps"], launch_pdl=pdl,
                                **_configs.reg_cap(c1)))
     else:
         _launch(pl, "gemm1", gemm1_swiglu_kernel, pl.g1, (

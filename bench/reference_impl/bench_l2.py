@@ -58,21 +58,37 @@ def candidates(shipped, H, I):
     g1 = shipped["gemm1"]
     out["l2 last"] = with_l2(shipped, 2)
     out["l2 plain"] = with_l2(shipped, 1)
+    out["l2 lines last"] = with_l2(shipped, 3)
+    out["l2 lines normal"] = with_l2(shipped, 4)
     if g1.get("tma"):
         nk = -(-(-(-H // 128)) // g1["num_warps"])
         out["l2 last at 1/2"] = with_l2(shipped, 2, max(1, nk // 2))
-        out["l2 plain at 1/2"] = with_l2(shipped, 1, max(1, nk // 2))
+        out["l2 lines last at 1/2"] = with_l2(shipped, 3, max(1, nk // 2))
+        out["l2 lines last at end"] = with_l2(shipped, 3, max(1, nk - 2))
+        for st in (3, 4):
+            t1 = dict(g1, tma=st)
+            out[f"g1 tma{st}"] = with_l2(shipped, 0, g1=t1)
+            out[f"g1 tma{st} l2 lines last"] = with_l2(shipped, 3, g1=t1)
     for nw in (2, 4):  # the TMA gate/up form where today's is the direct-load one (gpt-oss)
         t1 = {"Q": g1["Q"], "num_warps": nw, "tma": 2}
         if not g1.get("tma") or g1["num_warps"] != nw:
             out[f"tma w{nw}"] = with_l2(shipped, 0, g1=t1)
-            out[f"tma w{nw} l2 last"] = with_l2(shipped, 2, g1=t1)
+            out[f"tma w{nw} l2 lines last"] = with_l2(shipped, 3, g1=t1)
     g2 = shipped["gemm2"]  # with the down weights in L2, other down-GEMM shapes may win
     for name, k in (("g2 w4 tma2", {"Q": 1, "num_warps": 4, "atom_vec": 8, "tma": 2}),
-                    ("g2 w2 tma4", {"Q": 1, "num_warps": 2, "atom_vec": 8, "tma": 4}),
-                    ("g2 w1 q2 tma2", {"Q": 2, "num_warps": 1, "atom_vec": 8, "tma": 2})):
+                    ("g2 w2 tma4", {"Q": 1, "num_warps": 2, "atom_vec": 8, "tma": 4})):
         if any(g2.get(x) != v for x, v in k.items()):
-            out[f"l2 last {name}"] = with_l2(shipped, 2, g2=k)
+            out[f"l2 lines last {name}"] = with_l2(shipped, 3, g2=k)
+    return out
+
+
+def kernel_rows(cands, names):
+    """{name: config without pdl} for the per-kernel profile (the GEMMs one after the other, so each
+    kernel's time is its own, not a wait on the launch before)."""
+    out = {}
+    for n in names:
+        if n in cands:
+            out[n + " nopdl"] = dict(copy.deepcopy(cands[n]), pdl=False)
     return out
 
 
@@ -110,12 +126,13 @@ def main():
     ap.add_argument("--models", default="DeepSeek-V4-Flash,gpt-oss-120b")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--only", default="", help="comma-separated candidate names (default: all)")
+    ap.add_argument("--kernels", default="", help="candidates whose kernels are profiled one by one (pdl off)")
     args = ap.parse_args()
     if args.variant == "skeleton":  # before any kernel compiles
         from triton.experimental.gluon import language as gl
-        from reference_impl.kernels import decode_mma
+        from reference_impl.kernels import gluon_common
         from probe_skeleton import _asm
-        decode_mma.GROUP_ASM = gl.constexpr(_asm("skeleton"))
+        gluon_common.GROUP_ASM = gl.constexpr(_asm("skeleton"))  # mma_tile reads its module's global
     from refimpl_data import make_problem
     from reference_impl import arch, grouped_mxfp4_moe, moe, prepack_mxfp4_moe, reference_mxfp4_moe
     from reference_impl.configs import get_config
@@ -156,6 +173,12 @@ def main():
                     graphs[n] = capture_graph(lambda c_=cf: grouped_mxfp4_moe(**pp, **kw, config=c_), warm=2)
                 except Exception as ex:
                     print(f"  M={M} {n}: failed {repr(ex)[:300]}", flush=True)
+            if args.kernels:
+                from probe_decode import kernel_times
+                for n, cf in kernel_rows(cands, args.kernels.split(",")).items():
+                    kt = kernel_times(lambda c_=cf: grouped_mxfp4_moe(**pp, **kw, config=c_))
+                    res.setdefault("kernels", []).append(dict(model=mname, M=M, cand=n, us=kt))
+                    print(f"  {mname} M={M} {n:26s} kernels (us): {kt}", flush=True)
             t = time_rotated(graphs, args.reps)
             t0 = t.get("shipped")
             for n in graphs:

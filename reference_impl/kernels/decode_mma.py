@@ -67,9 +67,10 @@ def decode_gemm1_swiglu_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
-    w2_ptr, s2_ptr, w2_bytes, s2_bytes, w2_piece, s2_piece,
+    w2_ptr, s2_ptr, w2_bytes, s2_bytes,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "", L2P: gl.constexpr = 0,
+    WC: gl.constexpr = "", L2P: gl.constexpr = 0, w2_piece: gl.constexpr = 16,
+    s2_piece: gl.constexpr = 16,
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32

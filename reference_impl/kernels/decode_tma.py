@@ -157,12 +157,13 @@ def decode_gemm1_swiglu_tma_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_se, stride_sn, stride_am,
     clamp_limit,
-    w2_ptr, s2_ptr, w2_bytes, s2_bytes, w2_piece, s2_piece,
+    w2_ptr, s2_ptr, w2_bytes, s2_bytes,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr,
-    AHEAD: gl.constexpr = 0, L2P: gl.constexpr = 0, PF_AT: gl.constexpr = 0,
+    AHEAD: gl.constexpr = 0, L2P: gl.constexpr = 0, PF_AT: gl.constexpr = 0, w2_piece: gl.constexpr = 16,
+    s2_piece: gl.constexpr = 16,
 ):
     """decode_gemm1_swiglu_kernel's output; w_desc: W13 as int32 words [2 E, I, H / 8] (expert and
-    gate / up, row, word), boxes of [2, 16 Q, 16 NW]. L2P (1: plain, 2: evict_last): the program's
+    gate / up, row, word), boxes of [2, 16 Q, 16 NW]. L2P (gluon_common._PF_ASM: 1 / 2 bulk, 3 / 4 line prefetches): the program's
     share of its expert's down weights and scales (w2_ptr, s2_ptr: uint8, w2_bytes / s2_bytes an
     expert, pieces of w2_piece / s2_piece bytes a thread) prefetched into L2 at step PF_AT."""
     gdc_wait()  # routing and the laid-out hidden states come from the launch before
