@@ -159,9 +159,13 @@ def _l2_args(c1: dict, w2: torch.Tensor, s2: torch.Tensor, H: int, I: int):
         pol = 0
     wb, sb = H * (I // 2), H * (I // 32)
     parts = triton.cdiv(I, 16 * c1["Q"]) * 32 * c1["num_warps"]  # programs an expert x threads a program
-    unit = 128 if pol >= 3 else 16  # line prefetches: whole 128-byte lines a thread
-    return pol, (w2, s2, wb, sb), (dict(w2_piece=triton.cdiv(triton.cdiv(wb, parts), unit) * unit,
-                                        s2_piece=triton.cdiv(triton.cdiv(sb, parts), unit) * unit) if pol else {})
+
+    def piece(n):  # bytes a thread: a multiple of 16 (bulk), or a power of two of 128-byte lines
+        if pol >= 3:
+            return 128 * triton.next_power_of_2(triton.cdiv(n, parts * 128))
+        return triton.cdiv(triton.cdiv(n, parts), 16) * 16
+
+    return pol, (w2, s2, wb, sb), (dict(w2_piece=piece(wb), s2_piece=piece(sb)) if pol else {})
 
 
 def _decode_mask(K: int, N: int, c: dict) -> bool:
