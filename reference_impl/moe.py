@@ -69,7 +69,10 @@ def check_mma_config(cfg: dict) -> None:
     warps), the weights through a TMA ring of 2..6 shared-memory stages ("tma", kernels/decode_tma.py;
     0 or absent: direct loads) with its scales (and activations) loaded a step ahead or not ("ahead"), the
     down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors),
-    and whether the GEMMs are launched as programmatic dependents ("pdl")."""
+    and whether the GEMMs are launched as programmatic dependents ("pdl"). Experimental (in no
+    shipped or default config; slower on the H200, bench/NOTES.md v16): the gate/up GEMM prefetching
+    the down weights into L2 ("l2" 1..4 in gemm1, gluon_common._PF_ASM; "l2_at": the step that
+    issues it, TMA form only)."""
     bad = []
     for g in ("gemm1", "gemm2"):
         c = cfg.get(g, {})
