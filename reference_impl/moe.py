@@ -786,7 +786,8 @@ def _body(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_
             xb.view(torch.int32), d1, s13, act, sorted_slots,
             block_expert, S, H, I, NB, topk, xb.stride(0), s13.stride(0), s13.stride(1), act.stride(0),
             clamp) + l2a, dict(HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=st1, AHEAD=c1.get("ahead", 0), L2P=l2p,
-                               PF_AT=c1.get("l2_at", 0), **l2k, num_warps=NW1, launch_pdl=pdl, **_configs.reg_cap(c1)), pk)
+                               PF_AT=c1.get("l2_at", 0), **l2k, num_warps=NW1, launch_pdl=pdl,
+                               **_configs.reg_cap(c1)), pk)
     elif mma:
         l2p, l2a, l2k = _l2_args(c1, w2, s2, H, I)
         _launch(pl, "gemm1", _decode_mma.decode_gemm1_swiglu_kernel, pl.g1, (

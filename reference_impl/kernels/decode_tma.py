@@ -163,9 +163,10 @@ def decode_gemm1_swiglu_tma_kernel(
     s2_piece: gl.constexpr = 16,
 ):
     """decode_gemm1_swiglu_kernel's output; w_desc: W13 as int32 words [2 E, I, H / 8] (expert and
-    gate / up, row, word), boxes of [2, 16 Q, 16 NW]. L2P (gluon_common._PF_ASM: 1 / 2 bulk, 3 / 4 line prefetches): the program's
-    share of its expert's down weights and scales (w2_ptr, s2_ptr: uint8, w2_bytes / s2_bytes an
-    expert, pieces of w2_piece / s2_piece bytes a thread) prefetched into L2 at step PF_AT."""
+    gate / up, row, word), boxes of [2, 16 Q, 16 NW]. L2P (gluon_common._PF_ASM: 1 / 2 bulk, 3 / 4
+    line prefetches): the program's share of its expert's down weights and scales (w2_ptr, s2_ptr:
+    uint8, w2_bytes / s2_bytes an expert, pieces of w2_piece / s2_piece bytes a thread) prefetched
+    into L2 at step PF_AT (0: before the loop)."""
     gdc_wait()  # routing and the laid-out hidden states come from the launch before
     gdc_launch_dependents()
     b, nt, e = program_tile(block_expert_ptr, NB)
