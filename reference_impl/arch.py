@@ -8,7 +8,10 @@ compiles every kernel the wrapper launches for it, with the configs that archite
   fast_dequant  their PTX e2m1 dequant (mul.rn.bf16x2: sm_90+)
   mma           the Gluon decode path (decode_mma: mma.sync fed from e2m1 words, bf16x2 PTX,
                 griddepcontrol for programmatic dependent launch): sm_90+
-  mma_tma       its TMA ring form (decode_tma: Gluon's Hopper TMA + mbarrier): sm_90, sm_100, sm_120
+  mma_tma       its TMA ring form (decode_tma: Gluon's Hopper TMA + mbarrier): sm_90, sm_100, and sm_120
+                where Triton's ptxas for it is 13.0 or newer (tma_native: 12.8 and 12.9, the ptxas of
+                Triton 3.4 and 3.6, compile the TMA copies there into calls of a system routine with
+                a stack frame, not the copy engine's instructions); else its direct-load form
   fused         the one-launch decode kernel (decode_fused; off in every shipped config, slower than the
                 three launches on the H200, bench/NOTES.md v14): sm_90 only (it spills on sm_100)
   wgmma         the Gluon prefill path (prefill_wgmma, prefill_ws): sm_90 only (wgmma is sm_90a)
@@ -25,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 from typing import Optional, Tuple
 
 MIN_CAPABILITY = (8, 0)  # bf16 mma.sync (the tl.dot kernels' bf16 dots)
@@ -65,6 +69,37 @@ class UnsupportedArch(ValueError):
     pass
 
 
+# (major, the oldest ptxas, as (major, minor), that compiles the TMA ring's copies for it natively):
+# measured with tests/reference_impl/test_gluon_compile.py (bench/NOTES.md, v16)
+_TMA_PTXAS = {12: (13, 0)}
+
+
+@functools.lru_cache(maxsize=None)
+def ptxas_version(cc: int) -> Optional[Tuple[int, int]]:
+    """The (major, minor) release of the ptxas Triton compiles compute capability cc (e.g. 120)
+    with (its TRITON_PTXAS*_PATH where set), None if Triton or its ptxas cannot tell."""
+    try:
+        from triton.backends.nvidia import compiler
+        try:
+            out = compiler.get_ptxas_version(cc)
+        except TypeError:  # Triton 3.4: one ptxas for every architecture
+            out = compiler.get_ptxas_version()
+        m = re.search(r"release (\d+)\.(\d+)", out) or re.search(r"cuda_(\d+)\.(\d+)", out)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+    except Exception:
+        return None
+
+
+def tma_native(cc: Tuple[int, int]) -> bool:
+    """Whether the decode path's TMA ring compiles to the copy engine's instructions on cc with
+    this Triton (see mma_tma above); an unknown ptxas counts as too old."""
+    need = _TMA_PTXAS.get(int(cc[0]))
+    if need is None:
+        return True
+    have = ptxas_version(int(cc[0]) * 10 + int(cc[1]))
+    return have is not None and have >= need
+
+
 def for_capability(cc: Tuple[int, int]) -> Arch:
     """The row of compute capability cc; UnsupportedArch below sm_80 or for a major no row covers."""
     cc = (int(cc[0]), int(cc[1]))
@@ -74,6 +109,8 @@ def for_capability(cc: Tuple[int, int]) -> Arch:
     row = dict(_TABLE[cc[0]])
     if cc[0] == 9 and cc[1] != 0:
         row["wgmma"] = row["fused"] = False
+    if row.get("mma_tma") and not tma_native(cc):
+        row["mma_tma"] = False
     return Arch(f"sm_{cc[0]}{cc[1]}", cc, **row)
 
 

@@ -103,7 +103,13 @@ def validate(cfg, arch: _arch.Arch, source: str = "config") -> None:
     if path == "mma" and not arch.mma_tma:
         for g in ("gemm1", "gemm2"):
             if cfg[g].get("tma"):
-                raise ValueError(f"{source}: {g}.tma={cfg[g]['tma']}: {arch.name} cannot run the decode path's TMA form")
+                why = ""
+                if arch.capability and not _arch.tma_native(arch.capability):
+                    v = _arch.ptxas_version(arch.capability[0] * 10 + arch.capability[1])
+                    why = (f" (with this Triton's ptxas {'%d.%d' % v if v else '(unknown)'}: its TMA copies need "
+                           "ptxas 13.0+ there)")
+                raise ValueError(f"{source}: {g}.tma={cfg[g]['tma']}: {arch.name} cannot run the decode path's TMA "
+                                 f"form{why}")
 
 
 _TABLES: dict = {}

@@ -69,7 +69,10 @@ def check_mma_config(cfg: dict) -> None:
     warps), the weights through a TMA ring of 2..6 shared-memory stages ("tma", kernels/decode_tma.py;
     0 or absent: direct loads) with its scales (and activations) loaded a step ahead or not ("ahead"), the
     down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors),
-    and whether the GEMMs are launched as programmatic dependents ("pdl")."""
+    and whether the GEMMs are launched as programmatic dependents ("pdl"). Experimental (in no
+    shipped or default config; slower on the H200, bench/NOTES.md v16): the gate/up GEMM prefetching
+    the down weights into L2 ("l2" 1..4 in gemm1, gluon_common._PF_ASM; "l2_at": the step that
+    issues it, TMA form only)."""
     bad = []
     for g in ("gemm1", "gemm2"):
         c = cfg.get(g, {})
@@ -88,6 +91,17 @@ def check_mma_config(cfg: dict) -> None:
             bad.append(f"{g}.ahead={ah} (0, 1: the scales, 2: the scales and activations, a step ahead)")
         elif ah and not st:
             bad.append(f"{g}.ahead without tma (only the TMA form loads operands a step ahead)")
+    c1 = cfg.get("gemm1", {})
+    l2, at = c1.get("l2", 0), c1.get("l2_at", 0)
+    if not (_is_int(l2) and l2 in (0, 1, 2, 3, 4)):
+        bad.append(f"gemm1.l2={l2} (0: off; the down weights prefetched into L2 by bulk requests, 1 plain, 2 "
+                   "evict_last, or by line prefetches, 3 evict_last, 4 evict_normal)")
+    if not (_is_int(at) and 0 <= at <= 64):
+        bad.append(f"gemm1.l2_at={at} (the gate/up step that issues the prefetch, 0..64)")
+    elif at and not c1.get("tma", 0):
+        bad.append("gemm1.l2_at without tma (the direct-load form prefetches at its start)")
+    if "l2" in cfg.get("gemm2", {}) or "l2_at" in cfg.get("gemm2", {}):
+        bad.append("gemm2.l2 (the gate/up GEMM prefetches the down weights: gemm1.l2)")
     if cfg.get("pdl", False) not in (True, False):
         bad.append(f"pdl={cfg.get('pdl')} (true or false)")
     fu = cfg.get("fused")
@@ -136,6 +150,25 @@ def _tma_stages(c: dict, w: torch.Tensor) -> int:
     if not st or _decode_tma is None or w.data_ptr() % 16:
         return 0
     return st
+
+
+def _l2_args(c1: dict, w2: torch.Tensor, s2: torch.Tensor, H: int, I: int):
+    """The gate/up GEMM's L2-prefetch arguments (decode kernels' L2P): (policy, w2, s2, bytes of an
+    expert's down weights and scales, each thread's piece of them), the policy 0 (off) unless the
+    config asks and both bases are 16-byte aligned (each expert's ranges then are: H, I are multiples
+    of 32)."""
+    pol = int(c1.get("l2", 0))
+    if pol and (w2.data_ptr() % 16 or s2.data_ptr() % 16):
+        pol = 0
+    wb, sb = H * (I // 2), H * (I // 32)
+    parts = triton.cdiv(I, 16 * c1["Q"]) * 32 * c1["num_warps"]  # programs an expert x threads a program
+
+    def piece(n):  # bytes a thread: a multiple of 16 (bulk), or a power of two of 128-byte lines
+        if pol >= 3:
+            return 128 * triton.next_power_of_2(triton.cdiv(n, parts * 128))
+        return triton.cdiv(triton.cdiv(n, parts), 16) * 16
+
+    return pol, (w2, s2, wb, sb), (dict(w2_piece=piece(wb), s2_piece=piece(sb)) if pol else {})
 
 
 def _decode_mask(K: int, N: int, c: dict) -> bool:
@@ -748,18 +781,22 @@ def _body(pl, pk, x, w13_packed, w2_packed, w13_scale, w2_scale, topk_ids, topk_
         Q1, NW1 = c1["Q"], c1["num_warps"]
         d1 = _tma_desc(w13, [2 * E, I, H // 8], [2, 16 * Q1, 16 * NW1], pk, "w13")
         _mark("descriptors")
+        l2p, l2a, l2k = _l2_args(c1, w2, s2, H, I)
         _launch(pl, "gemm1", _decode_tma.decode_gemm1_swiglu_tma_kernel, pl.g1, (
             xb.view(torch.int32), d1, s13, act, sorted_slots,
             block_expert, S, H, I, NB, topk, xb.stride(0), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp), dict(HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=st1, AHEAD=c1.get("ahead", 0),
-                         num_warps=NW1, launch_pdl=pdl, **_configs.reg_cap(c1)), pk)
+            clamp) + l2a, dict(HAS_CLAMP=has_clamp, Q=Q1, NW=NW1, STAGES=st1, AHEAD=c1.get("ahead", 0), L2P=l2p,
+                               PF_AT=c1.get("l2_at", 0), **l2k, num_warps=NW1, launch_pdl=pdl,
+                               **_configs.reg_cap(c1)), pk)
     elif mma:
+        l2p, l2a, l2k = _l2_args(c1, w2, s2, H, I)
         _launch(pl, "gemm1", _decode_mma.decode_gemm1_swiglu_kernel, pl.g1, (
             xb.view(torch.int32), w13.view(torch.int32), s13, act, sorted_slots, block_expert,
             S, H, I, NB, topk,
             xb.stride(0), w13.stride(0), w13.stride(1), s13.stride(0), s13.stride(1), act.stride(0),
-            clamp), dict(HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
-                         MASK=pl.mask1, num_warps=c1["num_warps"], launch_pdl=pdl, **_configs.reg_cap(c1)))
+            clamp) + l2a, dict(HAS_CLAMP=has_clamp, Q=c1["Q"], NW=c1["num_warps"], WC=c1.get("w_cache", ""),
+                               MASK=pl.mask1, L2P=l2p, **l2k, num_warps=c1["num_warps"], launch_pdl=pdl,
+                               **_configs.reg_cap(c1)))
     else:
         _launch(pl, "gemm1", gemm1_swiglu_kernel, pl.g1, (
             x, w13, s13, act, sorted_slots, block_expert,

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "reference_impl"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference_impl"))
 from triton.experimental.gluon import language as gl  # noqa: E402
 
-from reference_impl.kernels import decode_mma  # noqa: E402
+from reference_impl.kernels import gluon_common  # noqa: E402
 
 _NODQ = "mov.b32 {o}0, {w}; mov.b32 {o}1, {w}; mov.b32 {o}2, {w}; mov.b32 {o}3, {w};\n"
 # e2m1 nibbles -> e5m2 bytes (low nibbles: 2 shifts, 2 masks, 1 or; high: 1 shift, 2 masks, 1 or),
@@ -38,23 +38,23 @@ prmt.b32 {o}0, e, 0, 0x1404; prmt.b32 {o}1, e, 0, 0x3424; prmt.b32 {o}2, t, 0, 0
 
 
 def _asm(variant):
-    """decode_mma._group_asm with the dequant and/or the MMAs replaced (same operands)."""
+    """gluon_common._group_asm with the dequant and/or the MMAs replaced (same operands)."""
     if variant == "full":
-        return decode_mma._group_asm()
+        return gluon_common._group_asm()
     body = ["{", ".reg .b32 m, s, t, e, l0, l1, l2, l3, h0, h1, h2, h3;"]
     for w in range(4):
         dq = _BYTES if variant == "bytes" else _NODQ
         body.append(dq.format(w=f"${4 + w}", o="l") + dq.format(w=f"${8 + w}", o="h"))
         c = "$36,$37,$38,$39" if w == 0 else "$0,$1,$2,$3"
         if variant == "bytes":  # the MMAs, then the group scale folded in by two FMAs a word
-            body.append(f"{decode_mma._MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{${20 + w},${24 + w}}}, {{{c}}};")
-            body.append(f"{decode_mma._MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{${28 + w},${32 + w}}}, "
+            body.append(f"{gluon_common.MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{${20 + w},${24 + w}}}, {{{c}}};")
+            body.append(f"{gluon_common.MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{${28 + w},${32 + w}}}, "
                         "{$0,$1,$2,$3};")
             body.append(f"fma.rn.f32 ${w % 4}, ${w % 4}, $12, ${(w + 1) % 4}; fma.rn.f32 ${(w + 2) % 4}, "
                         f"${(w + 2) % 4}, $16, ${(w + 3) % 4};")
         elif variant == "nodq":
-            body.append(f"{decode_mma._MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{${20 + w},${24 + w}}}, {{{c}}};")
-            body.append(f"{decode_mma._MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{${28 + w},${32 + w}}}, "
+            body.append(f"{gluon_common.MMA} {{$0,$1,$2,$3}}, {{l0,h0,l1,h1}}, {{${20 + w},${24 + w}}}, {{{c}}};")
+            body.append(f"{gluon_common.MMA} {{$0,$1,$2,$3}}, {{l2,h2,l3,h3}}, {{${28 + w},${32 + w}}}, "
                         "{$0,$1,$2,$3};")
         else:  # skeleton: keep every word and B pair live, one xor + one add a word
             if w == 0:
@@ -70,7 +70,8 @@ def main():
     ap.add_argument("--ms", default="1,16,64")
     ap.add_argument("--models", default="DeepSeek-V4-Flash,gpt-oss-120b")
     args = ap.parse_args()
-    decode_mma.GROUP_ASM = gl.constexpr(_asm(args.variant))  # before any kernel compiles
+    # before any kernel compiles; mma_tile (gluon_common) reads the asm as its module's global
+    gluon_common.GROUP_ASM = gl.constexpr(_asm(args.variant))
 
     from reference_impl import grouped_mxfp4_moe
     from bench_moe import time_graph

@@ -40,7 +40,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .gluon_common import (HALF, combine_rows, frag_ids, frag_layout, frag_out_ids, frag_total, gdc_launch_dependents,
-                           gdc_wait, load_act, mma_tile, program_tile, swiglu_store)
+                           gdc_wait, load_act, mma_tile, prefetch_down, program_tile, swiglu_store)
 
 BLOCK_M = 8  # the mma's n: tokens per block
 
@@ -67,18 +67,23 @@ def decode_gemm1_swiglu_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_we, stride_wn, stride_se, stride_sn, stride_am,
     clamp_limit,
+    w2_ptr, s2_ptr, w2_bytes, s2_bytes,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, MASK: gl.constexpr,
-    WC: gl.constexpr = "",
+    WC: gl.constexpr = "", L2P: gl.constexpr = 0, w2_piece: gl.constexpr = 16,
+    s2_piece: gl.constexpr = 16,
 ):
     """act[b*8 + t, n] = silu(gate) * up for the 8 slots of block b and Q*16 columns n.
     x_ptr holds the hidden states as B pairs (prep_act_kernel); x_ptr/w_ptr are int32
     views (2 bf16 / 4 e2m1 bytes a word); strides are in elements of the underlying
-    bf16 / uint8 tensors."""
+    bf16 / uint8 tensors. L2P: the down weights prefetched into L2 at the start (decode_tma's
+    decode_gemm1_swiglu_tma_kernel says how)."""
     gdc_wait()  # routing and the laid-out hidden states come from the launch before
     gdc_launch_dependents()
     b, nt, e = program_tile(block_expert_ptr, NB)
     if e < 0:
         return
+    if L2P != 0:
+        prefetch_down(w2_ptr, s2_ptr, block_expert_ptr, b, nt, e, w2_bytes, s2_bytes, w2_piece, s2_piece, NW, L2P)
     e = e.to(gl.int64)
     w, q, m, i, g, t4 = frag_ids(NW, Q)
     KG = K // 32

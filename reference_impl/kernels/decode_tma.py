@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .compat import cta_barrier, tma_load
 from .gluon_common import (combine_rows, frag_ids, frag_layout, frag_total, gdc_launch_dependents, gdc_wait, load_act,
-                           mma_tile, program_tile, release_barriers, swiglu_store)
+                           mma_tile, prefetch_down, program_tile, release_barriers, swiglu_store)
 
 
 @gluon.constexpr_function
@@ -157,11 +157,16 @@ def decode_gemm1_swiglu_tma_kernel(
     S, K, I, NB, TOPK,
     stride_xm, stride_se, stride_sn, stride_am,
     clamp_limit,
+    w2_ptr, s2_ptr, w2_bytes, s2_bytes,
     HAS_CLAMP: gl.constexpr, Q: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr,
-    AHEAD: gl.constexpr = 0,
+    AHEAD: gl.constexpr = 0, L2P: gl.constexpr = 0, PF_AT: gl.constexpr = 0, w2_piece: gl.constexpr = 16,
+    s2_piece: gl.constexpr = 16,
 ):
     """decode_gemm1_swiglu_kernel's output; w_desc: W13 as int32 words [2 E, I, H / 8] (expert and
-    gate / up, row, word), boxes of [2, 16 Q, 16 NW]."""
+    gate / up, row, word), boxes of [2, 16 Q, 16 NW]. L2P (gluon_common._PF_ASM: 1 / 2 bulk, 3 / 4
+    line prefetches): the program's share of its expert's down weights and scales (w2_ptr, s2_ptr:
+    uint8, w2_bytes / s2_bytes an expert, pieces of w2_piece / s2_piece bytes a thread) prefetched
+    into L2 at step PF_AT (0: before the loop)."""
     gdc_wait()  # routing and the laid-out hidden states come from the launch before
     gdc_launch_dependents()
     b, nt, e = program_tile(block_expert_ptr, NB)
@@ -171,6 +176,8 @@ def decode_gemm1_swiglu_tma_kernel(
     KG = K // 32
     row0 = nt * (16 * Q)
     ring, full, nk = _ring_start(w_desc, e * 2, row0, K, 2, NW, Q, STAGES)
+    if L2P != 0 and PF_AT == 0:
+        prefetch_down(w2_ptr, s2_ptr, block_expert_ptr, b, nt, e, w2_bytes, s2_bytes, w2_piece, s2_piece, NW, L2P)
 
     slot_b = gl.load(sorted_ptr + b * 8 + g)
     tok_ok = slot_b < S
@@ -189,6 +196,10 @@ def decode_gemm1_swiglu_tma_kernel(
     if AHEAD == 2:
         b0, b1, b2, b3 = _act_at(a_rows, w, t4, KG, tok_ok)
     for j in range(nk):
+        if L2P != 0 and PF_AT != 0:
+            if j == PF_AT:
+                prefetch_down(w2_ptr, s2_ptr, block_expert_ptr, b, nt, e, w2_bytes, s2_bytes, w2_piece, s2_piece,
+                              NW, L2P)
         if AHEAD == 2:  # this step's B pairs came with the step before; the next step's go out now
             s, c, nbp = _step_ahead(full, j, w, t4, KG, a_rows, tok_ok, NW, STAGES)
         else:

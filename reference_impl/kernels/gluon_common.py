@@ -181,3 +181,58 @@ def release_barriers(bars, STAGES: gl.constexpr):
     """Invalidate a ring's STAGES mbarriers (the kernel is past its last wait on them)."""
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
+
+
+# Two ways to prefetch a byte range into L2 without touching registers or shared memory.
+# POLICY 1 / 2: cp.async.bulk.prefetch.L2 (sm_90+; goes through the SM's TMA unit, in order with the
+# ring's copies), one request a thread: $1 the start (16-byte aligned), $2 the size (a multiple of 16;
+# 0: nothing); 2 marks the lines evict_last, so the gate/up stream (normal priority) evicts its own
+# lines before them. POLICY 3 / 4: prefetch.global.L2 (load/store unit, sm_80+), one 128-byte line an
+# instruction, 3 evict_last, 4 evict_normal; $2 0: nothing
+_PF_ASM = {
+    1: "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+    2: "{ .reg .pred p; .reg .b64 pol; setp.ne.u32 p, $2, 0; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; "
+       "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], $2, pol; mov.u32 $0, 0; }",
+    3: "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0; }",
+    4: "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L2::evict_normal [$1]; mov.u32 $0, 0; }",
+}
+
+
+@gluon.constexpr_function
+def _pf_asm(policy):
+    return _PF_ASM[policy]
+
+
+@gluon.jit
+def l2_prefetch(base_ptr, total, part, piece: gl.constexpr, NW: gl.constexpr, POLICY: gl.constexpr):
+    """Prefetch into L2 part `part` of a byte range [base_ptr, + total) cut into parts of 32 NW pieces
+    of `piece` bytes (a multiple of 16; of 128 for POLICY 3 / 4): one bulk request a thread (1, 2), or
+    piece / 128 line prefetches a thread, on consecutive lines (3, 4)."""
+    if POLICY <= 2:
+        L: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+        off = (part * (32 * NW) + gl.arange(0, 32 * NW, layout=L)).to(gl.int64) * piece
+        size = gl.minimum(gl.maximum(total - off, 0), piece).to(gl.int32)
+        gl.inline_asm_elementwise(_pf_asm(POLICY), "=r,l,r", [base_ptr + off, size], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+    else:
+        NL: gl.constexpr = piece // 128
+        L2: gl.constexpr = gl.BlockedLayout([NL], [32], [NW], [0])
+        off = part.to(gl.int64) * (32 * NW * piece) + gl.arange(0, 32 * NW * NL, layout=L2).to(gl.int64) * 128
+        ok = (off < total).to(gl.int32)
+        gl.inline_asm_elementwise(_pf_asm(POLICY), "=r,l,r", [base_ptr + off, ok], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
+
+@gluon.jit
+def prefetch_down(w2_ptr, s2_ptr, block_expert_ptr, b, nt, e, w2_bytes, s2_bytes, w2_piece: gl.constexpr,
+                  s2_piece: gl.constexpr, NW: gl.constexpr, POLICY: gl.constexpr):
+    """A gate/up program's share of its expert's down weights and scales, prefetched into L2 while the
+    gate/up GEMM streams (bench/NOTES.md v16): program (b, nt) takes part nt of expert e's two
+    contiguous ranges, and only the first block of an expert does (the blocks are sorted by expert)."""
+    first = b == 0
+    if b > 0:
+        first = gl.load(block_expert_ptr + b - 1) != e
+    if first:
+        e64 = e.to(gl.int64)
+        l2_prefetch(w2_ptr + e64 * w2_bytes, w2_bytes, nt, w2_piece, NW, POLICY)
+        l2_prefetch(s2_ptr + e64 * s2_bytes, s2_bytes, nt, s2_piece, NW, POLICY)

@@ -193,6 +193,64 @@ def test_decode_config_runs_or_falls_back():
         assert moe_mod._mma_path({**cfg, "gemm2": {"Q": c, "num_warps": 2, "atom_vec": 8}}, torch.device(DEV)) == can
 
 
+def test_l2_prefetch_config_is_checked_and_covers_each_expert():
+    """gemm1.l2 / l2_at (the gate/up GEMM prefetching the down weights into L2, bench/NOTES.md v16):
+    bad values name the key; the pieces the threads take cover each expert's down weights and scales
+    whole (a multiple of 16 bytes each, or a power of two of 128-byte lines)."""
+    cfg = {"path": "mma", "gemm1": {"Q": 1, "num_warps": 2, "tma": 2}, "gemm2": {"Q": 1, "num_warps": 2, "tma": 2,
+                                                                                 "atom_vec": 8}}
+    for bad in (5, -1, True, 1.0):
+        with pytest.raises(ValueError, match=f"gemm1.l2={bad}"):
+            moe_mod.check_mma_config({**cfg, "gemm1": {**cfg["gemm1"], "l2": bad}})
+    with pytest.raises(ValueError, match="gemm1.l2_at=65"):
+        moe_mod.check_mma_config({**cfg, "gemm1": {**cfg["gemm1"], "l2": 2, "l2_at": 65}})
+    with pytest.raises(ValueError, match="gemm1.l2_at without tma"):
+        moe_mod.check_mma_config({**cfg, "gemm1": {"Q": 1, "num_warps": 2, "l2": 2, "l2_at": 3}})
+    with pytest.raises(ValueError, match="gemm2.l2"):
+        moe_mod.check_mma_config({**cfg, "gemm2": {**cfg["gemm2"], "l2": 2}})
+    moe_mod.check_mma_config({**cfg, "gemm1": {**cfg["gemm1"], "l2": 3, "l2_at": 8}})
+    for H, I in ((4096, 2048), (2880, 2880), (384, 640)):
+        w2 = torch.zeros(2, H, I // 2, dtype=torch.uint8)
+        s2 = torch.zeros(2, H, I // 32, dtype=torch.uint8)
+        for q, nw in ((1, 2), (2, 4), (1, 8)):
+            for pol in (1, 2, 3, 4):
+                c1 = {"Q": q, "num_warps": nw, "l2": pol}
+                got, (_, _, wb, sb), k = moe_mod._l2_args(c1, w2, s2, H, I)
+                parts = -(-I // (16 * q)) * 32 * nw
+                assert got == pol and (wb, sb) == (H * I // 2, H * I // 32)
+                for total, piece in ((wb, k["w2_piece"]), (sb, k["s2_piece"])):
+                    assert piece * parts >= total and piece % 16 == 0
+                    if pol >= 3:
+                        lines = piece // 128
+                        assert piece % 128 == 0 and lines & (lines - 1) == 0
+                    else:
+                        assert (piece - 16) * parts < total  # no larger than needed
+        assert moe_mod._l2_args({"Q": 1, "num_warps": 2}, w2, s2, H, I)[0] == 0
+        assert moe_mod._l2_args({"Q": 1, "num_warps": 2, "l2": 2}, w2[:, :, 1:], s2, H, I)[0] == 0  # unaligned: off
+
+
+def test_tma_ring_on_sm120_only_with_a_new_enough_ptxas(monkeypatch):
+    """ptxas 12.8 / 12.9 (Triton 3.4 / 3.6) compile the TMA ring's copies on sm_120 into calls of a
+    system routine with a stack frame: there the decode path takes its direct-load form (defaults
+    without tma, a config with tma refused, saying why); 13.0+ and the other architectures keep it."""
+    from reference_impl import arch as arch_mod, configs as cfgs
+    for ver, native in (((12, 8), False), ((12, 9), False), (None, False), ((13, 0), True), ((13, 4), True)):
+        monkeypatch.setattr(arch_mod, "ptxas_version", lambda cc, v=ver: v)
+        a = arch_mod.for_capability((12, 0))
+        assert a.mma and a.mma_tma == native and arch_mod.for_capability((12, 1)).mma_tma == native
+        assert arch_mod.for_capability((9, 0)).mma_tma and arch_mod.for_capability((10, 0)).mma_tma
+        c = cfgs.default_config(1, 256, 8, 4096, 2048, a, arch_mod.H200_LIKE)
+        assert c["path"] == "mma" and bool(c["gemm1"].get("tma")) == native and bool(c["gemm2"].get("tma")) == native
+        tma = {"path": "mma", "gemm1": {"Q": 1, "num_warps": 2, "tma": 2},
+               "gemm2": {"Q": 1, "num_warps": 2, "tma": 2, "atom_vec": 8}}
+        if native:
+            cfgs.validate(tma, a, "x")
+        else:
+            with pytest.raises(ValueError, match="gemm1.tma=2: sm_120 cannot run the decode path's TMA form "
+                                                 r"\(with this Triton's ptxas .*13.0\+"):
+                cfgs.validate(tma, a, "x")
+
+
 def test_decode_loads_unmasked_only_where_warps_share_k_evenly():
     """The decode GEMMs drop their load masks only where every warp walks whole 128-value
     chunks of K to the end and the rows fill the tiles: DSV4's K = 4096 / 2048 with 1..8 warps,

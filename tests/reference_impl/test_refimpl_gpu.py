@@ -153,6 +153,38 @@ def test_decode_tma_matches_reference(model, M, det, cfg):
     matches_reference(p, kw, M, det, cfg, f"decode tma {model} {json.dumps(cfg['gemm1'])}")
 
 
+def l2(cfg, pol, at=0):
+    """cfg with the gate/up GEMM prefetching the down weights into L2 (policy pol at step at)."""
+    return {**cfg, "gemm1": {**cfg["gemm1"], "l2": pol, **({"l2_at": at} if at else {})}}
+
+
+L2_DIRECT = {**DECODE, "gemm1": {"Q": 1, "num_warps": 4, "w_cache": ".cg"},
+             "gemm2": {"Q": 1, "num_warps": 4, "atom_vec": 8, "tma": 2}, "pdl": True}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("M", [1, 7, 64])
+@pytest.mark.parametrize("cfg", [l2(tma(2), 2), l2(tma(2), 1, 3), l2(tma(2, 4, 2), 2, 1), l2(L2_DIRECT, 2)],
+                         ids=["tma_last", "tma_plain_at3", "tma_q2nw4_last_at1", "direct_last"])
+def test_l2_prefetch_changes_no_result(model, M, cfg):
+    """The down weights prefetched into L2 by the gate/up GEMM (gemm1.l2) move bytes, never values:
+    deterministic outputs bitwise equal to the same config without it, and right against the
+    reference; several blocks of one expert at M = 64 (only its first block prefetches)."""
+    p, kw = problem(model, M, seed=M * 7 + cfg["gemm1"]["l2"], invalid_frac=0.05)
+    off = {**cfg, "gemm1": {k: v for k, v in cfg["gemm1"].items() if k not in ("l2", "l2_at")}}
+    a = poisoned_forward(**p, deterministic=True, config=cfg, **kw)
+    b = poisoned_forward(**p, deterministic=True, config=off, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(a, b)
+    matches_reference(p, kw, M, False, cfg, f"l2 prefetch {model} {json.dumps(cfg['gemm1'])}")
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_l2_prefetch_graph_replay(model):
+    graph_replay_matches(model, 1, True, l2(tma(2), 2), seed=91)
+    graph_replay_matches(model, 4, False, l2(L2_DIRECT, 2), seed=92)
+
+
 @pytest.mark.parametrize("nw", [2, 4, 8])
 @pytest.mark.parametrize("ahead", [0, 1, 2], ids=["ahead0", "ahead1", "ahead2"])
 def test_decode_tma_k_chunks_not_a_multiple_of_the_warps(nw, ahead):

@@ -119,6 +119,9 @@ def test_config_file_bad_key_or_json(tmp_path, monkeypatch):
 def test_explicit_config_this_gpu_cannot_run_is_an_error(monkeypatch):
     """On a real device (here: answered as sm_80) a Gluon config is a ValueError, not a fallback."""
     p = make_problem(3, 4, 64, 64, 2, device="cpu", seed=2)
+    # CPU tensors pass the validation as under the interpreter, also where the suite runs on a GPU
+    # (nothing is launched: the config is refused first)
+    monkeypatch.setattr(moe, "_interpreting", lambda: True)
     monkeypatch.setattr(moe, "_device_arch", lambda dev: SM[(8, 0)])
     monkeypatch.setattr(arch, "for_device", lambda dev, env=True: SM[(8, 0)])
     cfg = {"path": "mma", "gemm1": {"Q": 1, "num_warps": 2}, "gemm2": {"Q": 1, "num_warps": 2}}
@@ -160,24 +163,52 @@ def test_tuner_candidates_are_valid_configs():
                             configs.validate(c, a, f"{a.name} M={M} {patch}")
 
 
-def test_launch_error_changes_no_later_call(monkeypatch):
-    """A launch that fails raises; the next call runs as before (no process-wide mode switch)."""
-    assert not hasattr(moe, "_STATE")
-    p = make_problem(3, 4, 64, 64, 2, device="cpu", seed=5)
+# run under the Triton interpreter with no GPU in a child process: the interpreter has to be on
+# before the kernels are decorated, which a test in a process that imported them with a GPU cannot do
+_LAUNCH_ERROR = """
+import torch
+from refimpl_data import make_problem
+from reference_impl import grouped_mxfp4_moe, moe
+assert not hasattr(moe, "_STATE")
+from triton.runtime.errors import InterpreterError
+p = make_problem(3, 4, 64, 64, 2, device="cpu", seed=5)
+try:
     before = grouped_mxfp4_moe(**p, deterministic=True)
-    real = moe.gemm2_combine_kernel
+except InterpreterError as e:  # this machine's interpreter cannot run the kernels at all
+    print("INTERPRETER UNUSABLE:", repr(e)[-300:])
+    raise SystemExit(0)
+real = moe.gemm2_combine_kernel
 
-    class Broken:
-        def __getitem__(self, grid):
-            def launch(*a, **k):
-                raise RuntimeError("cannot build this kernel")
-            return launch
 
-    monkeypatch.setattr(moe, "gemm2_combine_kernel", Broken())
-    with pytest.raises(RuntimeError, match="cannot build"):
-        grouped_mxfp4_moe(**p, deterministic=True)
-    monkeypatch.setattr(moe, "gemm2_combine_kernel", real)
-    assert torch.equal(grouped_mxfp4_moe(**p, deterministic=True), before)
+class Broken:
+    def __getitem__(self, grid):
+        def launch(*a, **k):
+            raise RuntimeError("cannot build this kernel")
+        return launch
+
+
+moe.gemm2_combine_kernel = Broken()
+try:
+    grouped_mxfp4_moe(**p, deterministic=True)
+    raise SystemExit("no error from the broken launch")
+except RuntimeError as e:
+    assert "cannot build" in str(e), e
+moe.gemm2_combine_kernel = real
+assert torch.equal(grouped_mxfp4_moe(**p, deterministic=True), before)
+print("same")
+"""
+
+
+def test_launch_error_changes_no_later_call():
+    """A launch that fails raises; the next call runs as before (no process-wide mode switch)."""
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "reference_impl")]))
+    r = subprocess.run([sys.executable, "-c", _LAUNCH_ERROR], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    # seen on the H200 machine (Triton 3.6's interpreter with numpy 2.5: int() of a 1-element array)
+    if "INTERPRETER UNUSABLE" in r.stdout:
+        pytest.skip("the Triton interpreter here cannot run the kernels: " + r.stdout.strip()[-200:])
+    assert r.returncode == 0 and r.stdout.strip().endswith("same"), r.stderr[-3000:]
 
 
 def test_fast_launch_reuses_a_compiled_kernel_only_for_the_same_specialization(monkeypatch):
