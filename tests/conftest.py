@@ -18,6 +18,11 @@ OLD_VERSION = "0.5.5"  # before the seed: gpt-oss's MoE kernels picked at run ti
 
 os.environ.setdefault("RECON_CACHE_DIR", str(REPO / ".cache" / "recon-tests"))
 
+# a released tree is loaded once per session, CLI invocations included (tests/scenarios.py)
+from tests import scenarios  # noqa: E402
+
+scenarios.install_tree_memo()
+
 # Fixtures that fetch a released wheel: every test that uses one (directly or through another
 # fixture) is marked `network` here, so `pytest -m "not network"` runs offline without a list to keep.
 WHEEL_FIXTURES = frozenset({"sglang_0513", "sglang_new", "tree_old", "tree_0513", "tree_new"})

@@ -7,18 +7,17 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from recon.checks import CheckContext
 from recon.cli import app
-from recon.kernels.kmap import build_map, diff_maps
+from recon.kernels.kmap import diff_maps
 from recon.kernels.text import render_diff, render_md, render_text
 from recon.profiles import load_device, load_model
-from recon.runtime import parse_env
+from tests import scenarios
 
 runner = CliRunner()
 
 
 def _map(tree, device, model="dsv4", env=None):
-    return build_map(CheckContext(tree, load_device(device), load_model(model), env=parse_env(env or [])))
+    return scenarios.kernel_map(tree, device, model, env)  # built once per scenario, shared read-only
 
 
 def _layer(m, kind):
