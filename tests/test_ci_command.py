@@ -4,8 +4,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.quick
-
 REPO = Path(__file__).resolve().parent.parent
 
 
