@@ -36,11 +36,11 @@ def _released_key(target):
     root = getattr(target.source, "root", None)
     if root is None or target.kind not in ("wheel", "dir"):
         return None
-    cache = Path(os.path.realpath(cache_dir()))
+    wheels = Path(os.path.realpath(cache_dir() / "wheels"))
     root = Path(os.path.realpath(root))
-    if not root.is_relative_to(cache / "wheels"):
+    if not root.is_relative_to(wheels):
         return None
-    return (str(cache), target.kind, target.key, target.package_prefix, str(root))
+    return (str(wheels), target.kind, target.key, target.package_prefix, str(root))
 
 
 @contextlib.contextmanager
