@@ -139,6 +139,7 @@ def test_renderers_carry_the_map(seed_rtx):
     assert md.startswith("# Kernel map") and "| moe |" in md
 
 
+@pytest.mark.network  # fetches and loads 0.5.13.post1 through the CLI, not through a wheel fixture
 def test_cli_kernels_env_warning_and_bad_pair():
     bad = runner.invoke(app, ["kernels", "--sglang", "0.5.13.post1", "--env", "NOEQUALS"])
     assert bad.exit_code == 2
