@@ -18,6 +18,11 @@ OLD_VERSION = "0.5.5"  # before the seed: gpt-oss's MoE kernels picked at run ti
 
 os.environ.setdefault("RECON_CACHE_DIR", str(REPO / ".cache" / "recon-tests"))
 
+# a released tree is loaded once per session, CLI invocations included (tests/scenarios.py)
+from tests import scenarios  # noqa: E402
+
+scenarios.install_tree_memo()
+
 # Fixtures that fetch a released wheel: every test that uses one (directly or through another
 # fixture) is marked `network` here, so `pytest -m "not network"` runs offline without a list to keep.
 WHEEL_FIXTURES = frozenset({"sglang_0513", "sglang_new", "tree_old", "tree_0513", "tree_new"})
@@ -43,6 +48,20 @@ def _collect_frozen_garbage():
         _frozen_at[0] = gc.get_freeze_count()
 
 
+# The `quick` core (`pytest -m quick`, run on every change): every test that needs no released
+# wheel, except these offline files, which take minutes (measured, bench/NOTES.md "the test
+# suite's time"): kernel compiles for four architectures, kernels under Triton's CPU interpreter,
+# the fuzzers, and building recon's own wheel. The full command runs them all.
+NOT_QUICK = frozenset({
+    "reference_impl/test_gluon_compile.py",
+    "reference_impl/test_refimpl_cpu.py",
+    "reference_impl/test_tune_configs.py",
+    "test_fuzz.py",
+    "test_install_layout.py",
+})
+_TESTS = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
@@ -51,6 +70,10 @@ def pytest_collection_modifyitems(config, items):
         used |= {v for v in (callspec.params.values() if callspec else ()) if isinstance(v, str)}
         if WHEEL_FIXTURES & used:
             item.add_marker(pytest.mark.network)
+        elif item.get_closest_marker("network") is None and item.get_closest_marker("gpu") is None:
+            rel = Path(str(item.fspath)).resolve().relative_to(_TESTS).as_posix()
+            if rel not in NOT_QUICK:
+                item.add_marker(pytest.mark.quick)
 
 
 @pytest.fixture(scope="session")

@@ -7,18 +7,17 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from recon.checks import CheckContext
 from recon.cli import app
-from recon.kernels.kmap import build_map, diff_maps
+from recon.kernels.kmap import diff_maps
 from recon.kernels.text import render_diff, render_md, render_text
 from recon.profiles import load_device, load_model
-from recon.runtime import parse_env
+from tests import scenarios
 
 runner = CliRunner()
 
 
 def _map(tree, device, model="dsv4", env=None):
-    return build_map(CheckContext(tree, load_device(device), load_model(model), env=parse_env(env or [])))
+    return scenarios.kernel_map(tree, device, model, env)  # built once per scenario, shared read-only
 
 
 def _layer(m, kind):
@@ -140,6 +139,7 @@ def test_renderers_carry_the_map(seed_rtx):
     assert md.startswith("# Kernel map") and "| moe |" in md
 
 
+@pytest.mark.network  # fetches and loads 0.5.13.post1 through the CLI, not through a wheel fixture
 def test_cli_kernels_env_warning_and_bad_pair():
     bad = runner.invoke(app, ["kernels", "--sglang", "0.5.13.post1", "--env", "NOEQUALS"])
     assert bad.exit_code == 2

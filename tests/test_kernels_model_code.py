@@ -10,6 +10,7 @@ from recon.checks import CheckContext
 from recon.kernels.kmap import build_map
 from recon.kernels.text import render_text
 from recon.profiles import load_device, load_model
+from tests import scenarios
 
 
 def _layer(m, kind):
@@ -59,7 +60,7 @@ def test_token_id_sync_all_reduce_is_conditional(gptoss_h200_tp2):
 
 
 def test_dsv4_attention_module_launches_its_own_rope_kernels(tree_new):
-    m = build_map(CheckContext(tree_new, load_device("h200"), load_model("dsv4")))
+    m = scenarios.kernel_map(tree_new, "h200", "dsv4")  # also test_kernels_map's: built once
     mod = _layer(m, "attention_module")
     assert mod["class"].endswith(".MQALayer")
     jit = [o for o in mod["ops"] if o["kind"] == "jit_kernel"]

@@ -24,3 +24,13 @@ def test_wheel_fixtures_mark_their_tests_network():
     # parametrized with a wheel fixture's name, fetched with request.getfixturevalue
     assert "tests/test_rules_configs.py::test_h200_has_some_shapes[tree_new]" in net
     assert "tests/test_profiles.py::test_seed_model" in offline and "tests/test_targets.py::test_bad_versions" in offline
+
+
+def test_quick_is_the_offline_core():
+    """`-m quick`: offline tests only, without the slow offline files (conftest.NOT_QUICK)."""
+    files = ["tests/test_cli.py", "tests/test_profiles.py", "tests/test_install_layout.py", "tests/test_ci_command.py"]
+    quick = _collected("-m", "quick", *files)
+    assert quick and not quick & _collected("-m", "network", *files)
+    assert "tests/test_profiles.py::test_seed_model" in quick
+    assert "tests/test_ci_command.py::test_ci_runs_the_readme_command" in quick
+    assert not any(t.startswith("tests/test_install_layout.py") for t in quick)

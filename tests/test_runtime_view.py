@@ -9,11 +9,11 @@ from recon.checks import CheckContext
 from recon.errors import ReconError
 from recon.profiles import load_device, load_model
 from recon.runtime import build, parse_env, parse_server_args
+from tests import scenarios
 
 
 def _view(tree, device, model="dsv4", flags=""):
-    ctx = CheckContext(tree, load_device(device), load_model(model))
-    return build(ctx, parse_server_args(tree, flags))
+    return scenarios.view(tree, device, model, flags)  # built once per scenario, shared read-only
 
 
 def _short(q):

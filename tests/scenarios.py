@@ -1,0 +1,115 @@
+"""The scenarios the suite builds, each once per test session (per xdist worker).
+
+recon caches trees, findings, runtime views and kernel maps on disk, but a test session also built
+the same things again in-process: every CLI invocation (CliRunner) loaded its released tree anew
+(index walk, graph unpickle, and every device-independent result kept on the tree lost), and tests
+built the same (tree, device, model, flags) view or map in several modules. Here they are built
+once, by recon's own public functions, and shared:
+
+- :func:`install_tree_memo` wraps ``recon.tree.load`` so a released wheel (a tree under the cache's
+  ``wheels/``, whose content never changes) is loaded once per cache folder; a test with its own
+  cache folder, and every synthetic or copied tree, still gets a real load. Two workers that need
+  the same cold tree take turns (a file lock), so the second reads what the first cached.
+- :func:`view` and :func:`kernel_map`: one runtime view / kernel map per scenario, read-only.
+
+A test that changes what it gets must build its own (``recon.runtime.build``, ``build_map``) or
+copy it. When the way a scenario is built changes, this file is the one place to adapt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import os
+from pathlib import Path
+
+_TREES: dict = {}
+_VIEWS: dict = {}
+_MAPS: dict = {}
+
+
+def _released_key(target):
+    """The memo key of a target that is a released wheel in the cache, else None."""
+    from recon.cache import cache_dir
+
+    root = getattr(target.source, "root", None)
+    if root is None or target.kind not in ("wheel", "dir"):
+        return None
+    wheels = Path(os.path.realpath(cache_dir() / "wheels"))
+    root = Path(os.path.realpath(root))
+    if not root.is_relative_to(wheels):
+        return None
+    return (str(wheels), target.kind, target.key, target.package_prefix, str(root))
+
+
+@contextlib.contextmanager
+def _turn(name: str):
+    """One process at a time builds a cold tree (xdist workers share the cache folder)."""
+    from recon.cache import cache_dir
+
+    with open(cache_dir() / f".tests-{name}.lock", "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def install_tree_memo() -> None:
+    import recon.tree
+    from recon.cache import wait_for_writers
+    from recon.runtime.interp import tree_memo
+
+    real = getattr(recon.tree.load, "__wrapped__", recon.tree.load)
+
+    def load(target, progress=None):
+        key = _released_key(target)
+        if key is None:
+            return real(target, progress)
+        hit = _TREES.get(key)
+        if hit is None:
+            with _turn(target.key):
+                hit = real(target, progress)
+                wait_for_writers()  # the cache entries this load writes behind, before the next worker reads
+            tree_memo(hit)  # made now, so every copy below shares one memo of device-independent results
+            _TREES[key] = hit
+        if hit.target is target:
+            return hit
+        # the caller's target (its reason, its label) over the shared index, graph and memo
+        shared = copy.copy(hit)
+        shared.target = target
+        return shared
+
+    load.__wrapped__ = real
+    recon.tree.load = load
+
+
+def view(tree, device: str, model: str = "dsv4", flags: str = ""):
+    """The runtime view for the scenario, as ``recon.runtime.build`` makes it (shared: read only)."""
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build, parse_server_args
+
+    key = (tree.key, id(tree.index), device, model, flags)
+    v = _VIEWS.get(key)
+    if v is None:
+        ctx = CheckContext(tree, load_device(device), load_model(model))
+        v = _VIEWS[key] = build(ctx, parse_server_args(tree, flags))
+    return v
+
+
+def kernel_map(tree, device: str, model: str = "dsv4", env=None, server_flags=None):
+    """The kernel map for the scenario, as ``recon.kernels.kmap.build_map`` makes it (shared: read only)."""
+    from recon.checks import CheckContext
+    from recon.kernels.kmap import build_map
+    from recon.profiles import load_device, load_model
+    from recon.runtime import parse_env
+
+    key = (tree.key, id(tree.index), device, model, tuple(env or ()), repr(sorted((server_flags or {}).items())))
+    m = _MAPS.get(key)
+    if m is None:
+        ctx = CheckContext(tree, load_device(device), load_model(model), env=parse_env(env or []),
+                           server_flags=dict(server_flags or {}))
+        m = _MAPS[key] = build_map(ctx)
+    return m
