@@ -311,7 +311,7 @@ def test_real_spec_with_planted_strings_renders_inert(real_ctx):
     assert not {t.type for t in toks} & {"link_open", "image", "html_inline", "html_block"}
     assert ESC not in text and "\r" not in text and "\u202e" not in text
     assert not any("://" in t.content for t in toks if t.type == "text")
-    section8 = text.split("## 8.")[1]
+    section8 = text.split("\n## 8. ")[1]
     rows = [x for x in section8.splitlines() if x.startswith("| `") or x.startswith("| ``")]
     assert len(rows) == 1
     cells = [t for t in tokens(section8) if t.type == "td_open"]
