@@ -341,3 +341,6 @@ def test_terminal_query_output_is_inert(tmp_path):
     assert got.returncode == 0, got.stderr
     assert ESC not in got.stdout + got.stderr
     assert "\\x1b[2J" in got.stdout and "[bold red]x[/bold red]" in got.stdout
+    for cmd in (("scan", "--device", "h200"), ("index",), ("graph", "export", "--format", "dot"), ("graph", "export", "--format", "mermaid")):
+        got = _recon(*cmd, "--path", str(root), env={"RECON_CACHE_DIR": str(tmp_path / "c")})
+        assert got.returncode == 0 and ESC not in got.stdout + got.stderr, (cmd, got.stderr[-500:])
