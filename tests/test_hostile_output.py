@@ -344,3 +344,11 @@ def test_terminal_query_output_is_inert(tmp_path):
     for cmd in (("scan", "--device", "h200"), ("index",), ("graph", "export", "--format", "dot"), ("graph", "export", "--format", "mermaid")):
         got = _recon(*cmd, "--path", str(root), env={"RECON_CACHE_DIR": str(tmp_path / "c")})
         assert got.returncode == 0 and ESC not in got.stdout + got.stderr, (cmd, got.stderr[-500:])
+
+
+@pytest.mark.parametrize("args", [("scan", "--format", "xml"), ("kernels", "--no-such-option"), ("no-such-command",), ("scan", "--path")])
+def test_usage_errors_are_one_line_exit_2(args):
+    got = _recon(*args)
+    assert got.returncode == 2 and got.stdout == ""
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--help" in lines[0], got.stderr
