@@ -45,6 +45,7 @@ def _recon(*args, cwd=None, env=None, timeout=300):
     lambda: bounded.join(",", ["a" * 65536] * 8),
     lambda: bounded.mod("%s", (["a" * 65536] * 8,)),
     lambda: bounded.copy(list)("a" * 60_000),  # sixty thousand one-character strings
+    lambda: bounded.size({"0": 0, **{str(i): "y" * 60_000 for i in range(1, 10)}}),  # a dict's parts all count
 ])
 def test_bounded_refuses_before_building(build):
     t = time.perf_counter()
