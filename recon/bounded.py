@@ -9,6 +9,7 @@ Python that would make recon hang or exhaust memory; here it raises :class:`TooL
 from __future__ import annotations
 
 import ast
+import itertools
 import operator
 import re
 
@@ -57,7 +58,9 @@ def _size(v, limit, depth, memo) -> int:
             if depth >= MAX_DEPTH:
                 raise TooLarge("nested too deep")
             n = 2
-            for e in (v.items() if isinstance(v, dict) else v):
+            # a dict's keys and values, not its item pairs: those are temporaries, and a freed
+            # pair's id taken by the next one would find the first one's size in the memo
+            for e in (itertools.chain(v.keys(), v.values()) if isinstance(v, dict) else v):
                 n += _size(e, limit, depth + 1, memo) + 2
                 if n > limit:
                     raise TooLarge("value too large")

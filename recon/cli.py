@@ -554,7 +554,20 @@ for _t in (app, query_app, graph_app, rules_app, cache_app):  # the exit-code ta
 def run(args: Optional[list[str]] = None) -> int:
     """Run the app on ``args`` (default: the command line) and return its exit code."""
     try:
-        app(args=args)
+        # not standalone: a usage error (unknown option, a value not among the choices) comes here
+        # and is said in one line, as every other bad input is (Click would draw a box)
+        code = app(args=args, standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except typer.Abort:
+        err.print("aborted", markup=False, highlight=False)
+        return 130
+    except typer.TyperException as e:  # Click's usage errors (Typer's public base of them)
+        if not hasattr(e, "format_message"):
+            raise
+        ctx = getattr(e, "ctx", None)
+        where = ctx.command_path if ctx is not None else "recon"
+        err.print(f"error: {inert(e.format_message())} (see '{inert(where)} --help')", markup=False, highlight=False)
+        return getattr(e, "exit_code", 2)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except Exception as e:  # noqa: BLE001 - the last line of defence

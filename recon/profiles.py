@@ -204,8 +204,8 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
         f._bad("block_scaled_formats", f"has unknown format(s) {unknown} (known: {', '.join(sorted(FORMAT_GROUP))})")
     cuda = f.pair("cuda_version", required=vendor == "nvidia")
     for k, v in (("compute_capability", cc[0]), ("compute_capability", cc[1])):
-        _bounded_int(where, k, v, 0, 999)
-    _bounded_int(where, "sm_count", sm_count, 1, 1 << 14)  # the largest GPU of 2026 has 160 SMs
+        _bounded_int(where, k, v, 0, 999, "device")
+    _bounded_int(where, "sm_count", sm_count, 1, 1 << 14, "device")  # the largest GPU of 2026 has 160 SMs
     for k, v in (("smem_per_block_kb", smem), ("mem_bandwidth_tbs", bw)):
         if not 0 < v < 1e6:  # also refuses NaN and infinity
             f._bad(k, f"must be a positive number below 1e6, not {v!r}")
@@ -250,13 +250,13 @@ _HF_FIELD = {"num_hidden_layers": "num_layers", "n_routed_experts": "num_experts
              "intermediate_size": "moe_intermediate_size"}  # config.json key -> the profile field it fills
 
 
-def _bounded_int(where: str, key: str, v, least: int, most: int) -> None:
+def _bounded_int(where: str, key: str, v, least: int, most: int, what: str = "model") -> None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ProfileError(f"{where}: field '{key}' must be an integer, not {_short(v)}")
     if v < least:
         raise ProfileError(f"{where}: field '{key}' must be {'a positive integer' if least == 1 else f'at least {least}'}, not {v}")
     if v > most:
-        raise ProfileError(f"{where}: field '{key}' is {_short(v)}, beyond any real model (at most {most})")
+        raise ProfileError(f"{where}: field '{key}' is {_short(v)}, beyond any real {what} (at most {most})")
 
 
 def _short(v) -> str:

@@ -45,6 +45,7 @@ def _recon(*args, cwd=None, env=None, timeout=300):
     lambda: bounded.join(",", ["a" * 65536] * 8),
     lambda: bounded.mod("%s", (["a" * 65536] * 8,)),
     lambda: bounded.copy(list)("a" * 60_000),  # sixty thousand one-character strings
+    lambda: bounded.size({"0": 0, **{str(i): "y" * 60_000 for i in range(1, 10)}}),  # a dict's parts all count
 ])
 def test_bounded_refuses_before_building(build):
     t = time.perf_counter()
@@ -311,7 +312,7 @@ def test_real_spec_with_planted_strings_renders_inert(real_ctx):
     assert not {t.type for t in toks} & {"link_open", "image", "html_inline", "html_block"}
     assert ESC not in text and "\r" not in text and "\u202e" not in text
     assert not any("://" in t.content for t in toks if t.type == "text")
-    section8 = text.split("## 8.")[1]
+    section8 = text.split("\n## 8. ")[1]
     rows = [x for x in section8.splitlines() if x.startswith("| `") or x.startswith("| ``")]
     assert len(rows) == 1
     cells = [t for t in tokens(section8) if t.type == "td_open"]
@@ -341,3 +342,14 @@ def test_terminal_query_output_is_inert(tmp_path):
     assert got.returncode == 0, got.stderr
     assert ESC not in got.stdout + got.stderr
     assert "\\x1b[2J" in got.stdout and "[bold red]x[/bold red]" in got.stdout
+    for cmd in (("scan", "--device", "h200"), ("index",), ("graph", "export", "--format", "dot"), ("graph", "export", "--format", "mermaid")):
+        got = _recon(*cmd, "--path", str(root), env={"RECON_CACHE_DIR": str(tmp_path / "c")})
+        assert got.returncode == 0 and ESC not in got.stdout + got.stderr, (cmd, got.stderr[-500:])
+
+
+@pytest.mark.parametrize("args", [("scan", "--format", "xml"), ("kernels", "--no-such-option"), ("no-such-command",), ("scan", "--path")])
+def test_usage_errors_are_one_line_exit_2(args):
+    got = _recon(*args)
+    assert got.returncode == 2 and got.stdout == ""
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--help" in lines[0], got.stderr
