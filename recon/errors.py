@@ -10,7 +10,8 @@ CRASHED = 3  # a check (or recon itself) crashed: named; the other rules' findin
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 done; 1 nothing found or nothing to do (a query with no answer: unknown symbol, ambiguous name, "
-    "no path; apply with nothing to change); 2 bad input (path, version, revision, device, model, rule or profile); "
+    "no path; apply with nothing to change); 2 bad input (path, version, revision, device, model, rule or profile, "
+    "a checkout apply refuses, a usage error); "
     "3 a check crashed (named; the other findings are still written)."
 )
 
