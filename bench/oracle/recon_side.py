@@ -19,13 +19,13 @@ def answers(tree, device: str, model_dir: str, flags: list, env: dict) -> dict:
     from recon.checks import CheckContext
     from recon.errors import ReconError
     from recon.profiles import load_device, load_model
-    from recon.runtime import build, parse_server_args
+    from recon.runtime import parse_server_args
 
     try:
         dev = load_device(device)
         mdl = load_model(model_dir)
         parsed = parse_server_args(tree, shlex.join(flags)) if flags else parse_server_args(tree, None)
-        view = build(CheckContext(tree, dev, mdl, server_flags=parsed, env=env), parsed, env)
+        view = server_args_view(CheckContext(tree, dev, mdl, server_flags=parsed, env=env), parsed, env)
     except ReconError as e:
         return {"__error__": str(e)}
     out = {}
@@ -54,3 +54,42 @@ def _forked_fields(view) -> set:
         if isinstance(fork, dict) and isinstance(fork.get("changes"), dict):
             names.update(fork["changes"])
     return names
+
+
+def server_args_view(ctx, flags: dict, env: dict):
+    """The server-argument half of ``recon.runtime.build`` (its MoE half costs tens of seconds a
+    cell and is not compared here): the same World, gate model, schema, evaluator and resolution,
+    and the same records (decisions, defaults of the tracked fields, later writers, forks)."""
+    from types import SimpleNamespace
+
+    from recon.runtime.evaluator import Evaluator
+    from recon.runtime.gatemodel import _model
+    from recon.runtime.interp import Dev
+    from recon.runtime.serverargs import later_writers, load_schema, resolve
+    from recon.runtime.values import plain
+    from recon.runtime.world import World
+
+    world = World(ctx.tree, ctx.model, env)
+    gm = _model(ctx)
+    world.shared_asts = gm._module_ast
+    world.schema = load_schema(world)
+    ev = Evaluator(world, Dev.of(ctx.device), gm)
+    view = SimpleNamespace(server_args={}, forks=[])
+    if world.schema is None:
+        return view
+    states = resolve(world, world.schema, dict(flags), ev)
+    world.state = states[0]
+    for k, d in sorted(world.state.decisions.items()):
+        view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
+    for k in ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend"):
+        if k not in view.server_args and k in world.schema.fields:
+            f = world.schema.fields[k]
+            view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}
+    for k, d in view.server_args.items():
+        if d["source"] == "default" and d["value"] == "None" and later_writers(world, world.schema, k):
+            d["later"] = True
+    for st in states[1:]:
+        changes = {k: plain(st.get(k)) for k in view.server_args if plain(st.get(k)) != view.server_args[k]["value"]}
+        if changes and len({(a[2], a[3]) for a in st.assumptions}) <= 1:
+            view.forks.append({"changes": changes})
+    return view

@@ -43,6 +43,11 @@ TOP_LEVELS = {
 
 # torch's Linux CUDA wheels require triton; the CPU build used here does not bring it.
 ALWAYS_STUB = ["triton"]
+# Required packages left absent rather than stubbed: transformers probes them (a stub would pass
+# its find_spec check and then break its imports), and no dispatch decision reads them.
+NEVER_STUB = {"torchaudio", "torchcodec", "timm", "datasets", "soundfile", "av",
+              "decord", "kernels", "mistral_common", "numba", "accelerate", "torchao",
+              "sentencepiece", "tiktoken", "PIL", "cv2"}
 
 
 def norm(name: str) -> str:
@@ -86,7 +91,7 @@ def required_modules(reqs: list) -> list:
         kernel = [m for d, lo, hi, m in KERNEL_WHEEL if d == n and pins and _ver(lo) <= _ver(pins[0])
                   and (hi is None or _ver(pins[0]) <= _ver(hi))]
         mods.update(kernel[0] if kernel else TOP_LEVELS.get(n, [n]))
-    return sorted(mods)
+    return sorted(mods - NEVER_STUB)
 
 
 def _ver(v: str) -> tuple:

@@ -126,6 +126,7 @@ def main() -> None:
     models = [m for m in (a.models.split(",") if a.models else sorted(p.name for p in (HERE / "models").iterdir()))]
     rows = []
     t0 = time.time()
+    cmd = "RECON_CACHE_DIR=... python bench/oracle/run.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     for version in a.releases.split(","):
         root = fetch_wheel(version)
         tree = recon_side.load_tree(version)
@@ -140,8 +141,7 @@ def main() -> None:
                     rows.append({"release": version, "device": device, "model": m, "flags": fs, "field": field,
                                  "verdict": verdict, "sglang": want, "recon": got, "recon_source": src})
         print(f"oracle: {version} done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
-    cmd = "RECON_CACHE_DIR=... python bench/oracle/run.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
-    write(rows, Path(a.out), cmd)
+        write(rows, Path(a.out), cmd)  # after each release, so a long run can be read while it goes
 
 
 def write(rows: list, out: Path, cmd: str) -> None:
