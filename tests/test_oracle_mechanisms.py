@@ -53,3 +53,62 @@ def test_cli_bad_choice_exit_code_on_unseen_release(tree_unseen):
     res = CliRunner().invoke(app, ["runtime", "--sglang", UNSEEN_VERSION, "--server-args",
                                    "--moe-runner-backend nonsense", "--format", "json"])
     assert res.exit_code == 2, res.output
+
+
+_PROPERTY_TREE = {
+    "sglang/srt/configs/model_config.py": (
+        "class ModelConfig:\n"
+        "    def __init__(self):\n"
+        "        self.head_dim = 128\n"
+        "        self.v_head_dim = None\n"
+        "        if self.v_head_dim is None:\n"
+        "            self.v_head_dim = self.head_dim\n"
+        "    @property\n"
+        "    def has_asymmetric_kv(self):\n"
+        "        return self.head_dim != self.v_head_dim\n"
+    ),
+}
+
+
+def _evaluator(tree, device="b200"):
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime.evaluator import Evaluator
+    from recon.runtime.gatemodel import _model
+    from recon.runtime.interp import Dev
+    from recon.runtime.world import World
+
+    ctx = CheckContext(tree, load_device(device), load_model("qwen3-30b-a3b"))
+    world = World(tree, ctx.model, {})
+    gm = _model(ctx)
+    world.shared_asts = gm._module_ast
+    return world, Evaluator(world, Dev.of(ctx.device), gm)
+
+
+def _eval(ev, text, **env):
+    import ast
+    return ev.eval(ast.parse(text, mode="eval").body, env, "sglang.srt.configs.model_config", "sglang.srt.configs.model_config", 0)
+
+
+def test_property_is_its_getters_value_and_self_reads_see_earlier_writes(synthetic):
+    from recon.runtime.values import Instance
+
+    tree = synthetic(_PROPERTY_TREE)
+    world, ev = _evaluator(tree)
+    mc = Instance("sglang.srt.configs.model_config.ModelConfig")
+    # `if self.v_head_dim is None` reads the value the line above wrote, not an unknown
+    assert world.instance_attr(mc, "v_head_dim", ev, 0) == 128
+    # a @property is its getter's result (False here), never the (truthy) bound method
+    assert _eval(ev, "mc.has_asymmetric_kv", mc=mc) is False
+
+
+def test_mha_model_on_b200_is_trtllm_mha_not_fa4(tree_unseen, tree_new):
+    # SGLang's default MHA backend on SM100 is trtllm_mha unless K and V widths differ
+    # (ModelConfig.has_asymmetric_kv); Qwen3's are both 128. The oracle's answer on 0.5.23.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    for tree in (tree_unseen, tree_new):
+        view = build(CheckContext(tree, load_device("b200"), load_model("qwen3-30b-a3b")), {})
+        assert view.server_args["attention_backend"]["value"] == "'trtllm_mha'"

@@ -239,6 +239,10 @@ class Evaluator(Interpreter):
         if isinstance(recv, Instance):
             v = w.instance_attr(recv, a, self, depth)
             if v is MISSING and (meth := w.method(recv.cls, a)):
+                if _is_property(self.model.function_ast(meth)):
+                    # ``model_config.has_asymmetric_kv``: a property's value is its getter's result,
+                    # unknown where the getter cannot be decided (never the truthy method itself)
+                    return self.call_method(meth, recv, [], {}, depth + 1)
                 return FuncRef(meth, (), (), recv)  # a bound method taken as a value: return self.forward_cuda
             if (v is MISSING or v is UNKNOWN) and w.is_field(a) and any(
                     isinstance(x, ServerArgsObj) for x in recv.attrs.get("__args__", {}).values()):
@@ -498,3 +502,12 @@ class Evaluator(Interpreter):
 
 def _src(node) -> str:
     return re.sub(r"\s+", " ", ast.unparse(node)).strip()
+
+
+def _is_property(fn) -> bool:
+    """A def decorated ``@property`` or ``@cached_property`` (``functools.cached_property``)."""
+    for d in getattr(fn, "decorator_list", ()) or ():
+        name = d.attr if isinstance(d, ast.Attribute) else d.id if isinstance(d, ast.Name) else ""
+        if name in ("property", "cached_property"):
+            return True
+    return False

@@ -453,6 +453,9 @@ class World:
         inst.attrs[attr] = UNKNOWN  # recursion guard
         value = MISSING
         for w in self.class_writes(inst.cls, attr):
+            # A write's own tests and value read the attribute as the earlier writes left it
+            # (``if self.v_head_dim is None: self.v_head_dim = self.head_dim``), not as unknown.
+            inst.attrs[attr] = UNKNOWN if value is MISSING else value
             extra = {}
             if w.scope.endswith(".__init__"):
                 # parameters named like a server argument take its value when the caller did
