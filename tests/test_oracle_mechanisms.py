@@ -112,3 +112,30 @@ def test_mha_model_on_b200_is_trtllm_mha_not_fa4(tree_unseen, tree_new):
     for tree in (tree_unseen, tree_new):
         view = build(CheckContext(tree, load_device("b200"), load_model("qwen3-30b-a3b")), {})
         assert view.server_args["attention_backend"]["value"] == "'trtllm_mha'"
+
+
+def test_getattr_with_a_name_the_helper_was_handed(synthetic):
+    # def _hf_attr(config, name): return getattr(config, name, None) -- the name is a parameter
+    tree = synthetic({"sglang/srt/configs/model_config.py": (
+        "def _hf_attr(config, name):\n"
+        "    if isinstance(config, dict):\n"
+        "        return config.get(name)\n"
+        "    return getattr(config, name, None)\n"
+        "def is_dsa(config):\n"
+        "    return _hf_attr(config, 'index_topk') is not None\n"
+    )})
+    world, ev = _evaluator(tree)
+    assert _eval(ev, "_hf_attr(hf, 'architectures')", hf=world.hf) == ["Qwen3MoeForCausalLM"]
+    assert _eval(ev, "is_dsa(hf)", hf=world.hf) is False
+
+
+def test_deepseek_v3_without_dsa_keeps_its_kv_cache_dtype(tree_unseen, tree_new):
+    # 0.5.20+ default the KV cache to FP8 on SM100 only for DeepSeek DSA checkpoints (is_deepseek_dsa:
+    # an index_topk in config.json); V3 has none, so SGLang leaves kv_cache_dtype at 'auto'.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    for tree in (tree_unseen, tree_new):
+        view = build(CheckContext(tree, load_device("b200"), load_model("deepseek-v3")), {})
+        assert view.server_args.get("kv_cache_dtype", {"value": "'auto'"})["value"] == "'auto'"

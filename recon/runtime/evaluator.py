@@ -273,11 +273,15 @@ class Evaluator(Interpreter):
         if not node.args and not node.keywords and self._returns_server_args(f, mod, scope):
             return ServerArgsObj(self.world.state)
         if isinstance(f, ast.Name) and f.id not in env:
-            if f.id in ("getattr", "hasattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+            # the attribute's name may be a constant or a value the helper was handed
+            # (``def _hf_attr(config, name): return getattr(config, name, None)``)
+            attr_name = (node.args[1].value if isinstance(node.args[1], ast.Constant) else ev(node.args[1])) \
+                if f.id in ("getattr", "hasattr") and len(node.args) >= 2 else None
+            if isinstance(attr_name, str) and attr_name.isidentifier():
                 obj = self._eval(node.args[0], env, mod, scope, depth)
                 if f.id == "hasattr" and isinstance(obj, _Ref) and obj.dotted == "torch" and not obj.qual:
                     return True  # torch's device modules (torch.cuda, torch.xpu) exist in every build
-                got = self._attribute(ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Load()), env, mod, scope, depth, True) \
+                got = self._attribute(ast.Attribute(value=node.args[0], attr=attr_name, ctx=ast.Load()), env, mod, scope, depth, True) \
                     if isinstance(obj, (HFConfig, Instance, ServerArgsObj, EnumVal)) else UNKNOWN
                 if f.id == "hasattr":
                     return UNKNOWN if got is UNKNOWN else got is not MISSING
