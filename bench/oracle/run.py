@@ -84,6 +84,9 @@ def oracle(version: str, root: Path, work: Path, device: str, cells: list) -> di
 
 def compare(sg: dict, rc: dict) -> dict:
     """field -> (verdict, sglang value, recon value, recon source)."""
+    if not sg.get("ok") and str(sg.get("error", "")).startswith(("import failed", "no answer", "the cell's process died")):
+        # the oracle's own environment failed (not SGLang rejecting the cell): no verdict
+        return {"__cell__": ("oracle-failed", sg.get("error"), "", "")}
     if not sg.get("ok"):
         refused = "__error__" in rc
         return {"__cell__": ("agree" if refused else "disagree", sg.get("error"), rc.get("__error__", "accepted"), "")}
@@ -118,36 +121,62 @@ def main() -> None:
     ap.add_argument("--flags", default=",".join(FLAG_SETS))
     ap.add_argument("--out", default=str(HERE / "AGREEMENT"), help="path without suffix: .md and .json are written")
     ap.add_argument("--work", default="", help="the oracle's venvs (default: $RECON_CACHE_DIR/oracle)")
+    ap.add_argument("--reuse-oracle", default="", metavar="JSON",
+                    help="take SGLang's answers from an earlier table's JSON (same cells) and recompute only recon's: "
+                         "SGLang's resolution does not change when recon does")
     a = ap.parse_args()
     from recon.cache import cache_dir
     from recon.target import fetch_wheel
 
     work = Path(a.work) if a.work else cache_dir() / "oracle"
     models = [m for m in (a.models.split(",") if a.models else sorted(p.name for p in (HERE / "models").iterdir()))]
-    rows = []
+    reused = _oracle_rows(Path(a.reuse_oracle)) if a.reuse_oracle else None
+    rows, raw = [], []
     t0 = time.time()
     cmd = "RECON_CACHE_DIR=... python bench/oracle/run.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     for version in a.releases.split(","):
+        if reused is not None and not any(k[0] == version for k in reused):
+            continue
         root = fetch_wheel(version)
         tree = recon_side.load_tree(version)
         for device in a.devices.split(","):
             cells = [{"id": f"{m}|{fs}", "model_dir": str(HERE / "models" / m), "flags": FLAG_SETS[fs], "env": {}}
                      for m in models for fs in a.flags.split(",")]
-            sg = oracle(version, root, work, device, cells)
+            sg = {c["id"]: reused.get((version, device, c["id"]), {"ok": False, "error": "no answer"}) for c in cells} \
+                if reused is not None else oracle(version, root, work, device, cells)
             for c in cells:
+                raw.append({"release": version, "device": device, "id": c["id"], "answer": sg.get(c["id"])})
                 m, fs = c["id"].split("|")
                 rc = recon_side.answers(tree, device, c["model_dir"], c["flags"], {})
                 for field, (verdict, want, got, src) in compare(sg.get(c["id"], {"ok": False, "error": "no answer"}), rc).items():
                     rows.append({"release": version, "device": device, "model": m, "flags": fs, "field": field,
                                  "verdict": verdict, "sglang": want, "recon": got, "recon_source": src})
         print(f"oracle: {version} done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
-        write(rows, Path(a.out), cmd)  # after each release, so a long run can be read while it goes
+        write(rows, Path(a.out), cmd, raw)  # after each release, so a long run can be read while it goes
 
 
-def write(rows: list, out: Path, cmd: str) -> None:
+def _oracle_rows(path: Path) -> dict:
+    """(release, device, cell id) -> SGLang's answer, rebuilt from an earlier table's rows."""
+    data = json.loads(path.read_text())
+    if data.get("oracle"):
+        return {(o["release"], o["device"], o["id"]): o["answer"] for o in data["oracle"] if o.get("answer")}
+    out: dict = {}
+    for r in data["rows"]:
+        key = (r["release"], r["device"], f"{r['model']}|{r['flags']}")
+        got = out.setdefault(key, {"ok": True, "fields": {}})
+        if r["field"] == "__cell__":
+            if r["sglang"] == "accepted":
+                continue
+            got.update(ok=False, error=r["sglang"])
+        else:
+            got["fields"][r["field"]] = r["sglang"]
+    return out
+
+
+def write(rows: list, out: Path, cmd: str, raw: list = ()) -> None:
     import report
 
-    out.with_suffix(".json").write_text(json.dumps({"command": cmd, "rows": rows}, indent=0, default=str) + "\n")
+    out.with_suffix(".json").write_text(json.dumps({"command": cmd, "rows": rows, "oracle": list(raw)}, indent=0, default=str) + "\n")
     out.with_suffix(".md").write_text(report.markdown(rows, cmd))
 
 

@@ -53,29 +53,12 @@ def overlay(root: Path, py: Path, transformers_pin: str) -> Path:
     if (dest / ".done").exists():
         return dest
     dest.mkdir(parents=True, exist_ok=True)
+    # With its dependencies: 4.x and 5.x pin different tokenizers / huggingface_hub (and 5.x's hub
+    # needs httpx); the overlay shadows the base venv's copies on PYTHONPATH.
     _run([str(py), "-m", "pip", "install", "-q", "--target", str(dest), "--upgrade",
-          f"transformers=={transformers_pin}", "--no-deps"], root / "overlay.log")
-    # transformers' own pins (tokenizers, huggingface_hub) differ across 4.x and 5.x.
-    _run([str(py), "-m", "pip", "install", "-q", "--target", str(dest), "--upgrade", "--no-deps",
-          *_transformers_deps(py, dest)], root / "overlay.log")
+          f"transformers=={transformers_pin}"], root / "overlay.log")
     (dest / ".done").write_text("")
     return dest
-
-
-def _transformers_deps(py: Path, dest: Path) -> list:
-    """The tokenizers / huggingface_hub requirements of the transformers in ``dest``."""
-    from email.parser import HeaderParser
-    from packaging.requirements import Requirement
-
-    meta = next(dest.glob("transformers-*.dist-info/METADATA"))
-    out = []
-    for line in HeaderParser().parsestr(meta.read_text()).get_all("Requires-Dist") or []:
-        req = Requirement(line)
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
-        if req.name.lower().replace("_", "-") in ("tokenizers", "huggingface-hub", "safetensors", "typer-slim", "typer"):
-            out.append(f"{req.name}{req.specifier}")
-    return out
 
 
 def env_for(root: Path, release_root: Path, overlay_dir: Path) -> dict:
