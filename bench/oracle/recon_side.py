@@ -56,6 +56,11 @@ def _forked_fields(view) -> set:
     return names
 
 
+EXTRA_FIELDS = ("decode_attention_backend", "prefill_attention_backend", "kv_cache_dtype",
+                "fp8_gemm_runner_backend", "fp4_gemm_runner_backend", "speculative_algorithm", "page_size",
+                "disable_cuda_graph", "enable_dp_attention", "ep_size")
+
+
 def server_args_view(ctx, flags: dict, env: dict):
     """The server-argument half of ``recon.runtime.build`` (its MoE half costs tens of seconds a
     cell and is not compared here): the same World, gate model, schema, evaluator and resolution,
@@ -81,7 +86,9 @@ def server_args_view(ctx, flags: dict, env: dict):
     world.state = states[0]
     for k, d in sorted(world.state.decisions.items()):
         view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
-    for k in ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend"):
+    # build() lists four fields when nothing wrote them; the resolution state holds every field,
+    # so the other compared ones are read from it the same way (their default, or a later writer).
+    for k in ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend", *EXTRA_FIELDS):
         if k not in view.server_args and k in world.schema.fields:
             f = world.schema.fields[k]
             view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}

@@ -135,15 +135,14 @@ def main() -> None:
     t0 = time.time()
     cmd = "RECON_CACHE_DIR=... python bench/oracle/run.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     for version in a.releases.split(","):
-        if reused is not None and not any(k[0] == version for k in reused):
-            continue
         root = fetch_wheel(version)
         tree = recon_side.load_tree(version)
         for device in a.devices.split(","):
             cells = [{"id": f"{m}|{fs}", "model_dir": str(HERE / "models" / m), "flags": FLAG_SETS[fs], "env": {}}
                      for m in models for fs in a.flags.split(",")]
+            have = reused is not None and any(k[0] == version and k[1] == device for k in reused)
             sg = {c["id"]: reused.get((version, device, c["id"]), {"ok": False, "error": "no answer"}) for c in cells} \
-                if reused is not None else oracle(version, root, work, device, cells)
+                if have else oracle(version, root, work, device, cells)
             for c in cells:
                 raw.append({"release": version, "device": device, "id": c["id"], "answer": sg.get(c["id"])})
                 m, fs = c["id"].split("|")
