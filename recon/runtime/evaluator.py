@@ -240,6 +240,10 @@ class Evaluator(Interpreter):
         if isinstance(recv, Instance):
             v = w.instance_attr(recv, a, self, depth)
             if v is MISSING and (meth := w.method(recv.cls, a)):
+                if _is_property(self.model.function_ast(meth)):
+                    # ``model_config.has_asymmetric_kv``: a property's value is its getter's result,
+                    # unknown where the getter cannot be decided (never the truthy method itself)
+                    return self.call_method(meth, recv, [], {}, depth + 1)
                 return FuncRef(meth, (), (), recv)  # a bound method taken as a value: return self.forward_cuda
             if (v is MISSING or v is UNKNOWN) and w.is_field(a) and any(
                     isinstance(x, ServerArgsObj) for x in recv.attrs.get("__args__", {}).values()):
@@ -270,11 +274,15 @@ class Evaluator(Interpreter):
         if not node.args and not node.keywords and self._returns_server_args(f, mod, scope):
             return ServerArgsObj(self.world.state)
         if isinstance(f, ast.Name) and f.id not in env:
-            if f.id in ("getattr", "hasattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+            # the attribute's name may be a constant or a value the helper was handed
+            # (``def _hf_attr(config, name): return getattr(config, name, None)``)
+            attr_name = (node.args[1].value if isinstance(node.args[1], ast.Constant) else ev(node.args[1])) \
+                if f.id in ("getattr", "hasattr") and len(node.args) >= 2 else None
+            if isinstance(attr_name, str) and attr_name.isidentifier():
                 obj = self._eval(node.args[0], env, mod, scope, depth)
                 if f.id == "hasattr" and isinstance(obj, _Ref) and obj.dotted == "torch" and not obj.qual:
                     return True  # torch's device modules (torch.cuda, torch.xpu) exist in every build
-                got = self._attribute(ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Load()), env, mod, scope, depth, True) \
+                got = self._attribute(ast.Attribute(value=node.args[0], attr=attr_name, ctx=ast.Load()), env, mod, scope, depth, True) \
                     if isinstance(obj, (HFConfig, Instance, ServerArgsObj, EnumVal)) else UNKNOWN
                 if f.id == "hasattr":
                     return UNKNOWN if got is UNKNOWN else got is not MISSING
@@ -499,3 +507,12 @@ class Evaluator(Interpreter):
 
 def _src(node) -> str:
     return re.sub(r"\s+", " ", ast.unparse(node)).strip()
+
+
+def _is_property(fn) -> bool:
+    """A def decorated ``@property`` or ``@cached_property`` (``functools.cached_property``)."""
+    for d in getattr(fn, "decorator_list", ()) or ():
+        name = d.attr if isinstance(d, ast.Attribute) else d.id if isinstance(d, ast.Name) else ""
+        if name in ("property", "cached_property"):
+            return True
+    return False

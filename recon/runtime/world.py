@@ -99,15 +99,29 @@ class World:
         if v is not UNKNOWN or node is None:
             return v
         if isinstance(node, (ast.Name, ast.Attribute)):
-            q = (self.R.resolve(module, "", ast.unparse(node)) if module else None) or f"{module}.{ast.unparse(node)}"
-            mod, _, name = q.rpartition(".")
-            path = self.G.nodes.get(mod, {}).get("path")
-            tree = self.module_ast(path) if path else None
-            for st in tree.body if tree is not None else ():
-                if isinstance(st, (ast.Assign, ast.AnnAssign)):
-                    targets = st.targets if isinstance(st, ast.Assign) else [st.target]
-                    if any(isinstance(t, ast.Name) and t.id == name for t in targets) and st.value is not None:
-                        return self.literal(st.value)
+            dotted = ast.unparse(node)
+            q = (self.R.resolve(module, "", dotted) if module else None) or f"{module}.{dotted}"
+            # A module-level name is no graph node: follow the imports that bind it instead
+            # (``from ...arg_groups.choices import MOE_RUNNER_BACKEND_CHOICES``), a few hops deep.
+            for _hop in range(4):
+                mod, _, name = q.rpartition(".")
+                got = self._module_constant(mod, name)
+                if got is not UNKNOWN:
+                    return got
+                nxt = self.imported_as(mod, "", name) if mod else None
+                if not nxt or nxt == q:
+                    break
+                q = nxt
+        return UNKNOWN
+
+    def _module_constant(self, mod: str, name: str):
+        path = self.G.nodes.get(mod, {}).get("path")
+        tree = self.module_ast(path) if path else None
+        for st in tree.body if tree is not None else ():
+            if isinstance(st, (ast.Assign, ast.AnnAssign)):
+                targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+                if any(isinstance(t, ast.Name) and t.id == name for t in targets) and st.value is not None:
+                    return self.literal(st.value)
         return UNKNOWN
 
     # --- server arguments ----------------------------------------------------------------------
@@ -439,6 +453,9 @@ class World:
         inst.attrs[attr] = UNKNOWN  # recursion guard
         value = MISSING
         for w in self.class_writes(inst.cls, attr):
+            # A write's own tests and value read the attribute as the earlier writes left it
+            # (``if self.v_head_dim is None: self.v_head_dim = self.head_dim``), not as unknown.
+            inst.attrs[attr] = UNKNOWN if value is MISSING else value
             extra = {}
             if w.scope.endswith(".__init__"):
                 # parameters named like a server argument take its value when the caller did

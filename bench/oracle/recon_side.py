@@ -1,0 +1,102 @@
+"""recon's answers for the oracle's cells: the runtime view's ``server_args`` (value, and whether
+recon decided it), computed in-process with the release's tree loaded once."""
+
+from __future__ import annotations
+
+import shlex
+
+
+def load_tree(version: str):
+    from recon.target import from_version
+    from recon.tree import load
+
+    return load(from_version(version))
+
+
+def answers(tree, device: str, model_dir: str, flags: list, env: dict) -> dict:
+    """field -> {"value", "decided", "source"} for every field recon's view tracks; or
+    {"__error__": message} when recon refuses the cell (a bad flag: exit 2)."""
+    from recon.checks import CheckContext
+    from recon.errors import ReconError
+    from recon.profiles import load_device, load_model
+    from recon.runtime import parse_server_args
+
+    try:
+        dev = load_device(device)
+        mdl = load_model(model_dir)
+        parsed = parse_server_args(tree, shlex.join(flags)) if flags else parse_server_args(tree, None)
+        view = server_args_view(CheckContext(tree, dev, mdl, server_flags=parsed, env=env), parsed, env)
+    except ReconError as e:
+        return {"__error__": str(e)}
+    out = {}
+    forked = _forked_fields(view)
+    for name, rec in view.server_args.items():
+        if not isinstance(rec, dict):
+            continue
+        src = str(rec.get("source", ""))
+        # Undecided: another resolution (a fork) changes it, code outside the arguments writes it
+        # later, or recon holds no value for it (an unknown value reads as None in the evaluator).
+        decided = name not in forked and not rec.get("later") and rec.get("value") not in (None, "unset")
+        out[name] = {"value": rec.get("value"), "decided": decided, "source": src,
+                     "where": f"{rec.get('path', '')}:{rec.get('line', '')}".strip(":")}
+    return out
+
+
+def _forked_fields(view) -> set:
+    """Fields another resolution of the view (an undecided test's other outcome) changes."""
+    names = set()
+    for fork in view.forks or []:
+        for ch in fork.get("changes", []) if isinstance(fork, dict) else []:
+            if isinstance(ch, dict) and ch.get("field"):
+                names.add(ch["field"])
+            elif isinstance(ch, (list, tuple)) and ch:
+                names.add(ch[0])
+        if isinstance(fork, dict) and isinstance(fork.get("changes"), dict):
+            names.update(fork["changes"])
+    return names
+
+
+EXTRA_FIELDS = ("decode_attention_backend", "prefill_attention_backend", "kv_cache_dtype",
+                "fp8_gemm_runner_backend", "fp4_gemm_runner_backend", "speculative_algorithm", "page_size",
+                "disable_cuda_graph", "enable_dp_attention", "ep_size")
+
+
+def server_args_view(ctx, flags: dict, env: dict):
+    """The server-argument half of ``recon.runtime.build`` (its MoE half costs tens of seconds a
+    cell and is not compared here): the same World, gate model, schema, evaluator and resolution,
+    and the same records (decisions, defaults of the tracked fields, later writers, forks)."""
+    from types import SimpleNamespace
+
+    from recon.runtime.evaluator import Evaluator
+    from recon.runtime.gatemodel import _model
+    from recon.runtime.interp import Dev
+    from recon.runtime.serverargs import later_writers, load_schema, resolve
+    from recon.runtime.values import plain
+    from recon.runtime.world import World
+
+    world = World(ctx.tree, ctx.model, env)
+    gm = _model(ctx)
+    world.shared_asts = gm._module_ast
+    world.schema = load_schema(world)
+    ev = Evaluator(world, Dev.of(ctx.device), gm)
+    view = SimpleNamespace(server_args={}, forks=[])
+    if world.schema is None:
+        return view
+    states = resolve(world, world.schema, dict(flags), ev)
+    world.state = states[0]
+    for k, d in sorted(world.state.decisions.items()):
+        view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
+    # build() lists four fields when nothing wrote them; the resolution state holds every field,
+    # so the other compared ones are read from it the same way (their default, or a later writer).
+    for k in ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend", *EXTRA_FIELDS):
+        if k not in view.server_args and k in world.schema.fields:
+            f = world.schema.fields[k]
+            view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}
+    for k, d in view.server_args.items():
+        if d["source"] == "default" and d["value"] == "None" and later_writers(world, world.schema, k):
+            d["later"] = True
+    for st in states[1:]:
+        changes = {k: plain(st.get(k)) for k in view.server_args if plain(st.get(k)) != view.server_args[k]["value"]}
+        if changes and len({(a[2], a[3]) for a in st.assumptions}) <= 1:
+            view.forks.append({"changes": changes})
+    return view

@@ -1,0 +1,99 @@
+"""What a release's METADATA requires, read independently of recon (the oracle must not share
+recon's mistakes): the pinned ``transformers`` and the top-level modules its required
+distributions ship, which the oracle stubs when they cannot be installed on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import re
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+MARKERS = {"os_name": "posix", "sys_platform": "linux", "platform_system": "Linux",
+           "platform_machine": "x86_64", "python_version": "3.11", "python_full_version": "3.11.0",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython",
+           "platform_release": "", "platform_version": "", "implementation_version": "3.11.0"}
+
+# Top-level modules a distribution ships, where they are not its normalized name; a distribution
+# not listed ships its own name. The kernel wheels' lists are read from their RECORD files
+# (sgl-kernel 0.3.16.post5: sgl_kernel deep_gemm flash_attn triton_kernels; sglang-kernel 0.4.1:
+# sgl_kernel deep_gemm triton_kernels; 0.4.10: sgl_kernel triton_kernels). Versions between two
+# read ones are taken to ship what both ship; deep_gemm left the kernel wheel when releases began
+# to require sgl-deep-gemm (sglang-kernel 0.4.2.post2).
+KERNEL_WHEEL = [  # (first version, last version or None, modules)
+    ("sgl_kernel", "0.3.0", None, ["sgl_kernel", "deep_gemm", "flash_attn", "triton_kernels"]),
+    ("sglang_kernel", "0.4.0", "0.4.2.post1", ["sgl_kernel", "deep_gemm", "triton_kernels"]),
+    ("sglang_kernel", "0.4.2.post2", None, ["sgl_kernel", "triton_kernels"]),
+]
+TOP_LEVELS = {
+    "sgl_deep_gemm": ["deep_gemm"],
+    "sgl_deep_ep": ["deep_ep"], "sgl_flash_mla": ["flash_mla"], "nvidia_cutlass_dsl": ["cutlass"],
+    "flashinfer_python": ["flashinfer"], "flash_attn_4": ["flash_attn"], "quack_kernels": ["quack"],
+    "nvidia_ml_py": ["pynvml"], "cuda_python": ["cuda"], "humming_kernels": ["humming"],
+    "apache_tvm_ffi": ["tvm_ffi"], "smg_grpc_servicer": ["smg_grpc_servicer"],
+    "nvshmem4py_cu13": ["nvshmem"], "nvidia_mathdx": ["nvmath"], "py_spy": [],
+    "openai_harmony": ["openai_harmony"], "grpcio": ["grpc"], "grpcio_tools": ["grpc_tools"],
+    "grpcio_reflection": ["grpc_reflection"], "grpcio_health_checking": ["grpc_health"],
+    "ipython": ["IPython"], "pyzmq": ["zmq"], "pillow": ["PIL"], "python_multipart": ["multipart"],
+    "python_dateutil": ["dateutil"], "prometheus_client": ["prometheus_client"], "torch_memory_saver": ["torch_memory_saver"],
+    "decord2": ["decord"], "deepseek_recipe": ["deepseek_recipe"], "tml_renderers": ["tml_renderers"],
+}
+
+# torch's Linux CUDA wheels require triton; the CPU build used here does not bring it.
+ALWAYS_STUB = ["triton"]
+# Required packages left absent rather than stubbed: transformers probes them (a stub would pass
+# its find_spec check and then break its imports), and no dispatch decision reads them.
+NEVER_STUB = {"torchaudio", "torchcodec", "timm", "datasets", "soundfile", "av",
+              "decord", "kernels", "mistral_common", "numba", "accelerate", "torchao",
+              "sentencepiece", "tiktoken", "PIL", "cv2"}
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def metadata(release_root: Path, version: str) -> str:
+    path = release_root / f"sglang-{version}.dist-info" / "METADATA"
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def requirements(text: str) -> list:
+    msg = HeaderParser().parsestr(text)
+    extras = [e for e in (msg.get_all("Provides-Extra") or []) if norm(e) == "srt"]
+    out = []
+    for line in msg.get_all("Requires-Dist") or []:
+        req = Requirement(line)
+        if req.marker is not None and not any(req.marker.evaluate({**MARKERS, "extra": e}) for e in ["", *extras]):
+            continue
+        if norm(req.name) == "sglang":
+            continue
+        out.append(req)
+    return out
+
+
+def transformers_pin(reqs: list) -> str:
+    for r in reqs:
+        if norm(r.name) == "transformers":
+            pins = [s.version for s in r.specifier if s.operator == "=="]
+            if pins:
+                return pins[0]
+    return "4.57.1"
+
+
+def required_modules(reqs: list) -> list:
+    """Top-level import names the release's required distributions ship."""
+    mods = set(ALWAYS_STUB)
+    for r in reqs:
+        n = norm(r.name)
+        pins = [s.version for s in r.specifier if s.operator == "=="]
+        kernel = [m for d, lo, hi, m in KERNEL_WHEEL if d == n and pins and _ver(lo) <= _ver(pins[0])
+                  and (hi is None or _ver(pins[0]) <= _ver(hi))]
+        mods.update(kernel[0] if kernel else TOP_LEVELS.get(n, [n]))
+    return sorted(mods - NEVER_STUB)
+
+
+def _ver(v: str) -> tuple:
+    from packaging.version import Version
+    return Version(v)

@@ -1,0 +1,79 @@
+"""The agreement table as Markdown: totals, per release and per field, then each disagreement
+class (field, SGLang's value, recon's value, where recon took it) with its count, its cells and
+its cause as read from the SGLang source (``causes.json``, keyed by field and the two values)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+CAUSES = Path(__file__).resolve().parent / "causes.json"
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{100.0 * n / d:.1f}%" if d else "-"
+
+
+def _causes() -> list:
+    try:
+        return json.loads(CAUSES.read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def _cause(causes: list, field: str, key: str) -> str:
+    import re
+    for c in causes:
+        if c["field"] == field and re.search(c["match"], key):
+            return c["cause"]
+    return ""
+
+
+def _key(r: dict) -> str:
+    return f"{r['field']}: sglang={r['sglang']!r} recon={r['recon']!r}"
+
+
+def markdown(rows: list, cmd: str) -> str:
+    causes = _causes()
+    failed = [r for r in rows if r["verdict"] == "oracle-failed"]
+    rows = [r for r in rows if r["verdict"] != "oracle-failed"]
+    total = Counter(r["verdict"] for r in rows)
+    n = len(rows)
+    lines = ["# Oracle agreement: SGLang's own server-argument resolution vs recon", "",
+             f"Made by: `{cmd}`", "",
+             f"{n} (release, device, model, flags, field) values: **{total['agree']} agree "
+             f"({_pct(total['agree'], n)})**, {total['disagree']} disagree, {total['undecided']} recon-undecided, "
+             f"{total['missing']} not tracked by recon.", "",
+             f"Of the {n - total['missing']} values recon reports: **{_pct(total['agree'], n - total['missing'])} agree**, "
+             f"{_pct(total['disagree'], n - total['missing'])} disagree, {_pct(total['undecided'], n - total['missing'])} undecided.", "",
+             "`__cell__` rows are cells SGLang itself rejects (or recon rejects): they agree when both refuse.", "",
+             f"Cells the oracle's own environment could not run (left out above): {len(failed)}"
+             + (f" — {sorted({r['release'] for r in failed})}: {str(failed[0]['sglang'])[:160]}" if failed else "") + ".", "",
+             "## By release", "", "| release | values | agree | disagree | undecided | missing |", "|---|---|---|---|---|---|"]
+    by = defaultdict(Counter)
+    for r in rows:
+        by[r["release"]][r["verdict"]] += 1
+    for k, c in by.items():
+        s = sum(c.values())
+        lines.append(f"| {k} | {s} | {c['agree']} ({_pct(c['agree'], s)}) | {c['disagree']} | {c['undecided']} | {c['missing']} |")
+    lines += ["", "## By field", "", "| field | values | agree | disagree | undecided | missing |", "|---|---|---|---|---|---|"]
+    byf = defaultdict(Counter)
+    for r in rows:
+        byf[r["field"]][r["verdict"]] += 1
+    for k, c in sorted(byf.items()):
+        s = sum(c.values())
+        lines.append(f"| {k} | {s} | {c['agree']} ({_pct(c['agree'], s)}) | {c['disagree']} | {c['undecided']} | {c['missing']} |")
+    lines += ["", "## Disagreement classes", "",
+              "| count | field: SGLang vs recon | recon took it from | cells (first 4) | cause |", "|---|---|---|---|---|"]
+    classes = defaultdict(list)
+    for r in rows:
+        if r["verdict"] in ("disagree", "undecided"):
+            classes[(r["verdict"], _key(r))].append(r)
+    for (verdict, key), rs in sorted(classes.items(), key=lambda kv: -len(kv[1])):
+        cells = "; ".join(f"{r['release']} {r['device']} {r['model']} {r['flags']}" for r in rs[:4])
+        src = Counter(str(r["recon_source"])[:90] for r in rs).most_common(1)[0][0]
+        cause = _cause(causes, rs[0]["field"], key)
+        tag = "" if verdict == "disagree" else " (recon undecided)"
+        lines.append(f"| {len(rs)} | `{key}`{tag} | {src.replace('|', '/')} | {cells} | {cause} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,183 @@
+"""The differential oracle: SGLang's own server-argument resolution beside recon's, per
+(release, device, model, flags, field), written as an agreement table.
+
+    RECON_CACHE_DIR=/work/cache-shared python bench/oracle/run.py \
+        --releases 0.5.5,0.5.13.post1,0.5.23 --out bench/oracle/AGREEMENT
+
+SGLang runs in the oracle's own virtual environment (see venvs.py and child.py; torch's CPU build,
+the release's pinned transformers, the kernel packages it requires stubbed, the device faked from
+recon's device profile). recon runs in this process and only parses, as always. Each cell's
+fields compare as ``agree``, ``disagree`` (recon decided a different value) or ``undecided``
+(recon says it cannot decide the value: a fork or a field decided later); ``missing`` is a field
+SGLang resolves that recon's view does not track. A cell SGLang rejects (it raises or exits) is
+compared on that alone: recon must refuse it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent))
+
+import release as rel  # noqa: E402
+import venvs  # noqa: E402
+import recon_side  # noqa: E402
+
+RELEASES = ["0.5.5", "0.5.6.post2", "0.5.7", "0.5.8.post1", "0.5.9", "0.5.10.post1", "0.5.11",
+            "0.5.12.post1", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",
+            "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+DEVICES = ["rtx-pro-6000-server", "h200", "b200"]
+FLAG_SETS = {
+    "default": [],
+    "attn-triton": ["--attention-backend", "triton"],
+    "kv-fp8": ["--kv-cache-dtype", "fp8_e4m3"],
+    "moe-triton": ["--moe-runner-backend", "triton"],
+    "quant-fp8": ["--quantization", "fp8"],
+}
+# The dispatch-relevant fields compared (where the release has them).
+FIELDS = ["moe_runner_backend", "attention_backend", "decode_attention_backend",
+          "prefill_attention_backend", "quantization", "kv_cache_dtype", "fp8_gemm_runner_backend",
+          "fp4_gemm_runner_backend", "moe_a2a_backend", "speculative_algorithm", "page_size",
+          "disable_cuda_graph", "enable_dp_attention", "ep_size"]
+# GPU memory as nvidia-smi reports it (MiB); recon's profiles carry no memory size.
+MEMORY_MIB = {"h200": 143771, "b200": 183359, "rtx-pro-6000-server": 97887, "h100-sxm": 81559,
+              "a100-80gb": 81920, "h20": 97871, "l40s": 46068, "rtx-5090": 32607,
+              "rtx-pro-6000-workstation": 97887, "rtx-pro-6000-maxq": 97887}
+
+
+def device_json(short: str) -> dict:
+    from recon.profiles import load_device
+
+    d = load_device(short)
+    cuda = getattr(d, "cuda_version", None) or (12, 8)
+    return {"name": d.name, "capability": list(d.compute_capability), "sm_count": d.sm_count,
+            "memory_mib": MEMORY_MIB.get(short, 81920), "cuda": "%d.%d" % tuple(cuda[:2])}
+
+
+def oracle(version: str, root: Path, work: Path, device: str, cells: list) -> dict:
+    reqs = rel.requirements(rel.metadata(root, version))
+    py = venvs.base_python(work)
+    ov = venvs.overlay(work, py, rel.transformers_pin(reqs))
+    job = {"device": device_json(device), "stubs": rel.required_modules(reqs), "fields": None, "cells": cells}
+    (work / "home").mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([str(py), str(HERE / "child.py")], input=json.dumps(job), capture_output=True,
+                          text=True, env=venvs.env_for(work, root, ov), timeout=1800)
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            out[r["id"]] = r
+    if not out:
+        raise SystemExit(f"oracle for {version} printed nothing: {proc.stderr[-800:]}")
+    return out
+
+
+def compare(sg: dict, rc: dict) -> dict:
+    """field -> (verdict, sglang value, recon value, recon source)."""
+    if not sg.get("ok") and str(sg.get("error", "")).startswith(("import failed", "no answer", "the cell's process died")):
+        # the oracle's own environment failed (not SGLang rejecting the cell): no verdict
+        return {"__cell__": ("oracle-failed", sg.get("error"), "", "")}
+    if not sg.get("ok"):
+        refused = "__error__" in rc
+        return {"__cell__": ("agree" if refused else "disagree", sg.get("error"), rc.get("__error__", "accepted"), "")}
+    if "__error__" in rc:
+        return {"__cell__": ("disagree", "accepted", rc["__error__"], "")}
+    out = {}
+    for f in FIELDS:
+        if f not in sg["fields"]:
+            continue
+        want = sg["fields"][f]
+        got = rc.get(f)
+        if got is None:
+            out[f] = ("missing", want, None, "")
+        elif not got["decided"]:
+            out[f] = ("undecided", want, got["value"], got["source"])
+        else:
+            out[f] = ("agree" if _same(want, got["value"]) else "disagree", want, got["value"],
+                      f"{got['source']} {got['where']}".strip())
+    return out
+
+
+def _same(want, got) -> bool:
+    """SGLang's value (JSON) against recon's, which reads as the value's repr (``'triton'``, ``None``)."""
+    return repr(want) == got or (isinstance(want, list) and repr(tuple(want)) == got)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--releases", default=",".join(RELEASES))
+    ap.add_argument("--devices", default=",".join(DEVICES))
+    ap.add_argument("--models", default="", help="model folder names under bench/oracle/models (default: all)")
+    ap.add_argument("--flags", default=",".join(FLAG_SETS))
+    ap.add_argument("--out", default=str(HERE / "AGREEMENT"), help="path without suffix: .md and .json are written")
+    ap.add_argument("--work", default="", help="the oracle's venvs (default: $RECON_CACHE_DIR/oracle)")
+    ap.add_argument("--reuse-oracle", default="", metavar="JSON",
+                    help="take SGLang's answers from an earlier table's JSON (same cells) and recompute only recon's: "
+                         "SGLang's resolution does not change when recon does")
+    a = ap.parse_args()
+    from recon.cache import cache_dir
+    from recon.target import fetch_wheel
+
+    work = Path(a.work) if a.work else cache_dir() / "oracle"
+    models = [m for m in (a.models.split(",") if a.models else sorted(p.name for p in (HERE / "models").iterdir()))]
+    reused = _oracle_rows(Path(a.reuse_oracle)) if a.reuse_oracle else None
+    rows, raw = [], []
+    t0 = time.time()
+    cmd = "RECON_CACHE_DIR=... python bench/oracle/run.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    for version in a.releases.split(","):
+        root = fetch_wheel(version)
+        tree = recon_side.load_tree(version)
+        for device in a.devices.split(","):
+            cells = [{"id": f"{m}|{fs}", "model_dir": str(HERE / "models" / m), "flags": FLAG_SETS[fs], "env": {}}
+                     for m in models for fs in a.flags.split(",")]
+            have = reused is not None and any(k[0] == version and k[1] == device for k in reused)
+            sg = {c["id"]: reused.get((version, device, c["id"]), {"ok": False, "error": "no answer"}) for c in cells} \
+                if have else oracle(version, root, work, device, cells)
+            for c in cells:
+                raw.append({"release": version, "device": device, "id": c["id"], "answer": sg.get(c["id"])})
+                m, fs = c["id"].split("|")
+                rc = recon_side.answers(tree, device, c["model_dir"], c["flags"], {})
+                for field, (verdict, want, got, src) in compare(sg.get(c["id"], {"ok": False, "error": "no answer"}), rc).items():
+                    rows.append({"release": version, "device": device, "model": m, "flags": fs, "field": field,
+                                 "verdict": verdict, "sglang": want, "recon": got, "recon_source": src})
+        print(f"oracle: {version} done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+        write(rows, Path(a.out), cmd, raw)  # after each release, so a long run can be read while it goes
+
+
+def _oracle_rows(path: Path) -> dict:
+    """(release, device, cell id) -> SGLang's answer, rebuilt from an earlier table's rows."""
+    data = json.loads(path.read_text())
+    if data.get("oracle"):
+        return {(o["release"], o["device"], o["id"]): o["answer"] for o in data["oracle"] if o.get("answer")}
+    out: dict = {}
+    for r in data["rows"]:
+        key = (r["release"], r["device"], f"{r['model']}|{r['flags']}")
+        got = out.setdefault(key, {"ok": True, "fields": {}})
+        if r["field"] == "__cell__":
+            if r["sglang"] == "accepted":
+                continue
+            got.update(ok=False, error=r["sglang"])
+        else:
+            got["fields"][r["field"]] = r["sglang"]
+    return out
+
+
+def write(rows: list, out: Path, cmd: str, raw: list = ()) -> None:
+    import report
+
+    out.with_suffix(".json").write_text(json.dumps({"command": cmd, "rows": rows, "oracle": list(raw)}, indent=0, default=str) + "\n")
+    out.with_suffix(".md").write_text(report.markdown(rows, cmd))
+
+
+if __name__ == "__main__":
+    main()

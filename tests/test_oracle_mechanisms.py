@@ -1,0 +1,141 @@
+"""Mechanisms the differential oracle (bench/oracle: SGLang's own argument resolution run beside
+recon) found wrong, each pinned by a one-feature synthetic tree and by a real release that the
+rest of the suite does not read (``tree_unseen``)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from recon.errors import ReconError
+from recon.runtime import parse_server_args
+
+_ARG_GROUPS = {
+    "sglang/srt/server_args.py": (
+        "from sglang.srt.arg_groups.fields.exec_ import ExecArgs\n"
+        "class ServerArgs(ExecArgs):\n"
+        "    model_path: str = ''\n"
+    ),
+    "sglang/srt/arg_groups/choices.py": "RUNNER_CHOICES = ['auto', 'triton', 'marlin']\n",
+    "sglang/srt/arg_groups/fields/exec_.py": (
+        "from typing import Annotated as A\n"
+        "from sglang.srt.arg_groups.arg_utils import Arg\n"
+        "from sglang.srt.arg_groups.choices import RUNNER_CHOICES\n"
+        "class ExecArgs:\n"
+        "    moe_runner_backend: A[str, Arg(help='x', choices=RUNNER_CHOICES)] = 'auto'\n"
+    ),
+    "sglang/srt/arg_groups/arg_utils.py": "class Arg:\n    def __init__(self, **kw):\n        pass\n",
+}
+
+
+def test_choices_imported_from_another_module_are_checked(synthetic):
+    # The choices list is a module-level name of another module, bound by an import: no graph node.
+    tree = synthetic(_ARG_GROUPS)
+    assert parse_server_args(tree, "--moe-runner-backend marlin") == {"moe_runner_backend": "marlin"}
+    with pytest.raises(ReconError, match="not one of SGLang's choices .*auto, triton, marlin"):
+        parse_server_args(tree, "--moe-runner-backend nonsense")
+
+
+def test_bad_choice_exits_2_on_arg_groups_releases(tree_unseen, tree_new):
+    for tree in (tree_unseen, tree_new):
+        with pytest.raises(ReconError, match="not one of SGLang's choices") as e:
+            parse_server_args(tree, "--moe-runner-backend nonsense")
+        assert e.value.exit_code == 2
+        with pytest.raises(ReconError, match="not one of SGLang's choices"):
+            parse_server_args(tree, "--attention-backend nonsense")
+        assert parse_server_args(tree, "--attention-backend triton") == {"attention_backend": "triton"}
+
+
+def test_cli_bad_choice_exit_code_on_unseen_release(tree_unseen):
+    from recon.cli import app
+    from conftest import UNSEEN_VERSION
+
+    res = CliRunner().invoke(app, ["runtime", "--sglang", UNSEEN_VERSION, "--server-args",
+                                   "--moe-runner-backend nonsense", "--format", "json"])
+    assert res.exit_code == 2, res.output
+
+
+_PROPERTY_TREE = {
+    "sglang/srt/configs/model_config.py": (
+        "class ModelConfig:\n"
+        "    def __init__(self):\n"
+        "        self.head_dim = 128\n"
+        "        self.v_head_dim = None\n"
+        "        if self.v_head_dim is None:\n"
+        "            self.v_head_dim = self.head_dim\n"
+        "    @property\n"
+        "    def has_asymmetric_kv(self):\n"
+        "        return self.head_dim != self.v_head_dim\n"
+    ),
+}
+
+
+def _evaluator(tree, device="b200"):
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime.evaluator import Evaluator
+    from recon.runtime.gatemodel import _model
+    from recon.runtime.interp import Dev
+    from recon.runtime.world import World
+
+    ctx = CheckContext(tree, load_device(device), load_model("qwen3-30b-a3b"))
+    world = World(tree, ctx.model, {})
+    gm = _model(ctx)
+    world.shared_asts = gm._module_ast
+    return world, Evaluator(world, Dev.of(ctx.device), gm)
+
+
+def _eval(ev, text, **env):
+    import ast
+    return ev.eval(ast.parse(text, mode="eval").body, env, "sglang.srt.configs.model_config", "sglang.srt.configs.model_config", 0)
+
+
+def test_property_is_its_getters_value_and_self_reads_see_earlier_writes(synthetic):
+    from recon.runtime.values import Instance
+
+    tree = synthetic(_PROPERTY_TREE)
+    world, ev = _evaluator(tree)
+    mc = Instance("sglang.srt.configs.model_config.ModelConfig")
+    # `if self.v_head_dim is None` reads the value the line above wrote, not an unknown
+    assert world.instance_attr(mc, "v_head_dim", ev, 0) == 128
+    # a @property is its getter's result (False here), never the (truthy) bound method
+    assert _eval(ev, "mc.has_asymmetric_kv", mc=mc) is False
+
+
+def test_mha_model_on_b200_is_trtllm_mha_not_fa4(tree_unseen, tree_new):
+    # SGLang's default MHA backend on SM100 is trtllm_mha unless K and V widths differ
+    # (ModelConfig.has_asymmetric_kv); Qwen3's are both 128. The oracle's answer on 0.5.23.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    for tree in (tree_unseen, tree_new):
+        view = build(CheckContext(tree, load_device("b200"), load_model("qwen3-30b-a3b")), {})
+        assert view.server_args["attention_backend"]["value"] == "'trtllm_mha'"
+
+
+def test_getattr_with_a_name_the_helper_was_handed(synthetic):
+    # def _hf_attr(config, name): return getattr(config, name, None) -- the name is a parameter
+    tree = synthetic({"sglang/srt/configs/model_config.py": (
+        "def _hf_attr(config, name):\n"
+        "    if isinstance(config, dict):\n"
+        "        return config.get(name)\n"
+        "    return getattr(config, name, None)\n"
+        "def is_dsa(config):\n"
+        "    return _hf_attr(config, 'index_topk') is not None\n"
+    )})
+    world, ev = _evaluator(tree)
+    assert _eval(ev, "_hf_attr(hf, 'architectures')", hf=world.hf) == ["Qwen3MoeForCausalLM"]
+    assert _eval(ev, "is_dsa(hf)", hf=world.hf) is False
+
+
+def test_deepseek_v3_without_dsa_keeps_its_kv_cache_dtype(tree_unseen, tree_new):
+    # 0.5.20+ default the KV cache to FP8 on SM100 only for DeepSeek DSA checkpoints (is_deepseek_dsa:
+    # an index_topk in config.json); V3 has none, so SGLang leaves kv_cache_dtype at 'auto'.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    for tree in (tree_unseen, tree_new):
+        view = build(CheckContext(tree, load_device("b200"), load_model("deepseek-v3")), {})
+        assert view.server_args.get("kv_cache_dtype", {"value": "'auto'"})["value"] == "'auto'"
