@@ -216,6 +216,8 @@ def _unpack_verified(version: str, dest: Path, only: Optional[list[str]] = None)
             else:
                 wheelcache.unpack(wheel, dest, version, only)
             return
+        except OSError as e:  # the cache's disk is full or read-only: nowhere to put the tree
+            raise ReconError(f"cannot unpack sglang=={version} into the cache at {dest.parent}: {e.strerror or e}") from None
         except wheelcache.WheelDamaged as e:
             if attempt == 2:
                 raise ReconError(f"the wheel for sglang=={version} is damaged even after fetching it again: {e}") from None

@@ -35,6 +35,10 @@ from . import safepath
 from .cache import atomic_write_bytes
 from .links import inside
 
+# Bounds far above any SGLang release (0.5.23's largest file is under 1 MB, the whole package about
+# 70 MB unpacked): a wheel past them is refused as damaged before it is inflated.
+MAX_MEMBER_BYTES = 64 << 20
+MAX_WHEEL_BYTES = 1 << 30
 STAMP = ".recon-unpacked.json"  # beside sglang/, outside what the indexer reads
 _SKIP_DIRS = {"__pycache__"}  # bytecode Python may have written: not the wheel's, never read
 
@@ -201,6 +205,15 @@ def unpack(wheel: Path, dest: Path, version: str, only: Optional[list[str]] = No
                     safepath.clean(n)
                 except safepath.UnsafePath as e:
                     raise WheelDamaged(f"{wheel.name} holds a member that would be written outside the tree: {safepath.shown(n)!r} ({e})") from None
+            # sizes as the zip's headers declare them (zipfile never inflates a member past its
+            # declared size): a bomb is refused before anything is inflated or written
+            total = 0
+            for n in names:
+                size = z.getinfo(n).file_size
+                total += size
+                if size > MAX_MEMBER_BYTES or total > MAX_WHEEL_BYTES:
+                    raise WheelDamaged(f"{wheel.name} holds more than any SGLang release: {safepath.shown(n)!r} unpacks to "
+                                       f"{size:,} bytes ({total:,} so far; limits {MAX_MEMBER_BYTES:,} a file, {MAX_WHEEL_BYTES:,} in all)")
             ignored: list = []
             rec = _parse_record(z.read(rec_name).decode("utf-8"), version, ignored)
             _note_ignored(wheel.name, ignored)

@@ -531,3 +531,25 @@ def test_a_read_through_a_link_inside_the_root_still_works(tmp_path):
     os.mkfifo(root / "sglang" / "srt" / "p.py")
     with pytest.raises(OSError, match="named pipe"):
         src.read("sglang/srt/p.py")
+
+
+def test_a_zip_bomb_is_refused_before_it_is_inflated(own_cache, tmp_path, monkeypatch):
+    """A member whose declared size is past any release's is refused before it is read: nothing of
+    the wheel is unpacked and the bound, not the memory, stops it."""
+    monkeypatch.setattr(wheelcache, "MAX_MEMBER_BYTES", 1 << 16)
+    _placed(own_cache, monkeypatch, {"sglang/srt/bomb.json": b"0" * (1 << 17)})
+    with pytest.raises(ReconError, match="damaged.*more than any SGLang release"):
+        target.fetch_wheel(VERSION)
+    assert not (own_cache / "wheels" / VERSION).exists()
+
+
+def test_a_full_disk_while_unpacking_is_one_line_not_a_crash(own_cache, tmp_path, monkeypatch):
+    _placed(own_cache, monkeypatch, {})
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(wheelcache, "atomic_write_bytes", full)
+    with pytest.raises(ReconError, match="cannot unpack sglang==9.9.9 into the cache.*No space left"):
+        target.fetch_wheel(VERSION)
+    assert not (own_cache / "wheels" / VERSION / "sglang").exists()
