@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import hashlib
 import pickle
 import time
 import traceback
@@ -26,19 +25,12 @@ class ScanResult:
 
 
 def _cache_key(tree, device, model, rules: list[Rule], flags_key: str = "") -> str | None:
-    """Findings depend on the tree's content, recon's code, the rules, the device and the model."""
-    if not getattr(tree, "key", ""):
-        return None
-    here = Path(__file__).resolve().parent
-    h = hashlib.sha1(tree.key.encode())
-    for p in sorted(here.rglob("*.py")):
-        h.update(p.read_bytes())
-    for r in rules:
-        h.update(Path(r.source).read_bytes() if r.source and Path(r.source).is_file() else r.id.encode())
-    h.update(repr(device).encode())
-    h.update(repr(model).encode())
-    h.update(flags_key.encode())
-    return h.hexdigest()
+    """Findings depend on the tree's content, recon's code and data (the one key scheme of
+    :mod:`recon.derived`), the rules, the device, the model and the flags."""
+    from .derived import derived_key
+
+    rule_bytes = b"".join(Path(r.source).read_bytes() if r.source and Path(r.source).is_file() else r.id.encode() for r in rules)
+    return derived_key(tree, rule_bytes, device, model, flags_key)
 
 
 def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True, server_flags: dict | None = None,
