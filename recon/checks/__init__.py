@@ -132,6 +132,8 @@ class CheckContext:
     env: dict = field(default_factory=dict)  # --env NAME=VALUE
     # the scenario's one engine (recon.runtime.engine): built on first use, never pickled
     engine: Any = field(default=None, repr=False, compare=False)
+    # its runtime view (recon.runtime.runtime_view): a value of the scenario, never a cache entry
+    view: Any = field(default=None, repr=False, compare=False)
 
     @property
     def flags_key(self) -> str:

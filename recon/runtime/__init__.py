@@ -10,8 +10,9 @@ It answers "what runs there" by following SGLang's own mechanisms rather than na
 - one evaluator (``evaluator``) with one notion of unknown: what cannot be decided statically is
   kept as an assumption with both outcomes.
 
-Checks, ``spec``, ``query`` and ``apply`` read :func:`runtime_view`; it is cached on the check
-context (and pickled with the findings, so a warm run does not rebuild it).
+Checks, ``spec``, ``query`` and ``apply`` read :func:`runtime_view` (through a
+:class:`recon.scenario.Scenario`'s ``view``): one per context, walked with the context's one engine
+(:mod:`.engine`), cached on disk under recon's one key scheme (:mod:`recon.derived`).
 """
 
 from __future__ import annotations
@@ -259,9 +260,11 @@ def _alternatives(ctx, world, ev, states, view) -> list:
 
 
 def runtime_view(ctx) -> RuntimeView:
-    """The view for the context's device, model and server flags (``ctx.server_args``, ``ctx.env``)."""
-    key = ("runtime_view", getattr(ctx, "flags_key", ""))
-    v = ctx.cache.get(key)
-    if v is None:
-        v = ctx.cache[key] = build(ctx, getattr(ctx, "server_flags", None), getattr(ctx, "env", None))
-    return v
+    """The view for the context's device, model and server flags (``ctx.server_flags``, ``ctx.env``):
+    built once per context with its engine, and read from the derived-data cache when it is there
+    (stored when it was not); kept on the context as ``ctx.view``."""
+    if getattr(ctx, "view", None) is None:
+        from .cached import derived_key, load_or_build
+
+        ctx.view = load_or_build("runtime", derived_key(ctx), lambda: build(ctx))
+    return ctx.view

@@ -30,9 +30,7 @@ def load_or_build(area: str, key: str | None, build):
 
 
 def view_for(ctx):
-    """The view for the context, from the cache when it is there (and stored when it was not)."""
+    """The view for the context (:func:`recon.runtime.runtime_view`: from the cache when it is there)."""
     from . import runtime_view
 
-    view = load_or_build("runtime", derived_key(ctx), lambda: runtime_view(ctx))
-    ctx.cache[("runtime_view", ctx.flags_key)] = view
-    return view
+    return runtime_view(ctx)

@@ -73,7 +73,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     arch_names = [n for n in model.architectures if any(G.nodes[q].get("kind") == "class" for q in _by_name(G, n))]
     model_class = sorted(q for n in model.architectures for q in _by_name(G, n) if G.nodes[q].get("kind") == "class")
     backends = []
-    for f in _moe_backends(findings, roles):
+    for f in _moe_backends(findings, roles, view):
         d = f.data
         backends.append({"attribute": d.get("attribute"), "value": d.get("value"), "taken": d.get("taken"), "compared_with": d.get("compared_with"),
                          "set_in": _short((d.get("set_in") or [None])[0]), "set_at": _at(*(d.get("set_in") or [None, None, None])[1:3]),
@@ -166,6 +166,9 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     ctx["moe_path"]["gates"] = [g for g in ctx["gates"] if g["gate"] in tests] or [g for g in ctx["gates"] if g["gate"].startswith("is_sm")]
     ctx["reference_kernel"] = _reference_kernel(model, device, rl)
     ctx["plan"] = _plan(ctx, model, device)
+    if getattr(model, "num_experts", 0) and (view is None or not view.moe.get("apply")):
+        why = "; ".join((view.diagnostics if view is not None else [])[:2]) or "no runtime view"
+        ctx["moe_undecided"] = f"which MoE quant method runs, as SGLang's get_quant_method picks it (the runtime view could not decide: {why}), so no backend choice is attributed to the MoE layer"
     ctx["not_found"] = _not_found(ctx)
     # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
     # the object the templates render are the same data
@@ -190,6 +193,8 @@ def _not_found(ctx: dict) -> list[str]:
         out.append(f"no MoE quant method for {ctx['model']['expert_quant'].upper()} experts was found on the captured forward of this model for this device")
     if not mp["found"]:
         out.append("no MoE dispatch chain (capture site -> model forward -> quant method -> kernel)")
+    if ctx.get("moe_undecided"):
+        out.append(ctx["moe_undecided"])
     if mp["quant_method"] and not mp["backend"]:
         out.append("no backend selection (a string attribute set in one method and compared in another) on the MoE quant method")
     if not mp["slot_kernel"]:
@@ -216,12 +221,10 @@ def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = Non
 
 
 def _view_of(res):
-    """The runtime view the findings were made with (kept with them, or in its own cache entry)."""
+    """The runtime view of the scenario the findings were made for (the findings' context's, read
+    from its own cache entry on a warm run: keyed like the findings, so never older than them)."""
     ctx = res.context
     if ctx is None or not getattr(ctx.model, "num_experts", 0):
         return None
-    v = ctx.cache.get(("runtime_view", ctx.flags_key))
-    if v is None:
-        from ..runtime.cached import view_for
-        v = view_for(ctx)
-    return v
+    from ..runtime import runtime_view
+    return runtime_view(ctx)
