@@ -103,9 +103,9 @@ def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
         ph.advance(len(rules), note=f"{len(rules)} rules, {len(findings)} findings" + (f", {len(errors)} crashed" if errors else ""))
     if getattr(ctx.model, "num_experts", 0):
         try:  # the spec and query read the view; keep it with the findings for warm runs
-            from .runtime.cached import view_for
+            from .runtime import runtime_view
             with phase("runtime view"):
-                view = view_for(ctx)
+                view = runtime_view(ctx)
             files = view.on_path_files()
             files |= {ctx.tree.graph.nodes[n]["path"] for n in list(files) if n in ctx.tree.graph and ctx.tree.graph.nodes[n].get("path")}
             for f in findings:  # scoped to the path: is the finding's site in code the MoE path runs?

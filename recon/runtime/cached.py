@@ -1,4 +1,4 @@
-"""The runtime view as derived data: cached on disk by everything it depends on (the tree's
+"""Derived data (the runtime view, the kernel map) cached on disk by everything it depends on (the tree's
 content, recon's code, device, model, server flags and environment), so a warm query or spec
 reads it instead of evaluating SGLang's code again."""
 
@@ -27,10 +27,3 @@ def load_or_build(area: str, key: str | None, build):
     if store is not None:
         save_pickle(store, got)
     return got
-
-
-def view_for(ctx):
-    """The view for the context (:func:`recon.runtime.runtime_view`: from the cache when it is there)."""
-    from . import runtime_view
-
-    return runtime_view(ctx)
