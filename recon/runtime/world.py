@@ -308,8 +308,15 @@ class World:
         init = self.method(inst.cls, "__init__")
         fn = ev.model.function_ast(init) if init else None
         if fn is None:
-            return
-        names = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+            if init or not any("dataclass" in ast.unparse(d) for c in self.mro(inst.cls)
+                               for d in getattr(self._class_ast(c), "decorator_list", ())):
+                return
+            # no __init__ in the tree (a dataclass): the constructor's arguments are its fields, in
+            # the order the class bodies declare them (bases first)
+            names = [st.target.id for c in reversed(self.mro(inst.cls)) for st in getattr(self._class_ast(c), "body", ())
+                     if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)]
+        else:
+            names = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
         args = {}
         for p, a in zip(names, call.args):
             args[p] = ev._eval_raw(a, env, mod, scope, depth)
@@ -437,7 +444,10 @@ class World:
         if depth > ev.depth_limit:
             return UNKNOWN
         inst.attrs[attr] = UNKNOWN  # recursion guard
-        value = MISSING
+        args = inst.attrs.get("__args__", {})
+        # a field the constructor was given, on a class without an __init__ of its own (a
+        # dataclass): the value it starts with; later writes replace it where they are decided
+        value = args[attr] if attr in args and not self.method(inst.cls, "__init__") else MISSING
         for w in self.class_writes(inst.cls, attr):
             extra = {}
             if w.scope.endswith(".__init__"):
