@@ -31,7 +31,7 @@ from ..runtime import runtime_view
 from ..runtime.handoffs import IGNORE, describe, handoffs
 from ..findings import Evidence, Finding
 from . import check
-from ..runtime.capture import CaptureScope, _chain, _capture_chains, _model_forwards, _reach
+from ..runtime.capture import CaptureScope, _chain, _capture_chains, _model_forwards, _quant_methods, _reach
 
 _DEFAULT_HAZARDS = {
     ".item": "host sync",
@@ -156,7 +156,7 @@ class MoEPathData:
     scanned: list
     native_ops: list
     library_ops: list
-    resolved_by: str  # "runtime view" (the one way a MoE method is picked; "class name" no longer occurs)
+    resolved_by: str  # "runtime view" | "class name"
     launches: list  # [{kernel, path, line}]
     hazards: list
     guarded: list
@@ -173,15 +173,7 @@ class UnresolvedMoEData:
     unresolved_quant_methods: list
     handoffs: dict  # quant method -> where it hands its work off
 
-@dataclass
-class UndecidedMoEData:
-    """The runtime view decided no MoE quant method: said, never guessed from class names."""
-
-    capture_site: str
-    undecided_because: str
-
-
-@check("cuda_graph_host_sync", params=CudaGraphParams, payload=(CaptureHazardsData, MoEPathData, UnresolvedMoEData, UndecidedMoEData))
+@check("cuda_graph_host_sync", params=CudaGraphParams, payload=(CaptureHazardsData, MoEPathData, UnresolvedMoEData))
 def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     G = ctx.tree.graph
     params: CudaGraphParams = rule.params
@@ -197,10 +189,12 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     if view is not None and view.moe_method:
         # the method SGLang's own get_quant_method returns for this device, model and flags
         qm, device_matched = [view.moe.get("apply") or view.moe_method], True
+    elif view is not None and view.moe.get("config_class"):
+        qm, device_matched = [], False  # resolved to no MoE method (an unquantized checkpoint, say)
     else:
-        # resolved to no MoE method (an unquantized checkpoint, say), or the view could not decide
-        # which one runs: then no method is guessed from class names, the finding below says so
-        qm, device_matched = [], False
+        # the view decided nothing (no ServerArgs or quant registry: the synthetic capture trees):
+        # still a guess by class name, labelled as such in the finding (issue 29 wants it gone)
+        qm, device_matched = _quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
     primary_qm = qm[:1] if device_matched else qm
     fwd = forwards[0]
     parent = _reach(ctx, [fwd], params, primary_qm)
@@ -285,6 +279,8 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
               (" and is capture-safe (no host syncs or data-dependent shapes on its path)" if safe else f"; {len(live)} host sync(s)/data-dependent shape(s) on its path")
         if view is not None and q == view.moe.get("apply"):
             msg += " (the method SGLang's get_quant_method returns for this device, model and server flags)"
+        elif q == (qm[0] if device_matched else None):
+            msg += f" (the {ctx.model.expert_quant} quant method whose path names this device's arch: a guess by name, the runtime view could not resolve it)"
         findings.append(Finding(rule.id, msg, "note" if safe else "warning", ev, {
             "quant_method": q,
             "selected_for_device": bool(device_matched and q == qm[0]),
@@ -304,12 +300,6 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
         }))
     if unresolved and not any("quant_method" in f.data for f in findings):
         findings.append(_unresolved_finding(ctx, rule, chain, unresolved, params.kernel_depth))
-    if view is not None and not view.moe_method and not view.moe.get("config_class"):
-        why = "; ".join(view.diagnostics[:2]) or view.moe.get("note") or "its quant-method registry gave no method for this checkpoint"
-        findings.append(Finding(rule.id, f"which MoE quant method runs for {ctx.model.name} is not decided (the runtime view: {why}): "
-                                "the capture safety of its kernels is not checked", "note",
-                                [_ev(ctx, chain["site_path"], chain["site_line"], "CUDA-graph capture site")],
-                                {"capture_site": f"{chain['site_path']}:{chain['site_line']}", "undecided_because": why}))
     return findings
 
 
