@@ -73,7 +73,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     arch_names = [n for n in model.architectures if any(G.nodes[q].get("kind") == "class" for q in _by_name(G, n))]
     model_class = sorted(q for n in model.architectures for q in _by_name(G, n) if G.nodes[q].get("kind") == "class")
     backends = []
-    for f in _moe_backends(findings, roles, view):
+    for f in _moe_backends(findings, roles):
         d = f.data
         backends.append({"attribute": d.get("attribute"), "value": d.get("value"), "taken": d.get("taken"), "compared_with": d.get("compared_with"),
                          "set_in": _short((d.get("set_in") or [None])[0]), "set_at": _at(*(d.get("set_in") or [None, None, None])[1:3]),
@@ -166,9 +166,6 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     ctx["moe_path"]["gates"] = [g for g in ctx["gates"] if g["gate"] in tests] or [g for g in ctx["gates"] if g["gate"].startswith("is_sm")]
     ctx["reference_kernel"] = _reference_kernel(model, device, rl)
     ctx["plan"] = _plan(ctx, model, device)
-    if getattr(model, "num_experts", 0) and (view is None or not view.moe.get("apply")):
-        why = "; ".join((view.diagnostics if view is not None else [])[:2]) or "no runtime view"
-        ctx["moe_undecided"] = f"which MoE quant method runs, as SGLang's get_quant_method picks it (the runtime view could not decide: {why}), so no backend choice is attributed to the MoE layer"
     ctx["not_found"] = _not_found(ctx)
     # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
     # the object the templates render are the same data
@@ -193,8 +190,6 @@ def _not_found(ctx: dict) -> list[str]:
         out.append(f"no MoE quant method for {ctx['model']['expert_quant'].upper()} experts was found on the captured forward of this model for this device")
     if not mp["found"]:
         out.append("no MoE dispatch chain (capture site -> model forward -> quant method -> kernel)")
-    if ctx.get("moe_undecided"):
-        out.append(ctx["moe_undecided"])
     if mp["quant_method"] and not mp["backend"]:
         out.append("no backend selection (a string attribute set in one method and compared in another) on the MoE quant method")
     if not mp["slot_kernel"]:

@@ -11,31 +11,28 @@ from .roles import Roles
 SLOT_REREAD = "slot-reread"  # a root cause computed here from the roofline, not a rule: ranked right after the slot kernel's rule
 
 
-def _moe_backends(findings, roles: Roles, view=None) -> list:
-    """Backend-choice findings about the MoE layer that runs, as the runtime view resolved it: taken
-    in its quant method (or a base class), or in a function its chain from ``apply`` passes. Where
-    the view decided no MoE method (no view, no quant registry, no ServerArgs) there is none: the
-    spec says the view could not decide instead of guessing from class names."""
-    if view is None or not view.moe.get("apply"):
-        return []
-    owners = set(view.moe.get("mro") or [view.moe_method])
-    on_path = {view.moe["apply"]} | {h["node"] for lf in view.moe.get("leaves", []) for h in lf.get("via", []) if h.get("node")}
+def _moe_backends(findings, roles: Roles) -> list:
+    """Backend-choice findings about MoE quant methods (their class or chain names MoE)."""
     out = []
     for f in findings:
         if not roles.is_(f, "backend-choice"):
             continue
-        taken = (f.data.get("taken_in") or [""])[0]
-        if taken.rsplit(".", 1)[0] in owners or taken in on_path:
+        d = f.data
+        cls = (d.get("taken_in") or [""])[0]
+        if "moe" in cls.lower() or any("moe" in (h[0] or "").lower() for h in d.get("chain", [])):
             out.append(f)
     return out
 
 
 def _pick_moe(findings, roles: Roles, view=None) -> tuple[Optional[Any], Optional[Any]]:
-    """(capture MoE-path finding, backend-choice finding) for the MoE quant method that runs; a
-    backend choice counts only inside the method the runtime view resolved (:func:`_moe_backends`)."""
+    """(capture MoE-path finding, backend-choice finding) for the MoE quant method that runs.
+    With a runtime view, a backend choice counts only inside the method it resolved (or its bases)."""
     cg = [f for f in findings if roles.is_(f, "capture") and f.data.get("quant_method")]
     cg.sort(key=lambda f: (not f.data.get("selected_for_device"), not f.data.get("kernels"), f.data["quant_method"]))
-    backends = _moe_backends(findings, roles, view)
+    backends = _moe_backends(findings, roles)
+    if view is not None and view.moe.get("apply"):
+        owners = set(view.moe.get("mro") or [view.moe_method])
+        backends = [b for b in backends if (b.data.get("taken_in") or [""])[0].rsplit(".", 1)[0] in owners]
     primary_cg = cg[0] if cg else None
     apply_q = primary_cg.data["quant_method"] if primary_cg else None
 
