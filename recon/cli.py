@@ -119,6 +119,16 @@ def _flags(tree, server_args: Optional[str], env: Optional[list[str]]) -> tuple[
     return flags, envs
 
 
+def _scenario(tree, device, model, server_args, env):
+    """``open_scenario`` with its warnings printed (the one place a command turns options into a scenario)."""
+    from .scenario import open_scenario
+
+    sc, warnings = open_scenario(tree, device, model, server_args, env)
+    for w in warnings:
+        err.print(f"[yellow]warning:[/yellow] {esc(w)}", highlight=False)
+    return sc
+
+
 def _print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
@@ -182,14 +192,8 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
     try:
         tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
         if runtime is not None and any(runtime[:4]):
-            from .checks import CheckContext
-            from .profiles import load_device, load_model
-            from .runtime.cached import view_for
-
             device, model, server_args, env, rfn = runtime
-            flags, envs = _flags(tree, server_args, env)
-            view = view_for(CheckContext(tree, load_device(device), load_model(model), server_flags=flags, env=envs))
-            result = rfn(tree.graph, view)
+            result = rfn(tree.graph, _scenario(tree, device, model, server_args, env).view)
         else:
             result = fn(tree.graph) if fn.__code__.co_argcount == 1 else fn(tree.graph, tree)
     except AmbiguousSymbol as e:
@@ -520,17 +524,14 @@ def spec(
 ) -> None:
     """The optimization spec (Markdown or JSON): MoE dispatch chain, root causes with file:line, missing configs, plan with roofline numbers."""
     from .cache import atomic_write_bytes
-    from .profiles import load_device, load_model
     from .spec import render, spec_for
     from .target import spec_target
 
     try:
-        dev = load_device(device)
-        mdl = load_model(model)
         sglang, reason = spec_target(path, rev, sglang)
-        tree = load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json, reason=reason)
-        flags, envs = _flags(tree, server_args, env)
-        ctx = spec_for(tree, dev, mdl, target_reason=reason, server_flags=flags, env=envs)
+        sc = _scenario(lambda: load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json, reason=reason),
+                       device, model, server_args, env)
+        ctx = spec_for(sc.tree, sc.device, sc.model, target_reason=reason, server_flags=sc.flags, env=sc.env)
         text = render(ctx, fmt.value)
     except ReconError as e:
         _fail(e)
@@ -597,19 +598,13 @@ def runtime(
     fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."),
 ) -> None:
     """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches."""
-    from .checks import CheckContext
-    from .profiles import load_device, load_model
-    from .runtime import build
+    from .progress import phase
     from .runtime_text import render_text
 
     try:
-        dev = load_device(device)
-        mdl = load_model(model)
-        tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
-        flags, envs = _flags(tree, server_args, env)
-        from .progress import phase
+        sc = _scenario(lambda: load_target(path, rev, sglang, quiet=fmt == Fmt.json), device, model, server_args, env)
         with phase("runtime view"):
-            view = build(CheckContext(tree, dev, mdl, server_flags=flags, env=envs), flags, envs)
+            view = sc.view
     except ReconError as e:
         _fail(e)
     if fmt == Fmt.json:
@@ -641,26 +636,20 @@ def kernels(
     diff_server_args: Optional[str] = typer.Option(None, "--diff-server-args", metavar="FLAGS", help="Compare with the map under other server flags (same tree, device, model)."),
 ) -> None:
     """Every layer kind's kernel for one decode step on a device, for a model and server flags: the code path that runs (file:line per hop), the gates, flags and environment defaults that chose it, CUDA-graph capture, launches per step and the roofline floor."""
-    from .checks import CheckContext
-    from .kernels.kmap import diff_maps, map_for
+    from .kernels.kmap import diff_maps
     from .kernels.text import render_diff, render_md, render_text
-    from .profiles import load_device, load_model
+    from .progress import phase
 
     try:
-        dev = load_device(device)
-        mdl = load_model(model)
-        tree = load_target(path, rev, sglang, quiet=fmt == KernelsFmt.json)
-        flags, envs = _flags(tree, server_args, env)
-        from .progress import phase
+        sc = _scenario(lambda: load_target(path, rev, sglang, quiet=fmt == KernelsFmt.json), device, model, server_args, env)
         with phase("kernel map"):
-            kmap = map_for(CheckContext(tree, dev, mdl, server_flags=flags, env=envs), prefill_m, context)
+            kmap = sc.kernel_map(prefill_m, context)
         other = None
         if diff or diff_device or diff_server_args:
-            tree2 = load_target(None, None, diff, quiet=fmt == KernelsFmt.json) if diff else tree
-            dev2 = load_device(diff_device) if diff_device else dev
-            flags2 = _flags(tree2, diff_server_args if diff_server_args is not None else server_args, env)[0]
+            tree2 = (lambda: load_target(None, None, diff, quiet=fmt == KernelsFmt.json)) if diff else sc.tree
+            sc2 = _scenario(tree2, diff_device or device, model, diff_server_args if diff_server_args is not None else server_args, env)
             with phase("kernel map (other)"):
-                other = map_for(CheckContext(tree2, dev2, mdl, server_flags=flags2, env=envs), prefill_m, context)
+                other = sc2.kernel_map(prefill_m, context)
     except ReconError as e:
         _fail(e)
     if other is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import hashlib
 import pickle
 import time
 import traceback
@@ -26,19 +25,12 @@ class ScanResult:
 
 
 def _cache_key(tree, device, model, rules: list[Rule], flags_key: str = "") -> str | None:
-    """Findings depend on the tree's content, recon's code, the rules, the device and the model."""
-    if not getattr(tree, "key", ""):
-        return None
-    here = Path(__file__).resolve().parent
-    h = hashlib.sha1(tree.key.encode())
-    for p in sorted(here.rglob("*.py")):
-        h.update(p.read_bytes())
-    for r in rules:
-        h.update(Path(r.source).read_bytes() if r.source and Path(r.source).is_file() else r.id.encode())
-    h.update(repr(device).encode())
-    h.update(repr(model).encode())
-    h.update(flags_key.encode())
-    return h.hexdigest()
+    """Findings depend on the tree's content, recon's code and data (the one key scheme of
+    :mod:`recon.derived`), the rules, the device, the model and the flags."""
+    from .derived import derived_key
+
+    rule_bytes = b"".join(Path(r.source).read_bytes() if r.source and Path(r.source).is_file() else r.id.encode() for r in rules)
+    return derived_key(tree, rule_bytes, device, model, flags_key)
 
 
 def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True, server_flags: dict | None = None,
@@ -111,9 +103,9 @@ def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
         ph.advance(len(rules), note=f"{len(rules)} rules, {len(findings)} findings" + (f", {len(errors)} crashed" if errors else ""))
     if getattr(ctx.model, "num_experts", 0):
         try:  # the spec and query read the view; keep it with the findings for warm runs
-            from .runtime.cached import view_for
+            from .runtime import runtime_view
             with phase("runtime view"):
-                view = view_for(ctx)
+                view = runtime_view(ctx)
             files = view.on_path_files()
             files |= {ctx.tree.graph.nodes[n]["path"] for n in list(files) if n in ctx.tree.graph and ctx.tree.graph.nodes[n].get("path")}
             for f in findings:  # scoped to the path: is the finding's site in code the MoE path runs?

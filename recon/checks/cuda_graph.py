@@ -192,6 +192,8 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     elif view is not None and view.moe.get("config_class"):
         qm, device_matched = [], False  # resolved to no MoE method (an unquantized checkpoint, say)
     else:
+        # the view decided nothing (no ServerArgs or quant registry: the synthetic capture trees):
+        # still a guess by class name, labelled as such in the finding (issue 29 wants it gone)
         qm, device_matched = _quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
     primary_qm = qm[:1] if device_matched else qm
     fwd = forwards[0]

@@ -133,11 +133,12 @@ def build_map(ctx, prefill_m: Optional[int] = None) -> dict:
 
 
 def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
-    from ..runtime.cached import view_for
+    from ..runtime import runtime_view
+    from ..runtime.engine import engine_for
     from .step import Step, attention, attention_module, communication, dense, model_class, moe, simple_layers
 
-    view = view_for(ctx)
-    step = Step(ctx, ctx.server_flags, ctx.env)
+    view = runtime_view(ctx)  # walked with the context's engine when it is not in the cache
+    step = Step(ctx, engine_for(ctx))
     st = step.world.state
     mcls = model_class(step)
     layers = []

@@ -27,13 +27,10 @@ import ast
 import re
 from typing import Optional
 
-from ..runtime.gatemodel import _model
-from ..runtime.interp import UNKNOWN, Dev
+from ..runtime.interp import UNKNOWN
 from ..runtime.moe import PathWalker, _from_config, registrations, registry
-from ..runtime.serverargs import load_schema, resolve
 from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
-from .dispatch import StepEvaluator, choices, resolve_held
-from .world import Reads, StepWorld
+from .dispatch import choices, resolve_held
 
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
 _LAYER_MODULES = (
@@ -60,22 +57,14 @@ def _assume(a) -> dict:
 
 
 class Step:
-    """Everything the layer kinds share: the tree, one World and one evaluator for the config."""
+    """Everything the layer kinds share: the tree and the scenario's engine (one World, one evaluator)."""
 
-    def __init__(self, ctx, flags: dict, env: dict):
+    def __init__(self, ctx, engine):
         self.ctx, self.tree, self.G = ctx, ctx.tree, ctx.tree.graph
-        self.flags, self.env = dict(flags or {}), dict(env or {})
-        self.world = StepWorld(ctx.tree, ctx.model, env)
-        self.world.notes = Reads()
-        gm = _model(ctx)
-        self.world.shared_asts = gm._module_ast
-        self.world.schema = load_schema(self.world)
-        self.ev = StepEvaluator(self.world, Dev.of(ctx.device), gm)
-        if self.world.schema is not None:
-            self.world.state = resolve(self.world, self.world.schema, self.flags, self.ev)[0]
-        else:
-            from ..runtime.serverargs import Schema, State
-            self.world.state = State(Schema({}, "", "", ""), dict(self.flags))
+        self.flags, self.env = engine.flags, engine.env
+        # the scenario's engine: the World and evaluator the runtime view's MoE walk used, with the
+        # server arguments it resolved (no second resolution, no second evaluator)
+        self.world, self.ev = engine.world, engine.ev
 
     def runner(self) -> Optional[Instance]:
         """The model runner an attention backend is built with: the server's one ModelConfig for the

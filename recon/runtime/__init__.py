@@ -10,8 +10,9 @@ It answers "what runs there" by following SGLang's own mechanisms rather than na
 - one evaluator (``evaluator``) with one notion of unknown: what cannot be decided statically is
   kept as an assumption with both outcomes.
 
-Checks, ``spec``, ``query`` and ``apply`` read :func:`runtime_view`; it is cached on the check
-context (and pickled with the findings, so a warm run does not rebuild it).
+Checks, ``spec``, ``query`` and ``apply`` read :func:`runtime_view` (through a
+:class:`recon.scenario.Scenario`'s ``view``): one per context, walked with the context's one engine
+(:mod:`.engine`), cached on disk under recon's one key scheme (:mod:`recon.derived`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .gatemodel import _model
-from .interp import Dev
-from .evaluator import Evaluator
 from .moe import apply_path, quant_methods
-from .serverargs import ServerArgsError, later_writers, load_schema, parse_flags, resolve
+from .serverargs import ServerArgsError, later_writers, load_schema, parse_flags
 from .values import plain
 from .world import World
 
@@ -108,19 +106,20 @@ class _Blank:
     hf_config: dict = {}
 
 
-_OPS = None
+_OPS: dict = {}
 
 
 def _external_ops() -> list:
-    global _OPS
-    if _OPS is None:
+    """recon's table of outside ops (``data/external_ops.yaml``), read once per data directory."""
+    from .. import derived
+
+    if derived.DATA_DIR not in _OPS:
         import re
-        from pathlib import Path
 
         import yaml
-        data = yaml.safe_load((Path(__file__).resolve().parent.parent / "data" / "external_ops.yaml").read_text()) or []
-        _OPS = [(re.compile(d["match"]), d) for d in data]
-    return _OPS
+        data = yaml.safe_load((derived.DATA_DIR / "external_ops.yaml").read_text()) or []
+        _OPS[derived.DATA_DIR] = [(re.compile(d["match"]), d) for d in data]
+    return _OPS[derived.DATA_DIR]
 
 
 def classify(tree, lf: dict) -> dict:
@@ -159,13 +158,16 @@ def _cond(test: str, holds: bool) -> str:
     return test if holds else f"not ({test})" if " " in test else f"not {test}"
 
 
-def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> RuntimeView:
+def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=None) -> RuntimeView:
+    """The view for the context, walked with its engine (:func:`engine.engine_for`); other
+    ``flags``/``env`` than the context's get an engine of their own."""
+    from .engine import Engine, engine_for
+
     flags, env = dict(flags or {}), dict(env or {})
-    world = World(ctx.tree, ctx.model, env)
-    gm = _model(ctx)
-    world.shared_asts = gm._module_ast
-    world.schema = load_schema(world)
-    ev = Evaluator(world, Dev.of(ctx.device), gm)
+    if engine is None:
+        same = flags == dict(getattr(ctx, "server_flags", None) or {}) and env == dict(getattr(ctx, "env", None) or {})
+        engine = engine_for(ctx) if same else Engine(ctx, flags, env)
+    world, ev = engine.world, engine.ev
     view = RuntimeView(ctx.device.name, ctx.model.name, flags, env)
     known = {d.get("name") for _, d in ctx.tree.graph.nodes(data=True) if d.get("kind") == "class"} if ctx.model.architectures else set()
     missing = [a for a in ctx.model.architectures if a not in known]
@@ -178,12 +180,9 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None) -> Runt
     forks_states: list = []
     if world.schema is None:
         view.diagnostics.append("no ServerArgs class in this tree: server arguments are not evaluated")
-        from .serverargs import Schema, State
-        world.state = State(Schema({}, "", "", ""), dict(flags))
     else:
-        states = resolve(world, world.schema, flags, ev)
+        states = engine.states
         forks_states = states[1:]
-        world.state = states[0]
         for k, d in sorted(world.state.decisions.items()):
             view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
         for k in ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend"):
@@ -243,6 +242,8 @@ def _alternatives(ctx, world, ev, states, view) -> list:
         if not changed or len({(a[2], a[3]) for a in st.assumptions}) > 1:
             continue
         world.state = st
+        # what the evaluator settles from the state (start-up globals) must not outlive the fork
+        saved = dict(ev._globals), dict(ev.global_sites)
         try:
             qm = quant_methods(world, ev)
             first = next((o for o in qm["outcomes"] if o["method"] and not o["raises"]), None)
@@ -252,15 +253,18 @@ def _alternatives(ctx, world, ev, states, view) -> list:
                 ops = [lf.name for lf in got["leaves"] if lf.primary][:4]
         finally:
             world.state = primary_state
+            ev._globals, ev.global_sites = saved
         out.append({"assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in st.assumptions if a[1]],
                     "changes": changed, "method": first["method"] if first else None, "ops": ops})
     return out
 
 
 def runtime_view(ctx) -> RuntimeView:
-    """The view for the context's device, model and server flags (``ctx.server_args``, ``ctx.env``)."""
-    key = ("runtime_view", getattr(ctx, "flags_key", ""))
-    v = ctx.cache.get(key)
-    if v is None:
-        v = ctx.cache[key] = build(ctx, getattr(ctx, "server_flags", None), getattr(ctx, "env", None))
-    return v
+    """The view for the context's device, model and server flags (``ctx.server_flags``, ``ctx.env``):
+    built once per context with its engine, and read from the derived-data cache when it is there
+    (stored when it was not); kept on the context as ``ctx.view``."""
+    if getattr(ctx, "view", None) is None:
+        from .cached import derived_key, load_or_build
+
+        ctx.view = load_or_build("runtime", derived_key(ctx), lambda: build(ctx))
+    return ctx.view

@@ -1,40 +1,19 @@
-"""The runtime view as derived data: cached on disk by everything it depends on (the tree's
+"""Derived data (the runtime view, the kernel map) cached on disk by everything it depends on (the tree's
 content, recon's code, device, model, server flags and environment), so a warm query or spec
 reads it instead of evaluating SGLang's code again."""
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 from ..cache import cache_dir, load_pickle, save_pickle
-
-
-_CODE_DIGEST: list = []
-
-
-def _code_digest() -> bytes:
-    """recon's own code and data, hashed once per process: derived data is stale when they change."""
-    if not _CODE_DIGEST:
-        h = hashlib.sha1()
-        here = Path(__file__).resolve().parent.parent
-        for p in sorted(here.rglob("*.py")):
-            h.update(p.read_bytes())
-        for p in sorted((here / "data").rglob("*.yaml")):
-            h.update(p.read_bytes())
-        _CODE_DIGEST.append(h.digest())
-    return _CODE_DIGEST[0]
 
 
 def derived_key(ctx, *extra) -> str | None:
     """The cache key of data derived from the tree for the context's device, model, flags and env
-    (and ``extra``); None for a tree without a content key."""
-    if not getattr(ctx.tree, "key", ""):
-        return None
-    h = hashlib.sha1(ctx.tree.key.encode())
-    h.update(_code_digest())
-    h.update(repr((ctx.device, ctx.model, ctx.flags_key) + extra).encode())
-    return h.hexdigest()
+    (and ``extra``): recon's one key scheme (:mod:`recon.derived`); None for a tree without a
+    content key."""
+    from ..derived import derived_key as key
+
+    return key(ctx.tree, (ctx.device, ctx.model, ctx.flags_key) + extra)
 
 
 def load_or_build(area: str, key: str | None, build):
@@ -48,12 +27,3 @@ def load_or_build(area: str, key: str | None, build):
     if store is not None:
         save_pickle(store, got)
     return got
-
-
-def view_for(ctx):
-    """The view for the context, from the cache when it is there (and stored when it was not)."""
-    from . import runtime_view
-
-    view = load_or_build("runtime", derived_key(ctx), lambda: runtime_view(ctx))
-    ctx.cache[("runtime_view", ctx.flags_key)] = view
-    return view

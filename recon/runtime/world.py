@@ -27,7 +27,7 @@ class World:
         self.env = dict(env or {})
         self.state = None  # recon.runtime.serverargs.State, set once resolved
         self.schema = None
-        self.notes: dict[str, str] = {}  # what was assumed: env defaults, checkpoint facts
+        self.notes: Reads = Reads()  # what was assumed: env defaults, checkpoint facts
         self._asts: dict[str, Any] = tree_memo(tree).setdefault("asts", {})
         self._envs: Optional[dict] = None
         self._class_writes: dict = {}
@@ -280,7 +280,7 @@ class World:
                 return True
         return False
 
-    def _members(self, cls: str) -> dict:
+    def _members_core(self, cls: str) -> dict:
         node = self._class_ast(cls)
         out = {}
         last = 0  # enum.auto(): the previous integer member plus one (a StrEnum's is the lower-cased name)
@@ -322,8 +322,15 @@ class World:
         init = self.method(inst.cls, "__init__")
         fn = ev.model.function_ast(init) if init else None
         if fn is None:
-            return
-        names = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+            if init or not any("dataclass" in ast.unparse(d) for c in self.mro(inst.cls)
+                               for d in getattr(self._class_ast(c), "decorator_list", ())):
+                return
+            # no __init__ in the tree (a dataclass): the constructor's arguments are its fields, in
+            # the order the class bodies declare them (bases first)
+            names = [st.target.id for c in reversed(self.mro(inst.cls)) for st in getattr(self._class_ast(c), "body", ())
+                     if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)]
+        else:
+            names = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
         args = {}
         for p, a in zip(names, call.args):
             args[p] = ev._eval_raw(a, env, mod, scope, depth)
@@ -415,7 +422,7 @@ class World:
         out = self._importers.get(short, [])
         return [x for x in out if attr is None or attr in self._assigned.get(x[0], ())]
 
-    def class_writes(self, cls: str, attr: str) -> list:
+    def _class_writes_core(self, cls: str, attr: str) -> list:
         """Writes of ``self.attr`` in the class and its bases (``__init__`` first), then writes of
         ``<x>.attr`` in the modules that import the class (the loader setting a config's flag)."""
         key = (cls, attr)
@@ -440,7 +447,7 @@ class World:
         self._class_writes[key] = init_ws + external + later
         return self._class_writes[key]
 
-    def instance_attr(self, inst: Instance, attr: str, ev, depth: int):
+    def _instance_attr_core(self, inst: Instance, attr: str, ev, depth: int):
         """An attribute of an in-tree object: the last write to it that holds, in the order the
         object lives (``__init__``, then writes from outside, then its other methods; those override
         an earlier value only where their tests are decided)."""
@@ -451,7 +458,10 @@ class World:
         if depth > ev.depth_limit:
             return UNKNOWN
         inst.attrs[attr] = UNKNOWN  # recursion guard
-        value = MISSING
+        args = inst.attrs.get("__args__", {})
+        # a field the constructor was given, on a class without an __init__ of its own (a
+        # dataclass): the value it starts with; later writes replace it where they are decided
+        value = args[attr] if attr in args and not self.method(inst.cls, "__init__") else MISSING
         for w in self.class_writes(inst.cls, attr):
             # A write's own tests and value read the attribute as the earlier writes left it
             # (``if self.v_head_dim is None: self.v_head_dim = self.head_dim``), not as unknown.
@@ -671,6 +681,66 @@ class World:
                 return out
         return v
 
+    # --- what a whole step reads besides the MoE layer ---------------------------------------------
+    _construction_only = False
+
+    def constructed_attr(self, inst, attr: str, ev):
+        """``inst.attr`` as construction leaves it: the writes of ``__init__`` (and from outside
+        code), not those of the object's other methods."""
+        probe = type(inst)(inst.cls, {k: v for k, v in inst.attrs.items() if k == "__args__"})
+        self._construction_only = True
+        try:
+            return self.instance_attr(probe, attr, ev, 0)
+        finally:
+            self._construction_only = False
+
+    def instance_attr(self, inst, attr: str, ev, depth: int):
+        if "__only__" in inst.attrs:
+            # an object that stands for one the server builds with state recon does not model (the
+            # model runner): it answers the attributes it was given, the others are unknown
+            return inst.attrs.get(attr, UNKNOWN)
+        return self._instance_attr_core(inst, attr, ev, depth)
+
+    def _members(self, cls: str) -> dict:
+        out = self._members_core(cls)
+        node = self._class_ast(cls)
+        n = 0
+        for st in node.body if node is not None else ():
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                v = st.value
+                if isinstance(v, ast.Call) and ast.unparse(v.func).rsplit(".", 1)[-1] == "auto" and not v.args:
+                    n += 1
+                    out.setdefault(st.targets[0].id, n)
+                elif isinstance(out.get(st.targets[0].id), int):
+                    n = out[st.targets[0].id]
+        return out
+
+    def class_writes(self, cls: str, attr: str) -> list:
+        """The runtime view's writes, less the writes from other files to a receiver nothing ties
+        to the class (``layer.quant_config = ...`` in a method of another quant method): an outside
+        write counts when its receiver is tested ``isinstance(receiver, Class)`` around it or was
+        made by ``Class(...)`` in the same function."""
+        key = ("step", cls, attr, self._construction_only)
+        if key in self._class_writes:
+            return self._class_writes[key]
+        short = self.G.nodes.get(cls, {}).get("name") or ""
+        own = {self.G.nodes.get(c, {}).get("path") for c in self.mro(cls)}
+        out = []
+        for w in self._class_writes_core(cls, attr):
+            if self._construction_only and w.receiver == "self" and not w.scope.endswith(".__init__"):
+                continue
+            if w.receiver == "self" or w.path in own:
+                out.append(w)
+                continue
+            tied = any(isinstance(t, ast.Call) and ast.unparse(t.func) == "isinstance" and len(t.args) == 2
+                       and ast.unparse(t.args[0]) == w.receiver and short in ast.unparse(t.args[1]) for g, want in w.guards if want
+                       for t in ast.walk(g))
+            tied = tied or any(name == w.receiver and isinstance(expr, ast.Call) and ast.unparse(expr.func).rsplit(".", 1)[-1] == short
+                               for name, expr, *_ in w.locals)
+            if tied:
+                out.append(w)
+        self._class_writes[key] = out
+        return out
 
 def _argument_refs(tree, module: str, name: str) -> list:
     """(enclosing function qual, line) of each call inside a function that passes ``name`` as an argument."""
@@ -691,3 +761,19 @@ def _argument_refs(tree, module: str, name: str) -> list:
 
     walk(tree.body, "")
     return out
+
+
+class Reads(dict):
+    """``World.notes`` that also remembers which names were read since :meth:`mark`."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.since: set = set()
+
+    def __setitem__(self, key, value):
+        self.since.add(key)
+        super().__setitem__(key, value)
+
+    def mark(self) -> set:
+        got, self.since = self.since, set()
+        return got

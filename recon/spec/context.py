@@ -216,12 +216,10 @@ def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = Non
 
 
 def _view_of(res):
-    """The runtime view the findings were made with (kept with them, or in its own cache entry)."""
+    """The runtime view of the scenario the findings were made for (the findings' context's, read
+    from its own cache entry on a warm run: keyed like the findings, so never older than them)."""
     ctx = res.context
     if ctx is None or not getattr(ctx.model, "num_experts", 0):
         return None
-    v = ctx.cache.get(("runtime_view", ctx.flags_key))
-    if v is None:
-        from ..runtime.cached import view_for
-        v = view_for(ctx)
-    return v
+    from ..runtime import runtime_view
+    return runtime_view(ctx)
