@@ -45,9 +45,11 @@ def test_recon_kernels_resolves_the_server_arguments_once(sglang_new, count_reso
     assert {"moe", "attention", "dense_gemm"} <= kinds
 
 
-def test_view_and_map_share_the_engine(tree_new, count_resolutions):
+def test_view_and_map_share_the_engine(tree_new, count_resolutions, monkeypatch):
     from recon.kernels.kmap import build_map
-    from recon.runtime import runtime_view
+    from recon.runtime import cached, runtime_view
+
+    monkeypatch.setattr(cached, "load_or_build", lambda area, key, build: build())  # a cold view: its engine is built here
 
     ctx = CheckContext(tree_new, load_device("h200"), load_model("gpt-oss-120b"))
     view = runtime_view(ctx)

@@ -38,7 +38,7 @@ def engines(tmp_path_factory):
     from recon.target import from_path
     from recon.tree import load
 
-    from conftest import make_tree
+    from tests.conftest import make_tree
 
     def engine(case: Path):
         root = tmp_path_factory.mktemp(case.stem)

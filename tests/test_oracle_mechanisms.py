@@ -48,7 +48,7 @@ def test_bad_choice_exits_2_on_arg_groups_releases(tree_unseen, tree_new):
 
 def test_cli_bad_choice_exit_code_on_unseen_release(tree_unseen):
     from recon.cli import app
-    from conftest import UNSEEN_VERSION
+    from tests.conftest import UNSEEN_VERSION
 
     res = CliRunner().invoke(app, ["runtime", "--sglang", UNSEEN_VERSION, "--server-args",
                                    "--moe-runner-backend nonsense", "--format", "json"])

@@ -10,6 +10,6 @@ class Holder:
         return "fast" if self.backend == "triton" else "slow"
 
 
-# todo: 'fast'
+# expect: 'fast'
 def case_property():
     return Holder().kind
