@@ -204,7 +204,8 @@ def trailer(commit: git.Commit, key: str) -> Optional[str]:
 def check_dirty(repo: git.Repo, force: bool, touching: list[str], ignore: frozenset = frozenset()) -> list[str]:
     """The dirty paths (less ``ignore``), or the refusal: any without ``force``; with it, any that
     the change rewrites (``touching``), which a stash could not be put back over."""
-    dirty = [p for p in dirty_paths(repo) if p not in ignore]
+    regenerable = untracked_bytecode(repo)
+    dirty = [p for p in dirty_paths(repo) if p not in ignore and p not in regenerable]
     if not dirty:
         return []
     shown = ", ".join(dirty[:5]) + (f" (+{len(dirty) - 5} more)" if len(dirty) > 5 else "")
@@ -214,6 +215,14 @@ def check_dirty(repo: git.Repo, force: bool, touching: list[str], ignore: frozen
     if clash:
         raise GitRefused(f"your uncommitted changes touch {', '.join(clash)}, which recon apply rewrites: commit or stash them yourself first")
     return dirty
+
+
+def untracked_bytecode(repo: git.Repo) -> frozenset:
+    """Untracked ``__pycache__/*.pyc`` files: Python rewrites them from the sources whenever it likes,
+    so they are no uncommitted work of the user's (a tree without a ``.gitignore`` shows them as
+    untracked). A checkout leaves untracked files where they are, so they need no stash either."""
+    out = repo.git.ls_files("--others", "-z", "--", "*.pyc")
+    return frozenset(p for p in out.split("\0") if p and "__pycache__" in p.split("/"))
 
 
 def refuse_dirty(repo: git.Repo) -> None:
