@@ -79,6 +79,18 @@ def test_server_args_are_checked_against_sglang_choices(tree_0513):
     assert parse_server_args(tree_0513, "--moe-runner-backend=marlin") == {"moe_runner_backend": "marlin"}
 
 
+def test_server_args_refuse_counts_no_deployment_has(tree_0513, tree_new):
+    for tree in (tree_0513, tree_new):
+        for bad in ("--tp-size -1", "--tp-size 0", "--ep-size 100000", "--tp-size 99999999999999999999"):
+            with pytest.raises(ReconError, match="counts devices or processes"):
+                parse_server_args(tree, bad)
+        assert parse_server_args(tree, "--tp-size 8") == {"tp_size": 8}
+    # -1 is a real value elsewhere ("off" for the chunked-prefill size): only counts are bounded below
+    assert parse_server_args(tree_0513, "--chunked-prefill-size -1") == {"chunked_prefill_size": -1}
+    with pytest.raises(ReconError, match="past any value"):
+        parse_server_args(tree_0513, "--chunked-prefill-size 99999999999999999999")
+
+
 def test_server_args_take_what_sglang_argparse_takes(tree_0513, tree_new):
     # SGLang's parser keeps argparse's allow_abbrev: a unique prefix is the flag (`--tp 2`), an
     # ambiguous one is an error naming the candidates; 0.5.23 declares aliases in its field annotations

@@ -52,6 +52,7 @@ class FieldInfo:
     line: int
     options: list = field(default_factory=list)  # "--moe-runner-backend", aliases
     group: str = ""  # the class declaring it (``ServerArgs``, or a namespace group such as ``ExecMoe``)
+    scalar: Optional[type] = None  # int/float/bool/str named by the annotation (``Optional[int]``, ``int | None``)
 
 
 @dataclass
@@ -112,7 +113,8 @@ def _load_schema(world) -> Optional[Schema]:
                     name = st.target.id
                     default = world.const(st.value, module) if st.value is not None else MISSING
                     choices = _choices_of(world, st.annotation, module)
-                    info = fields.setdefault(name, FieldInfo(name, default, choices, path, st.lineno, group=c.name))
+                    info = fields.setdefault(name, FieldInfo(name, default, choices, path, st.lineno, group=c.name,
+                                                             scalar=_annotated_scalar(st.annotation)))
                     info.options = sorted(set(info.options) | set(_declared_flags(st.annotation)))
     # add_argument("--x", "--alias", choices=..., dest=...) in the ServerArgs module
     tree = world.module_ast(cd["path"])
@@ -174,8 +176,21 @@ def _choices_of(world, ann, module) -> Optional[list]:
     return None
 
 
+_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _annotated_scalar(ann) -> Optional[type]:
+    """The one scalar type an annotation names besides None (``Optional[int]`` -> int); None when
+    it names none or several (``Union[int, str]``)."""
+    names = {n.id for n in ast.walk(ann) if isinstance(n, ast.Name) and n.id in _SCALARS}
+    return _SCALARS[names.pop()] if len(names) == 1 else None
+
+
 def _coerce(raw: str, info: FieldInfo):
     d = info.default
+    if d is None or d is MISSING:  # no default to type the value by: the annotation's type
+        if info.scalar in (int, float, bool):
+            d = info.scalar(0)
     if isinstance(d, bool):
         return raw.lower() not in ("0", "false", "no")
     if isinstance(d, int) and not isinstance(d, bool):
@@ -189,6 +204,22 @@ def _coerce(raw: str, info: FieldInfo):
         except ValueError:
             raise ServerArgsError(f"--server-args: {info.name} takes a number, not {raw!r}")
     return raw
+
+
+# Counts of devices or processes: SGLang divides shapes and ranks by them, so a value below 1 has
+# no meaning and recon's per-rank shapes would come out negative or as division by zero.
+_COUNTS = frozenset({"tp_size", "pp_size", "dp_size", "ep_size", "moe_dp_size", "attn_cp_size", "nnodes"})
+_COUNT_MAX = 1 << 16  # past any cluster a server argument could describe
+_INT_MAX = 1 << 53  # past any value SGLang could use (and where a float stops holding an int exactly)
+
+
+def _check_range(flag: str, raw: str, val, info: FieldInfo) -> None:
+    if not isinstance(val, int) or isinstance(val, bool):
+        return
+    if info.name in _COUNTS and not 1 <= val <= _COUNT_MAX:
+        raise ServerArgsError(f"--server-args: {flag} counts devices or processes: it takes 1 to {_COUNT_MAX}, not {raw!r}")
+    if abs(val) > _INT_MAX:
+        raise ServerArgsError(f"--server-args: {flag} {raw!r} is past any value SGLang could use")
 
 
 def parse_flags(text: Optional[str], schema: Optional[Schema]) -> dict:
@@ -229,6 +260,7 @@ def parse_flags(text: Optional[str], schema: Optional[Schema]) -> dict:
         else:
             raise ServerArgsError(f"--server-args: {name} needs a value")
         val = _coerce(raw, info)
+        _check_range(name, raw, val, info)
         if info.choices and val not in info.choices:
             raise ServerArgsError(f"--server-args: {name} {raw!r} is not one of SGLang's choices ({', '.join(map(str, info.choices))})")
         out[info.name] = val
