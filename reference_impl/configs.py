@@ -76,12 +76,125 @@ def check_dot_config(cfg: dict) -> None:
         raise ValueError("config: the tl.dot path (\"dot\") cannot take " + "; ".join(bad))
 
 
+def check_mma_config(cfg: dict) -> None:
+    """A decode-path config the kernels cannot take is an error, not a silent fallback: Q
+    tiles of 16 rows a program (1 or 2: the sizes tested on the GPU), a power-of-two warp
+    count (1..8), an optional register cap a thread ("maxnreg": fewer registers, more resident
+    warps), the weights through a TMA ring of 2..6 shared-memory stages ("tma", kernels/decode_tma.py;
+    0 or absent: direct loads) with its scales (and activations) loaded a step ahead or not ("ahead"), the
+    down GEMM's epilogue width (2: bf16 pairs, 8: 16-byte vectors),
+    and whether the GEMMs are launched as programmatic dependents ("pdl"). Experimental (in no
+    shipped or default config; slower on the H200, bench/NOTES.md v16): the gate/up GEMM prefetching
+    the down weights into L2 ("l2" 1..4 in gemm1, gluon_common._PF_ASM; "l2_at": the step that
+    issues it, TMA form only)."""
+    bad = []
+    for g in ("gemm1", "gemm2"):
+        c = cfg.get(g, {})
+        if c.get("Q", 1) not in (1, 2):
+            bad.append(f"{g}.Q={c.get('Q')} (1 or 2)")
+        if c.get("num_warps", 4) not in (1, 2, 4, 8):
+            bad.append(f"{g}.num_warps={c.get('num_warps')} (1, 2, 4 or 8)")
+        mr = c.get("maxnreg")
+        if mr is not None and not (isinstance(mr, int) and not isinstance(mr, bool) and 32 <= mr <= 255):
+            bad.append(f"{g}.maxnreg={mr} (registers a thread, 32..255)")
+        st = c.get("tma", 0)
+        if not (isinstance(st, int) and not isinstance(st, bool) and st in (0, 2, 3, 4, 5, 6)):
+            bad.append(f"{g}.tma={st} (0: direct loads, or 2..6 ring stages)")
+        ah = c.get("ahead", 0)
+        if not (isinstance(ah, int) and not isinstance(ah, bool) and ah in (0, 1, 2)):
+            bad.append(f"{g}.ahead={ah} (0, 1: the scales, 2: the scales and activations, a step ahead)")
+        elif ah and not st:
+            bad.append(f"{g}.ahead without tma (only the TMA form loads operands a step ahead)")
+    c1 = cfg.get("gemm1", {})
+    l2, at = c1.get("l2", 0), c1.get("l2_at", 0)
+    if not (_is_int(l2) and l2 in (0, 1, 2, 3, 4)):
+        bad.append(f"gemm1.l2={l2} (0: off; the down weights prefetched into L2 by bulk requests, 1 plain, 2 "
+                   "evict_last, or by line prefetches, 3 evict_last, 4 evict_normal)")
+    if not (_is_int(at) and 0 <= at <= 64):
+        bad.append(f"gemm1.l2_at={at} (the gate/up step that issues the prefetch, 0..64)")
+    elif at and not c1.get("tma", 0):
+        bad.append("gemm1.l2_at without tma (the direct-load form prefetches at its start)")
+    if "l2" in cfg.get("gemm2", {}) or "l2_at" in cfg.get("gemm2", {}):
+        bad.append("gemm2.l2 (the gate/up GEMM prefetches the down weights: gemm1.l2)")
+    if cfg.get("pdl", False) not in (True, False):
+        bad.append(f"pdl={cfg.get('pdl')} (true or false)")
+    fu = cfg.get("fused")
+    if fu is not None:
+        if not isinstance(fu, dict):
+            bad.append(f"fused={fu!r} (an object: ctas_per_sm, maxnreg)")
+        else:
+            c1, c2 = cfg.get("gemm1", {}), cfg.get("gemm2", {})
+            if not (c1.get("tma") and c2.get("tma")):
+                bad.append("fused without tma in both GEMMs (the one-launch kernel streams both through TMA rings)")
+            if c1.get("num_warps", 4) != c2.get("num_warps", 4):
+                bad.append("fused with gemm1.num_warps != gemm2.num_warps (one kernel, one warp count)")
+            if c1.get("ahead", 0) or c2.get("ahead", 0):
+                bad.append("fused with ahead (the one-launch kernel loads operands at their step)")
+            cps = fu.get("ctas_per_sm", 8)
+            if not (_is_int(cps) and 1 <= cps <= 32):
+                bad.append(f"fused.ctas_per_sm={cps} (1..32 programs an SM in the persistent grid)")
+            mr = fu.get("maxnreg")
+            if mr is not None and not (_is_int(mr) and 32 <= mr <= 255):
+                bad.append(f"fused.maxnreg={mr} (registers a thread, 32..255)")
+            if fu.get("order", 0) not in (0, 1):
+                bad.append(f"fused.order={fu.get('order')} (0: gate/up items first, 1: block by block)")
+            if set(fu) - {"ctas_per_sm", "maxnreg", "order"}:
+                bad.append(f"fused: unknown keys {sorted(set(fu) - {'ctas_per_sm', 'maxnreg', 'order'})}")
+    if cfg.get("gemm2", {}).get("atom_vec", 2) not in (2, 8):
+        bad.append(f"gemm2.atom_vec={cfg['gemm2'].get('atom_vec')} (2 or 8)")
+    elif cfg.get("gemm2", {}).get("tma") and cfg["gemm2"].get("atom_vec", 2) != 8:
+        bad.append("gemm2.tma with atom_vec 2 (the TMA form has the 16-byte epilogue only: atom_vec 8)")
+    if bad:
+        raise ValueError("config: the decode path (\"mma\") cannot take " + "; ".join(bad))
+
+
+def token_parts(cfg: dict) -> tuple:
+    """The three token parts of a block (T0, T1, BLOCK_M - T0 - T1): "parts" [T0, T1] in the
+    config, else quarters, quarters, half."""
+    bn = cfg["BLOCK_M"]
+    t0, t1 = cfg.get("parts", (bn // 4, bn // 4))
+    return int(t0), int(t1), bn - int(t0) - int(t1)
+
+
+def _boxes(cfg: dict) -> tuple:
+    """Token rows of the two TMA boxes a B stage is loaded with: parts 0 + 1, and part 2."""
+    t0, t1, t2 = token_parts(cfg)
+    return t0 + t1, t2
+
+
+def check_wgmma_config(cfg: dict) -> None:
+    """BLOCK_M: the MMA's token dim (a TMA box of at most 256 rows, whole 16-row slabs for the
+    gather), split in three parts that wgmma needs as multiples of 8 (and registers bound from
+    above); num_warps: one or two warpgroups; STAGES >= 2."""
+    bad = []
+    bn = cfg.get("BLOCK_M")
+    if not isinstance(bn, int) or not 32 <= bn <= 256 or bn % 16:
+        bad.append(f"BLOCK_M={bn} (a multiple of 16 in 32..256)")
+    elif not isinstance(cfg.get("parts", []), (list, tuple)) or len(cfg.get("parts", [0, 0])) != 2:
+        bad.append(f"parts={cfg.get('parts')} ([T0, T1]: the first two token parts)")
+    elif any(t <= 0 or t % 8 for t in token_parts(cfg)) or not all(_pow2(t) for t in _boxes(cfg)):
+        bad.append(f"parts={cfg.get('parts')} with BLOCK_M={bn} (three parts, each a positive multiple of 8; "
+                   "the first two and the third each a power of two in all)")
+    for g in ("gemm1", "gemm2"):
+        c = cfg.get(g, {})
+        if c.get("num_warps", 4) not in (4, 8):
+            bad.append(f"{g}.num_warps={c.get('num_warps')} (4 or 8)")
+        if int(c.get("STAGES", 4)) < 2 or c.get("PF", 1) not in (1, 2):
+            bad.append(f"{g}: STAGES={c.get('STAGES')} (>= 2), PF={c.get('PF')} (1 or 2)")
+        if c.get("atom_vec", 2) not in (2, 8):
+            bad.append(f"{g}.atom_vec={c.get('atom_vec')} (2 or 8)")
+        if c.get("ws") not in (None, 2, 3, 4):
+            bad.append(f"{g}.ws={c.get('ws')} (2, 3 or 4 warpgroup partitions)")
+        elif c.get("ws") and not 1 <= c.get("LAG", 1) < int(c.get("STAGES", 4)):
+            bad.append(f"{g}.LAG={c.get('LAG')} (1 .. STAGES - 1)")
+    if bad:
+        raise ValueError("config: the prefill path (\"wgmma\") cannot take " + "; ".join(bad))
+
+
 def validate(cfg, arch: _arch.Arch, source: str = "config") -> None:
     """A config the kernels cannot take, or whose path `arch` may not run: ValueError starting with
     `source` (the file and key, or "config"). Under the interpreter (arch.INTERPRETER) every
     path is let through: its kernels are checked, and the wrapper runs the tl.dot kernels."""
-    from .moe import check_mma_config
-    from .wgmma_path import check_config as check_wgmma_config
     if not isinstance(cfg, dict):
         raise ValueError(f"{source}: {cfg!r} is not an object")
     path = cfg.get("path", "dot")

@@ -20,7 +20,7 @@ try:  # Gluon's Hopper modules; absent from some Triton builds
 except Exception:  # pragma: no cover - depends on the installed Triton
     _k = None
 from . import arch as _arch
-from .configs import reg_cap
+from .configs import check_wgmma_config as check_config, reg_cap, token_parts  # noqa: F401  (check_config: the path's own name)
 from .kernels.prep_act import prefill_prep_kernel
 
 PREP_ROWS, PREP_BLOCK = 16, 256
@@ -41,53 +41,6 @@ def usable(cfg: dict, dev: torch.device) -> bool:
     if _k is None or dev.type != "cuda":
         return False
     return _arch.for_device(dev).wgmma
-
-
-def token_parts(cfg: dict) -> tuple:
-    """The three token parts of a block (T0, T1, BLOCK_M - T0 - T1): "parts" [T0, T1] in the
-    config, else quarters, quarters, half."""
-    bn = cfg["BLOCK_M"]
-    t0, t1 = cfg.get("parts", (bn // 4, bn // 4))
-    return int(t0), int(t1), bn - int(t0) - int(t1)
-
-
-def _boxes(cfg: dict) -> tuple:
-    """Token rows of the two TMA boxes a B stage is loaded with: parts 0 + 1, and part 2."""
-    t0, t1, t2 = token_parts(cfg)
-    return t0 + t1, t2
-
-
-def _pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-def check_config(cfg: dict) -> None:
-    """BLOCK_M: the MMA's token dim (a TMA box of at most 256 rows, whole 16-row slabs for the
-    gather), split in three parts that wgmma needs as multiples of 8 (and registers bound from
-    above); num_warps: one or two warpgroups; STAGES >= 2."""
-    bad = []
-    bn = cfg.get("BLOCK_M")
-    if not isinstance(bn, int) or not 32 <= bn <= 256 or bn % 16:
-        bad.append(f"BLOCK_M={bn} (a multiple of 16 in 32..256)")
-    elif not isinstance(cfg.get("parts", []), (list, tuple)) or len(cfg.get("parts", [0, 0])) != 2:
-        bad.append(f"parts={cfg.get('parts')} ([T0, T1]: the first two token parts)")
-    elif any(t <= 0 or t % 8 for t in token_parts(cfg)) or not all(_pow2(t) for t in _boxes(cfg)):
-        bad.append(f"parts={cfg.get('parts')} with BLOCK_M={bn} (three parts, each a positive multiple of 8; "
-                   "the first two and the third each a power of two in all)")
-    for g in ("gemm1", "gemm2"):
-        c = cfg.get(g, {})
-        if c.get("num_warps", 4) not in (4, 8):
-            bad.append(f"{g}.num_warps={c.get('num_warps')} (4 or 8)")
-        if int(c.get("STAGES", 4)) < 2 or c.get("PF", 1) not in (1, 2):
-            bad.append(f"{g}: STAGES={c.get('STAGES')} (>= 2), PF={c.get('PF')} (1 or 2)")
-        if c.get("atom_vec", 2) not in (2, 8):
-            bad.append(f"{g}.atom_vec={c.get('atom_vec')} (2 or 8)")
-        if c.get("ws") not in (None, 2, 3, 4):
-            bad.append(f"{g}.ws={c.get('ws')} (2, 3 or 4 warpgroup partitions)")
-        elif c.get("ws") and not 1 <= c.get("LAG", 1) < int(c.get("STAGES", 4)):
-            bad.append(f"{g}.LAG={c.get('LAG')} (1 .. STAGES - 1)")
-    if bad:
-        raise ValueError("config: the prefill path (\"wgmma\") cannot take " + "; ".join(bad))
 
 
 def _pad128(n: int) -> int:

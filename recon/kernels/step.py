@@ -300,7 +300,7 @@ def _is_op(lf) -> bool:
 def _extra_work_tests(fn) -> set:
     """Tests of the ``if`` statements in ``fn`` that have no else and do not leave the function:
     work added to the path when the test holds, with nothing instead when it does not."""
-    from ..runtime.evaluator import _src
+    from ..runtime.asts import source_line as _src
     from ..runtime.handoffs import _exits
     return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not _exits(n.body)} if fn is not None else set()
 
@@ -593,7 +593,7 @@ def collective_sites(step: Step, mcls: Optional[str]) -> list[dict]:
     tree = step.world.module_ast(d["path"]) if d.get("path") else None
     if tree is None:
         return []
-    from ..runtime.evaluator import _src
+    from ..runtime.asts import source_line as _src
     from ..runtime.handoffs import _guarded_calls
     mod = step.world._module_of(mcls)
     out = []

@@ -1,13 +1,34 @@
-"""Syntax trees of the tree's files, parsed on demand and kept for the run (``ctx.cache``), and the
-``def`` node of a graph function found by its line.
+"""Syntax trees of the tree's files, parsed on demand and kept for the run (``ctx.cache``), the
+``def`` node of a graph function found by its line, the per-tree memo, and an expression's source
+on one line. The bottom floor of ``runtime``: it imports nothing of it.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from typing import Optional
 
 from .. import bounded
+
+
+def tree_memo(tree) -> dict:
+    """Device-independent results kept on the loaded tree for the life of the process (parsed
+    modules, indexes of its facts), so evaluating it for a second device or model re-reads nothing."""
+    memo = getattr(tree, "_recon_memo", None)
+    if memo is None:
+        memo = {}
+        try:
+            tree._recon_memo = memo
+        except AttributeError:  # a tree object that takes no attributes: no sharing
+            pass
+    return memo
+
+
+def source_line(node) -> str:
+    """An expression's source with its whitespace folded: one line for messages and keys."""
+    return re.sub(r"\s+", " ", ast.unparse(node)).strip()
+
 
 def _ast(ctx, path: str) -> Optional[ast.Module]:
     key = ("ast", path)

@@ -19,6 +19,7 @@ from typing import Any, Optional
 from .. import bounded
 from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value, unpack
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, ServerArgsObj
+from .asts import source_line
 
 MAX_OUTCOMES = 16
 
@@ -776,8 +777,7 @@ def _plainval(v):
     return UNKNOWN if isinstance(v, _Ref) else v
 
 
-def _src(node) -> str:
-    return re.sub(r"\s+", " ", ast.unparse(node)).strip()
+_src = source_line
 
 
 def _is_property(fn) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import bounded
+from .asts import tree_memo  # noqa: F401  (read here and by the modules that import it from interp)
 
 if TYPE_CHECKING:
     from .gatemodel import GateModel
@@ -46,17 +47,6 @@ class _Unknown:
 UNKNOWN = _Unknown()  # three-valued logic: True, False, or UNKNOWN
 
 
-def tree_memo(tree) -> dict:
-    """Device-independent results kept on the loaded tree for the life of the process (parsed
-    modules, indexes of its facts), so evaluating it for a second device or model re-reads nothing."""
-    memo = getattr(tree, "_recon_memo", None)
-    if memo is None:
-        memo = {}
-        try:
-            tree._recon_memo = memo
-        except AttributeError:  # a tree object that takes no attributes: no sharing
-            pass
-    return memo
 
 
 def public(v):

@@ -28,7 +28,7 @@ from typing import Optional
 
 from .interp import UNKNOWN, _dotted
 from .handoffs import _guarded_calls
-from .evaluator import _src
+from .asts import source_line as _src
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
 
 # packages whose calls are not the work itself (the standard library is never a kernel either)
@@ -63,7 +63,7 @@ class Leaf:
 
 def registry(world) -> dict:
     """quant method name -> (config class, path, line) from the tree's own registry dicts."""
-    from .interp import tree_memo
+    from .asts import tree_memo
     memo = tree_memo(world.tree)
     if "qreg" in memo:
         return memo["qreg"]
@@ -251,7 +251,7 @@ def _bound_names(world, path: str, scope: str) -> dict:
 def registrations(world) -> list[tuple[tuple, str, str, int]]:
     """(keys, decorator, function, line) for functions registered by a decorator called with
     constant strings (``@register_fused_func("none", "marlin")``)."""
-    from .interp import tree_memo
+    from .asts import tree_memo
     memo = tree_memo(world.tree)
     if "regs" in memo:
         return memo["regs"]

@@ -27,7 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from .interp import tree_memo
+from .asts import tree_memo
 
 # The platform the installs are evaluated for (where the GPUs recon models are served).
 _MARKER_ENV = {

@@ -79,7 +79,7 @@ def _const_list(tree_lookup, node) -> Optional[list]:
 
 def load_schema(world) -> Optional[Schema]:
     """ServerArgs' fields, defaults and choices, read from the tree (None if the tree has none)."""
-    from .interp import tree_memo
+    from .asts import tree_memo
     memo = tree_memo(world.tree)
     if "schema" not in memo:
         memo["schema"] = _load_schema(world)
@@ -320,7 +320,7 @@ def _arch_guard(decorators, archs, classes=frozenset(), ev=None, module: str = "
 
 
 def _class_names(world) -> frozenset:
-    from .interp import tree_memo
+    from .asts import tree_memo
     memo = tree_memo(world.tree)
     if "class_names" not in memo:
         memo["class_names"] = frozenset(d.get("name") for _, d in world.G.nodes(data=True) if d.get("kind") == "class")
@@ -424,7 +424,7 @@ def later_writers(world, schema: Schema, field: str) -> list:
     """(path, line, scope) of stores to ``<server args>.field`` outside ServerArgs and its hook
     package (0.5.3's ModelRunner picks the attention backend itself): such a field is decided after
     the arguments are resolved, by code this view does not evaluate."""
-    from .interp import tree_memo
+    from .asts import tree_memo
     memo = tree_memo(world.tree)
     if "later_writers" not in memo:
         hooks = {p for p, _ in hook_modules(world, schema)}
@@ -442,7 +442,7 @@ def later_writers(world, schema: Schema, field: str) -> list:
 
 
 def _writes(world, schema: Schema) -> list:
-    from .interp import tree_memo
+    from .asts import tree_memo
     memo = tree_memo(world.tree)
     if "hook_writes" in memo:
         return memo["hook_writes"]

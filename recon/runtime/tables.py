@@ -12,7 +12,7 @@ import ast
 import re
 from typing import Optional
 
-from .interp import tree_memo
+from .asts import tree_memo
 
 
 def tables(tree) -> dict:

@@ -9,7 +9,8 @@ import ast
 import re
 from typing import Any, Optional
 
-from .interp import UNKNOWN, tree_memo
+from .asts import tree_memo
+from .interp import UNKNOWN
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
 
