@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from .. import bounded
 from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value, unpack
-from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, ServerArgsObj
+from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
 from .asts import source_line
 
 MAX_OUTCOMES = 16
@@ -120,7 +120,24 @@ class Evaluator(Interpreter):
                             raise _Return(UNKNOWN)  # control flow inside: out of this evaluator's depth
                         super().exec_block(st.body, env, mod, scope, depth)
                     continue
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                # a name bound to a class or function keeps it (``cls = Fast if X else Slow; cls()``):
+                # it is unknown only where it is used as a truth value
+                self._step()
+                env[st.targets[0].id] = self._eval_kept(st.value, env, mod, scope, depth)
+                continue
             super().exec_block([st], env, mod, scope, depth)
+
+    def _eval_kept(self, node, env, mod, scope, depth):
+        if depth == 0:
+            self.steps = STEP_BUDGET
+        try:
+            v = self._eval(node, env, mod, scope, depth)
+        except _Return:
+            raise
+        except Exception:  # as in ``eval``: what cannot be evaluated is unknown
+            return UNKNOWN
+        return v if isinstance(v, (_Ref, ClassRef, FuncRef, Partial)) else _value(v)
 
     # --- expressions ---------------------------------------------------------------------------
     def _eval_core(self, node, env, mod, scope, depth):
@@ -231,10 +248,11 @@ class Evaluator(Interpreter):
             slot = w.slot(mod, _dotted(node), self, depth)
             if slot is not NotImplemented:
                 return slot
-            if not isinstance(node.value, ast.Attribute):
+            if not isinstance(node.value, (ast.Attribute, ast.Subscript, ast.IfExp)):
                 return NotImplemented
-            recv = self._eval(node.value, env, mod, scope, depth)  # Enum.MEMBER.value
-            if not isinstance(recv, (EnumVal, Instance, HFConfig, ServerArgsObj)):
+            # Enum.MEMBER.value, TABLE["key"].name, (A if x else B).name
+            recv = self._eval(node.value, env, mod, scope, depth)
+            if not (isinstance(recv, (EnumVal, Instance, HFConfig, ServerArgsObj)) or self._class_of_ref(recv)):
                 return NotImplemented
         a = node.attr
         if isinstance(recv, ServerArgsObj):
@@ -345,7 +363,7 @@ class Evaluator(Interpreter):
                 if got is not NotImplemented:
                     return got
         # a class called: an enum member by value, or an instance
-        target = self._eval(f, env, mod, scope, depth) if isinstance(f, (ast.Name, ast.Attribute)) else None
+        target = self._eval(f, env, mod, scope, depth) if isinstance(f, (ast.Name, ast.Attribute, ast.IfExp, ast.Subscript)) else None
         cls = self._class_of_ref(target)
         if cls:
             if w.is_enum(cls) and node.args:
@@ -543,6 +561,21 @@ class Evaluator(Interpreter):
             self._exec_stmts([st], env, mod, scope, depth)
 
     def _eval(self, node, env, mod, scope, depth):
+        if isinstance(node, ast.IfExp):
+            # the branch taken is the value, a class or function included; undecided: both, where they agree
+            t = self.eval(node.test, env, mod, scope, depth)
+            if t is not UNKNOWN:
+                return self._eval(node.body if t else node.orelse, env, mod, scope, depth)
+            a, b = (self._eval(n, env, mod, scope, depth) for n in (node.body, node.orelse))
+            return a if a is not UNKNOWN and type(a) is type(b) and a == b else UNKNOWN
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id not in env:
+            # a module table indexed by a known key (``BACKENDS["cutlass"]``): its entry, a class kept
+            table = self._table(mod, node.value.id)
+            if isinstance(table, dict):
+                key = self.eval(node.slice, env, mod, scope, depth)
+                if key is UNKNOWN or isinstance(key, (dict, list, set)):
+                    return UNKNOWN
+                return table[key] if key in table else UNKNOWN
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
             # `klass is BaseFusedOp`: in-tree classes are the same object when they are the same class
             a = self._class_of_ref(self._eval(node.left, env, mod, scope, depth))
@@ -690,6 +723,9 @@ class Evaluator(Interpreter):
     # --- ServerArgs methods ----------------------------------------------------------------------
     def _call_known(self, node, env, mod, scope, depth):
         f = node.func
+        got = self._partial(node, env, mod, scope, depth)
+        if got is not NotImplemented:
+            return got
         if isinstance(f, ast.Name) and f.id not in env and f.id in ("type", "getattr") and node.args:
             obj = self._eval(node.args[0], env, mod, scope, depth)
             if f.id == "type" and len(node.args) == 1 and isinstance(obj, Instance):
@@ -725,6 +761,32 @@ class Evaluator(Interpreter):
                     kwargs = {k.arg: _plainval(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords if k.arg}
                     return self.call_method(meth, recv, args, kwargs, depth + 1)
         return got
+
+    def _partial(self, node, env, mod, scope, depth):
+        """``functools.partial(fn, 3)`` of an in-tree function is a :class:`Partial`; calling one runs
+        ``fn`` with the bound arguments first. NotImplemented for any other call."""
+        f = node.func
+        args = lambda: [_value(self._eval(a, env, mod, scope, depth)) for a in node.args[1:] if not isinstance(a, ast.Starred)]  # noqa: E731
+        if isinstance(f, ast.Name) and isinstance(env.get(f.id), Partial):
+            p = env[f.id]
+            if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+                return UNKNOWN
+            rest = [_value(self._eval(a, env, mod, scope, depth)) for a in node.args]
+            kw = {**dict(p.kwargs), **{k.arg: _value(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords}}
+            return self.call_function(p.qual, list(p.args) + rest, kw, depth + 1)
+        dotted = _dotted(f)
+        if not node.args or not dotted or dotted.rsplit(".", 1)[-1] != "partial" or isinstance(f, ast.Name) and f.id in env:
+            return NotImplemented
+        if (self.world.imported_as(mod, scope, dotted) or "") != "functools.partial":
+            return NotImplemented
+        fn = self._eval(node.args[0], env, mod, scope, depth)
+        q = fn.qual if isinstance(fn, (_Ref, FuncRef)) else None
+        if not q or self.model.G.nodes.get(q, {}).get("kind") != "function" or isinstance(fn, FuncRef) and fn.bound is not None:
+            return NotImplemented
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return NotImplemented
+        kw = tuple((k.arg, _value(self._eval(k.value, env, mod, scope, depth))) for k in node.keywords)
+        return Partial(q, tuple(args()), kw)
 
     def _wrapped(self, node, f, env, mod, scope, depth) -> Optional[FuncRef]:
         """``torch.compiler.disable(decode_attention_fwd)``: a callable from outside the tree handed

@@ -117,6 +117,16 @@ class FuncRef:
 
 
 @dataclass(frozen=True)
+class Partial:
+    """``functools.partial(fn, *args, **kwargs)`` of an in-tree function: called, it runs ``fn``
+    with these arguments first."""
+
+    qual: str
+    args: tuple = ()
+    kwargs: tuple = ()  # (name, value) pairs
+
+
+@dataclass(frozen=True)
 class ExtRef:
     """A callable from outside the tree, kept as a value (``fn = cutlass_fused_moe``; returned from
     a helper that imports it lazily)."""

@@ -18,7 +18,7 @@ def case_cached_gate():
     return "on" if is_enabled() else "off"
 
 
-# todo: 6
+# expect: 6
 def case_partial():
     f = partial(scaled, 3)
     return f(2)

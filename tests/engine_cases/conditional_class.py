@@ -13,7 +13,7 @@ class Slow:
         self.name = "slow"
 
 
-# todo: 'fast'
+# expect: 'fast'
 def case_pick():
     cls = Fast if USE_FAST else Slow
     return cls().name
@@ -22,3 +22,19 @@ def case_pick():
 # expect: 'fast'
 def case_value_by_condition():
     return "fast" if USE_FAST else "slow"
+
+
+# expect: 'slow'
+def case_attribute_of_the_pick():
+    return (Fast if not USE_FAST else Slow)().name
+
+
+def _unknown():
+    import os
+    return os.cpu_count() > 1000
+
+
+# expect: 'unknown'  (the engine's UNKNOWN: the two classes differ)
+def case_undecided_pick_differs():
+    cls = Fast if _unknown() else Slow
+    return cls().name

@@ -12,7 +12,7 @@ class CutlassBackend:
 BACKENDS = {"triton": TritonBackend, "cutlass": CutlassBackend}
 
 
-# todo: 'cutlass'
+# expect: 'cutlass'
 def case_lookup():
     return BACKENDS["cutlass"].name
 
