@@ -177,18 +177,24 @@ def _from_git(path: Path, rev: str, reason: str) -> Target:
     return Target(src, "git", f"{path}@{rev} ({commit.hexsha[:12]})", reason, prefix, version, commit.hexsha, path)
 
 def _download(version: str, wheel_dir: Path) -> Path:
-    """``pip download --no-deps sglang==version`` into ``wheel_dir``; the wheel's path."""
+    """``pip download --no-deps sglang==version`` into ``wheel_dir``; the wheel's path.
+
+    Only a wheel is ever taken (``--only-binary=:all:``): an index or find-links folder that serves
+    an sdist for the version would otherwise have pip run that sdist's build backend to learn its
+    metadata, which is code from the input. pip runs isolated (``-I``) from inside the cache, so a
+    ``pip/`` or ``site.py`` in the folder recon was started from is never imported in its place."""
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    base = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheel_dir), f"sglang=={version}"]
+    base = [sys.executable, "-I", "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+            "-d", str(wheel_dir.resolve()), f"sglang=={version}"]
     # Released wheels are tagged for one CPython; their Python sources read the same anywhere.
-    other_python = ["--only-binary=:all:", "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
+    other_python = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64"]
     for extra in ([], other_python):
-        proc = subprocess.run(base + extra, capture_output=True, text=True)
+        proc = subprocess.run(base + extra, capture_output=True, text=True, cwd=wheel_dir, stdin=subprocess.DEVNULL)
         wheels = sorted(wheel_dir.glob(f"sglang-{version}-*.whl"))
         if wheels:
             return wheels[-1]
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    raise ReconError(f"could not fetch sglang=={version} from PyPI: {last}")
+    raise ReconError(f"could not fetch sglang=={version} from PyPI as a wheel: {last}")
 
 def _note(msg: str) -> None:
     sys.stderr.write(f"recon: {msg}\n")

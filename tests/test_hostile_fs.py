@@ -553,3 +553,68 @@ def test_a_full_disk_while_unpacking_is_one_line_not_a_crash(own_cache, tmp_path
     with pytest.raises(ReconError, match="cannot unpack sglang==9.9.9 into the cache.*No space left"):
         target.fetch_wheel(VERSION)
     assert not (own_cache / "wheels" / VERSION / "sglang").exists()
+
+
+# -- what pip is asked to fetch never runs code -----------------------------------------------------
+
+_BACKEND = '''
+import pathlib
+pathlib.Path({marker!r}).write_text("ran")  # runs the moment pip imports the backend
+def get_requires_for_build_wheel(config_settings=None): return []
+def prepare_metadata_for_build_wheel(d, config_settings=None): raise SystemExit(1)
+def build_wheel(d, config_settings=None, metadata_directory=None): raise SystemExit(1)
+'''
+
+
+def _crafted_sdist(folder: Path, marker: Path) -> Path:
+    """An sdist of sglang==VERSION whose in-tree build backend (no build requirements, so pip needs
+    nothing else to run it) writes ``marker`` when imported."""
+    import io
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    top = f"sglang-{VERSION}"
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "evil_backend"\nbackend-path = ["."]\n',
+        "evil_backend.py": _BACKEND.format(marker=str(marker)),
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: sglang\nVersion: {VERSION}\n",
+    }
+    path = folder / f"{top}.tar.gz"
+    with tarfile.open(path, "w:gz") as t:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_sdist_served_for_the_version_is_never_built(own_cache, tmp_path, monkeypatch):
+    """An index (here a find-links folder) that serves only an sdist of the requested version: pip
+    would run its build backend to read its metadata. recon takes wheels only, so nothing runs."""
+    marker = tmp_path / "ran-the-sdist"
+    links = tmp_path / "links"
+    _crafted_sdist(links, marker)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    with pytest.raises(ReconError, match="could not fetch sglang==9.9.9"):
+        target.fetch_wheel(VERSION)
+    assert not marker.exists()
+    assert list((own_cache / "downloads").iterdir()) == []
+
+
+def test_pip_started_from_a_hostile_folder_is_the_installed_pip(own_cache, tmp_path, monkeypatch):
+    """recon started inside a checkout that holds a ``pip`` package of its own: the download runs
+    the environment's pip, never the checkout's."""
+    marker = tmp_path / "ran-the-checkouts-pip"
+    hostile = tmp_path / "checkout"
+    (hostile / "pip").mkdir(parents=True)
+    planted = f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')\n"
+    (hostile / "pip" / "__init__.py").write_text(planted)
+    (hostile / "pip" / "__main__.py").write_text(planted)
+    monkeypatch.chdir(hostile)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "empty"))
+    with pytest.raises(ReconError, match="could not fetch"):
+        target.fetch_wheel(VERSION)
+    assert not marker.exists()
