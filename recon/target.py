@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import wheelcache
+from . import safepath, wheelcache
 from .cache import atomic_dir, cache_dir
 from .errors import ReconError
 from .links import inside, real_root
@@ -200,9 +200,22 @@ def _note(msg: str) -> None:
     sys.stderr.write(f"recon: {msg}\n")
     sys.stderr.flush()
 
+def _fetched_area(*parts: str) -> Path:
+    """A folder of the cache's fetched area (``downloads``, ``wheels/VERSION``), refused when a
+    link on the way leads out of the cache: recon deletes and rewrites there, and the cache may be
+    shared or restored from elsewhere, so a planted ``wheels -> ~/project`` must not make it
+    delete or write outside the cache."""
+    rel = "/".join(parts)
+    try:
+        return Path(safepath.under(cache_dir(), rel))
+    except safepath.UnsafePath as e:
+        raise ReconError(f"the cache's {rel} folder leads outside the cache at {cache_dir()} ({e}): "
+                         "remove that link, or set RECON_CACHE_DIR to another folder") from None
+
+
 def _wheel(version: str, fresh: bool = False) -> Path:
     """The downloaded wheel of ``version`` (fetched when absent, or again with ``fresh``)."""
-    wheel_dir = cache_dir() / "downloads"
+    wheel_dir = _fetched_area("downloads")
     have = sorted(wheel_dir.glob(f"sglang-{version}-*.whl"))
     if have and not fresh:
         return have[-1]
@@ -236,7 +249,7 @@ def fetch_wheel(version: str) -> Path:
     what differs is unpacked again, saying so on stderr."""
     if not _VERSION_RE.match(version):
         raise ReconError(f"not a version number: {version!r}")
-    dest = cache_dir() / "wheels" / version
+    dest = _fetched_area("wheels", version)
     if (dest / "sglang" / "__init__.py").is_file():
         verify_unpacked(version)
         return dest
@@ -248,7 +261,7 @@ def fetch_wheel(version: str) -> Path:
 def verify_unpacked(version: str, full: bool = False) -> "wheelcache.Check":
     """Check the cached tree of ``version`` against RECORD (stats, or every hash with ``full``),
     unpack again what differs and say so on stderr. Returns what the check found."""
-    dest = cache_dir() / "wheels" / version
+    dest = _fetched_area("wheels", version)
     res = wheelcache.check(dest, version, full=full)
     if res is None:  # RECORD gone: nothing to check against, so unpack the whole tree again
         _note(f"the cached sglang=={version} has lost its RECORD; unpacking it again")

@@ -618,3 +618,25 @@ def test_pip_started_from_a_hostile_folder_is_the_installed_pip(own_cache, tmp_p
     with pytest.raises(ReconError, match="could not fetch"):
         target.fetch_wheel(VERSION)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("area", ["wheels", "downloads"])
+def test_a_fetched_area_that_links_out_is_neither_written_nor_deleted(own_cache, tmp_path, monkeypatch, area):
+    """Whoever shares the cache plants ``wheels`` (or ``downloads``) as a link to a folder of the
+    user's: a half tree there would be removed, a download or unpacked tree written there. recon
+    refuses the area in one line and touches nothing outside the cache."""
+    precious = tmp_path / "precious"
+    (precious / VERSION).mkdir(parents=True)
+    (precious / VERSION / "notes.txt").write_text("keep")  # looks like a half-unpacked tree
+    (precious / f"sglang-{VERSION}-py3-none-any.whl").write_text("keep")  # looks like a download
+    if (own_cache / area).exists():
+        (own_cache / area).rmdir()
+    (own_cache / area).symlink_to(precious, target_is_directory=True)
+    _placed_outside = craft_wheel(tmp_path / f"sglang-{VERSION}-py3-none-any.whl", {})
+    monkeypatch.setattr(target, "_download", lambda v, d: shutil.copy(_placed_outside, d) and Path(d) / _placed_outside.name)
+    before = sorted(p.relative_to(precious).as_posix() for p in precious.rglob("*"))
+    with pytest.raises(ReconError, match=f"cache's {area}.* leads outside the cache"):
+        target.fetch_wheel(VERSION)
+    assert sorted(p.relative_to(precious).as_posix() for p in precious.rglob("*")) == before
+    assert (precious / VERSION / "notes.txt").read_text() == "keep"
+    assert (precious / f"sglang-{VERSION}-py3-none-any.whl").read_text() == "keep"
