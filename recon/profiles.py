@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -125,9 +127,31 @@ class ModelProfile:
 # --- reading files ------------------------------------------------------------------------------
 
 
+# A config.json or profile is a few KB (the largest Hugging Face configs, with label tables, well
+# under 1 MB): a file past this is not one, and is refused before it is read into memory.
+MAX_PROFILE_BYTES = 16 << 20
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, opened without blocking (a named pipe or device is refused, never waited
+    on) and read only when it is a regular file within :data:`MAX_PROFILE_BYTES`. Links are
+    followed: a Hugging Face snapshot's ``config.json`` is one."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ProfileError(f"{path}: not a regular file (a pipe, socket, device or folder): not read")
+        if st.st_size > MAX_PROFILE_BYTES:
+            raise ProfileError(f"{path}: {st.st_size:,} bytes, past the {MAX_PROFILE_BYTES >> 20} MiB any profile or config.json takes: not read")
+        data = f.read(MAX_PROFILE_BYTES + 1)
+    if len(data) > MAX_PROFILE_BYTES:  # grew while being read
+        raise ProfileError(f"{path}: past the {MAX_PROFILE_BYTES >> 20} MiB any profile or config.json takes: not read")
+    return data.decode("utf-8")
+
+
 def _read_mapping(path: Path) -> dict:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_text(path)
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"{path}: cannot be read: {e}") from None
     kind = "JSON" if path.suffix == ".json" else "YAML"
@@ -436,7 +460,7 @@ def load_device(spec: Union[str, Path, DeviceProfile, None] = None) -> DevicePro
     spec = DEFAULT_DEVICE if spec is None else spec
     if isinstance(spec, Path) or _looks_like_path(str(spec)):
         path = Path(spec)
-        if not path.is_file():
+        if not path.exists():
             raise ProfileError(f"device profile file not found: {path}")
         return device_from_mapping(_read_mapping(path), str(path))
     return _find(str(spec), _shipped_devices(), "device")
@@ -449,9 +473,9 @@ def load_model(spec: Union[str, Path, ModelProfile, None] = None) -> ModelProfil
     spec = DEFAULT_MODEL if spec is None else spec
     if isinstance(spec, Path) or _looks_like_path(str(spec)):
         path = Path(spec)
-        if path.is_dir() and (path / "config.json").is_file():
+        if path.is_dir() and (path / "config.json").exists():
             path = path / "config.json"
-        if not path.is_file():
+        if not path.exists() or path.is_dir():
             raise ProfileError(f"model profile or config.json not found: {path}")
         data = _read_mapping(path)
         if "architectures" in data and ("hidden_size" in data and "name" not in data):

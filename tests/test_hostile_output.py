@@ -153,6 +153,25 @@ def test_bad_profile_yaml_deep_and_sizes(tmp_path):
         load_model(str(_cfg(tmp_path, prof, "p.yaml")))
 
 
+def test_a_model_or_device_file_that_is_a_pipe_or_huge_is_refused_unread(tmp_path):
+    """A named pipe given as --model (or a folder whose config.json is one) is refused, never waited
+    on; a file past any real config.json is refused by its size, before it is read."""
+    from recon.profiles import MAX_PROFILE_BYTES, load_device
+
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)
+    (tmp_path / "m").mkdir()
+    os.mkfifo(tmp_path / "m" / "config.json")
+    for load, arg in ((load_model, pipe), (load_model, tmp_path / "m"), (load_device, pipe)):
+        with pytest.raises(ProfileError, match="not a regular file"):
+            load(str(arg))
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_PROFILE_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(ProfileError, match=r"past the 16 MiB .* not read"):
+        load_model(str(big))
+
+
 def test_shipped_models_are_within_the_bounds():
     """The bounds refuse no real model: every shipped profile (real checkpoints' shapes) loads."""
     models = list_models()
