@@ -89,14 +89,22 @@ class DirSource:
                 continue
             yield from self._walk(top, cut)
 
-    def _walk(self, folder: str, cut: int) -> Iterator[tuple[str, tuple]]:
-        """Files of ``folder`` (sorted), then each subfolder's in turn: the order ``os.walk`` gives,
-        with ``scandir`` telling links apart without a system call per entry."""
+    def _walk(self, top: str, cut: int) -> Iterator[tuple[str, tuple]]:
+        """Files of ``top`` (sorted), then each subfolder's in turn: the order ``os.walk`` gives,
+        with ``scandir`` telling links apart without a system call per entry. Folders wait on a
+        stack, not in nested calls: a tree nested thousands deep is walked, not a RecursionError."""
+        stack = [top]
+        while stack:
+            subdirs = yield from self._files_of(stack.pop(), cut)
+            stack.extend(reversed(subdirs))  # the first subfolder is walked next, whole
+
+    def _files_of(self, folder: str, cut: int):
+        """Yield the analyzable files of one folder; return its subfolders to walk."""
         try:
             with os.scandir(folder) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
-            return
+            return []
         subdirs = []
         for e in entries:
             rel = e.path[cut:].replace(os.sep, "/")
@@ -141,8 +149,7 @@ class DirSource:
                 self.refused[rel] = not_regular(kind_of(st.st_mode) or "not a regular file")
                 continue
             yield rel, (st.st_size, st.st_mtime_ns)
-        for d in subdirs:
-            yield from self._walk(d, cut)
+        return subdirs
 
     def read(self, relpath: str) -> bytes:
         return read_under(self.real_root, relpath, self.bound)

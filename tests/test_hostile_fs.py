@@ -640,3 +640,50 @@ def test_a_fetched_area_that_links_out_is_neither_written_nor_deleted(own_cache,
     assert sorted(p.relative_to(precious).as_posix() for p in precious.rglob("*")) == before
     assert (precious / VERSION / "notes.txt").read_text() == "keep"
     assert (precious / f"sglang-{VERSION}-py3-none-any.whl").read_text() == "keep"
+
+
+def test_a_tree_nested_thousands_deep_is_walked_not_a_crash(tmp_path):
+    """1,500 nested folders (within PATH_MAX): the walk keeps folders on a stack, so the file at the
+    bottom is indexed and recon exits 0 instead of a RecursionError (exit 3)."""
+    root = make_tree(tmp_path / "tree", {"sglang/srt/a.py": "def f():\n    pass\n"})
+    here = os.getcwd()
+    try:
+        os.chdir(root / "sglang" / "srt")
+        for _ in range(1500):
+            os.mkdir("d")
+            os.chdir("d")
+        Path("deep.py").write_text("def deepest():\n    return 1\n")
+    finally:
+        os.chdir(here)
+    try:
+        _walk_the_nested_tree(root, tmp_path)
+    finally:
+        _remove_nested(root / "sglang" / "srt")
+
+
+def _walk_the_nested_tree(root: Path, tmp_path: Path) -> None:
+    files = dict(DirSource(root, ("sglang",)).files())
+    deep = [p for p in files if p.endswith("/deep.py")]
+    assert len(deep) == 1 and deep[0].split("/").count("d") == 1500 and "sglang/srt/a.py" in files
+    got = subprocess.run([sys.executable, "-m", "recon", "index", "--path", str(root)], capture_output=True, text=True,
+                         env={**os.environ, "RECON_CACHE_DIR": str(tmp_path / "c")}, timeout=300)
+    assert got.returncode == 0, got.stderr[-500:]
+
+
+def _remove_nested(top: Path) -> None:
+    """Remove a chain of nested ``d`` folders bottom-up without recursion (``shutil.rmtree`` and
+    pytest's clean-up of old temporary folders recurse once per level and fail past ~1,000)."""
+    here = os.getcwd()
+    try:
+        os.chdir(top)
+        depth = 0
+        while os.path.isdir("d"):
+            os.chdir("d")
+            depth += 1
+        for _ in range(depth):
+            for name in os.listdir("."):
+                os.unlink(name)
+            os.chdir("..")
+            os.rmdir("d")
+    finally:
+        os.chdir(here)
