@@ -145,7 +145,7 @@ def _package_of(tree, lf: dict) -> dict:
     decl = declared(tree)
     if decl is None:
         return {}
-    return {"package": lf["name"].split(".", 1)[0], "required_by_release": decl.provides(lf["name"]), "requirements": decl.where}
+    return {"package": lf["name"].split(".", 1)[0], "required_by_release": decl.lookup(lf["name"])[0], "requirements": decl.where}
 
 
 def _leaf_dict(lf) -> dict:
@@ -184,6 +184,8 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
         states = engine.states
         forks_states = states[1:]
         for k, d in sorted(world.state.decisions.items()):
+            if k.startswith("_"):  # a private attribute hooks pass on: it shows in the tests it decides
+                continue
             view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
         for k in ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend"):
             if k not in view.server_args and k in world.schema.fields:

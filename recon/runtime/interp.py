@@ -142,14 +142,21 @@ class Interpreter:
 
     def _package(self, module) -> Any:
         """``importlib.util.find_spec(module)``: found where the release requires the package that
-        provides it (:mod:`recon.runtime.packages`), else unknown (a user may have installed it)."""
+        provides it, by name or inside a pinned kernel wheel that ships it
+        (:mod:`recon.runtime.packages`), else unknown (a user may have installed it)."""
         if not isinstance(module, str):
             return UNKNOWN
+        node = self.model.G.nodes.get(module)
+        if node is not None and node.get("kind") == "module":  # the tree's own module: it ships with it
+            self.note(f"pkg:{module}", f"{module} installed: a module of the analysed tree ({node.get('path')})")
+            return FOUND
         from .packages import declared
         decl = declared(self.tree)
-        req = decl.provides(module) if decl is not None else None
+        req, unread = decl.lookup(module) if decl is not None else (None, "")
         if req is None:
             where = f"not among the requirements in {decl.where}" if decl is not None else "no declared requirements found"
+            if unread:  # a pinned kernel wheel that might ship it could not be read: by names only
+                where += f"; assumed by names only, as {unread}"
             self.note(f"pkg:{module}", f"{module} installed or not: unknown ({where})")
             return UNKNOWN
         self.note(f"pkg:{module}", f"{module} installed: {decl.where} requires {req}")
