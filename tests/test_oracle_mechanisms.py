@@ -139,3 +139,59 @@ def test_deepseek_v3_without_dsa_keeps_its_kv_cache_dtype(tree_unseen, tree_new)
     for tree in (tree_unseen, tree_new):
         view = build(CheckContext(tree, load_device("b200"), load_model("deepseek-v3")), {})
         assert view.server_args.get("kv_cache_dtype", {"value": "'auto'"})["value"] == "'auto'"
+
+
+_PRIVATE_FLAG_TREE = {
+    "sglang/srt/server_args.py": (
+        "from typing import Optional\n"
+        "class ServerArgs:\n"
+        "    quantization: Optional[str] = None\n"
+        "    moe_runner_backend: str = 'auto'\n"
+    ),
+    # read by a hook that sorts before the one setting it (the hook order is not modelled)
+    "sglang/srt/arg_groups/model_hook.py": (
+        "def apply(server_args, quant_method='fp8'):\n"
+        "    if server_args.quantization is None and not server_args._quant_unset:\n"
+        "        server_args.quantization = quant_method\n"
+        "    if server_args.quantization is None:\n"
+        "        server_args.moe_runner_backend = 'flashinfer_trtllm'\n"
+    ),
+    "sglang/srt/arg_groups/serving_hook.py": (
+        "def handle(server_args):\n"
+        "    if server_args.quantization == 'unquant':\n"
+        "        server_args._quant_unset = True\n"
+        "    else:\n"
+        "        server_args._quant_unset = False\n"
+    ),
+}
+
+
+def test_a_private_attribute_an_earlier_hook_sets_is_used(synthetic):
+    # SGLang 0.5.11+: serving_hook records `_quantization_explicitly_unset`, and the per-model
+    # overrides copy the checkpoint's quant_method only when it is False. Undecided, recon took the
+    # test as false and reported the other branch (flashinfer_trtllm) as what runs.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    view = build(CheckContext(synthetic(_PRIVATE_FLAG_TREE), load_device("b200"), load_model("qwen3-30b-a3b")), {})
+    assert view.server_args["quantization"]["value"] == "'fp8'"
+    assert view.server_args["moe_runner_backend"]["value"] == "'auto'"
+    assert not view.forks  # decided: no other outcome
+    assert not any(k.startswith("_") for k in view.server_args)
+
+
+def test_glm_fp8_on_b200_keeps_auto_once_the_explicit_unset_flag_is_read(tree_new):
+    # The oracle's answer on 0.5.23 (bench/oracle): the GLM-4.5 override copies quant_method
+    # 'compressed-tensors' into quantization, so its flashinfer_trtllm default does not apply.
+    from pathlib import Path
+
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    cfg = Path(__file__).resolve().parent.parent / "bench" / "oracle" / "models" / "glm-4.5-air-fp8" / "config.json"
+    view = build(CheckContext(tree_new, load_device("b200"), load_model(str(cfg))), {})
+    assert view.server_args["quantization"]["value"] == "'compressed-tensors'"
+    assert view.server_args["moe_runner_backend"]["value"] == "'auto'"
+    assert not any("moe_runner_backend" in f["changes"] for f in view.forks)

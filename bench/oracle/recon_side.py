@@ -85,6 +85,8 @@ def server_args_view(ctx, flags: dict, env: dict):
     states = resolve(world, world.schema, dict(flags), ev)
     world.state = states[0]
     for k, d in sorted(world.state.decisions.items()):
+        if k.startswith("_"):
+            continue
         view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
     # build() lists four fields when nothing wrote them; the resolution state holds every field,
     # so the other compared ones are read from it the same way (their default, or a later writer).

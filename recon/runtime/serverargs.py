@@ -297,7 +297,13 @@ class State:
         return State(self.schema, dict(self.values), dict(self.decisions), self.assumptions)
 
     def key(self) -> tuple:
-        return tuple((k, repr(self.get(k))) for k in TRACKED)
+        private = tuple((k, repr(v)) for k, v in sorted(self.values.items()) if _private(k))
+        return tuple((k, repr(self.get(k))) for k in TRACKED) + private
+
+
+def _private(name: str) -> bool:
+    """A private attribute of the server arguments (no field, no flag) that hooks set and read."""
+    return name.startswith("_") and not name.startswith("__")
 
 
 def _arch_guard(decorators, archs, classes=frozenset(), ev=None, module: str = "") -> Optional[bool]:
@@ -351,7 +357,11 @@ def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
         base.values["model_path"] = ModelPath(getattr(world.model, "name", "") or "")
     for k, v in flags.items():
         base.decisions[k] = Decision(k, v, "--" + k.replace("_", "-"))
-    states = _apply(world, writes, [base], evaluator)
+    # A private attribute a hook sets for later hooks (``_quantization_explicitly_unset``: "record
+    # the opt-out so later auto-detection does not re-enable it") is set before they read it; the
+    # hook order is not modelled, so those writes run first too (and again in their place).
+    privates = [w for w in writes if _private(w.key)]
+    states = _apply(world, privates + writes, [base], evaluator) if privates else _apply(world, writes, [base], evaluator)
     seeds = {k for k, v in states[0].values.items() if k not in flags and k in states[0].decisions
              and (f := schema.fields.get(k)) is not None and f.default is None and v is not None}
     if not seeds:
@@ -451,9 +461,15 @@ def _writes(world, schema: Schema) -> list:
         tree = world.module_ast(path)
         if tree is None:
             continue
-        for w in writes_in_module(tree, path, module, set(TRACKED), dict_literals=True):
-            if _writes_the_arguments(w):
+        for w in writes_in_module(tree, path, module, None, dict_literals=True):
+            if (w.key in TRACKED or (_private(w.key) and w.receiver != "<dict>" and w.key not in schema.fields)) \
+                    and _writes_the_arguments(w):
                 writes.append(w)
+    # private attributes count only where a tracked write's tests or value read them
+    read = {n.attr for w in writes if not _private(w.key)
+            for x in [t for t, _ in w.guards] + [w.value] + [e for _, e, *_r in w.locals]
+            for n in ast.walk(x) if isinstance(n, ast.Attribute) and _private(n.attr)}
+    writes = [w for w in writes if not _private(w.key) or w.key in read]
     memo["hook_writes"] = writes
     return writes
 
