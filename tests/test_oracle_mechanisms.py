@@ -195,3 +195,36 @@ def test_glm_fp8_on_b200_keeps_auto_once_the_explicit_unset_flag_is_read(tree_ne
     assert view.server_args["quantization"]["value"] == "'compressed-tensors'"
     assert view.server_args["moe_runner_backend"]["value"] == "'auto'"
     assert not any("moe_runner_backend" in f["changes"] for f in view.forks)
+
+
+_LATER_TREE = {
+    "sglang/srt/server_args.py": (
+        "from typing import Optional\n"
+        "class ServerArgs:\n"
+        "    device: str = 'cuda'\n"
+        "    attention_backend: Optional[str] = None\n"
+        "    def _handle_npu_backends(self):\n"
+        "        if self.device == 'npu':\n"
+        "            from sglang.srt.npu_utils import set_default_server_args\n"
+        "            set_default_server_args(self)\n"
+    ),
+    # called only under a test that fails on a CUDA device
+    "sglang/srt/npu_utils.py": "def set_default_server_args(args):\n    args.attention_backend = 'ascend'\n",
+    # stores the value the field already holds
+    "sglang/srt/draft_worker.py": "def init(draft_server_args):\n    draft_server_args.attention_backend = None\n",
+}
+
+
+def test_later_writers_that_cannot_change_the_value_leave_it_decided(synthetic):
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    def later(files):
+        view = build(CheckContext(synthetic(files), load_device("h200"), load_model("qwen3-30b-a3b")), {})
+        return [(w["path"], w["line"]) for w in view.server_args["attention_backend"].get("later", [])]
+
+    assert later(_LATER_TREE) == []
+    # a writer that does change it on this path (nothing in the tree calls it: a registry may) stays
+    runner = {"sglang/srt/model_runner.py": "def pick(server_args):\n    server_args.attention_backend = 'fa3'\n"}
+    assert later({**_LATER_TREE, **runner}) == [("sglang/srt/model_runner.py", 2)]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .moe import apply_path, quant_methods
-from .serverargs import ServerArgsError, later_writers, load_schema, parse_flags
+from .serverargs import ServerArgsError, load_schema, open_later_writers, parse_flags
 from .values import plain
 from .world import World
 
@@ -193,7 +193,7 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
                 view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}
         for k, d in view.server_args.items():
             if d["source"] == "default" and d["value"] == "None":
-                later = later_writers(world, world.schema, k)
+                later = open_later_writers(world, world.schema, k, world.state, ev)
                 if later:
                     d["later"] = [{"path": p, "line": ln, "scope": sc} for p, ln, sc in later[:6]]
         for st in states[1:]:

@@ -447,8 +447,39 @@ def later_writers(world, schema: Schema, field: str) -> list:
             if attr in schema.fields and recv and recv != "self" and "[" not in recv \
                     and re.search(r"(args|cfg|server|record)", recv, re.I):
                 found.setdefault(attr, []).append((path, line, scope))
+                memo.setdefault("later_writer_modules", {})[path] = module
         memo["later_writers"] = found
     return memo["later_writers"].get(field, [])
+
+
+def open_later_writers(world, schema: Schema, field: str, state: State, evaluator) -> list:
+    """The later writers of ``field`` (:func:`later_writers`) that can change its resolved value on
+    this path. Left out: a store of the constant the field already holds (a speculative draft
+    worker resetting ``decode_attention_backend = None``), and a store in a function whose every
+    in-tree call sits under a test that fails here (``set_default_server_args`` of the NPU backend,
+    called under ``if self.device == "npu"``). A store that cannot be tied to its write stays."""
+    from .asts import tree_memo
+    found = later_writers(world, schema, field)  # fills the memo of their modules
+    modules = tree_memo(world.tree).get("later_writer_modules", {})
+    out = []
+    for path, line, scope in found:
+        w = _write_at(world, path, modules.get(path, ""), line, field)
+        if w is not None:
+            have = state.get(field)
+            if isinstance(w.value, ast.Constant) and have is not UNKNOWN and type(w.value.value) is type(have) \
+                    and w.value.value == have:
+                continue
+            if not _called(world, w, state, evaluator):
+                continue
+        out.append((path, line, scope))
+    return out
+
+
+def _write_at(world, path: str, module: str, line: int, field: str):
+    tree = world.module_ast(path) if module else None
+    if tree is None:
+        return None
+    return next((w for w in writes_in_module(tree, path, module, {field}) if w.line == line), None)
 
 
 def _writes(world, schema: Schema) -> list:
