@@ -165,6 +165,27 @@ def fake_device(dev) -> None:
     os.environ["PATH"] = _nvidia_smi(dev) + os.pathsep + os.environ.get("PATH", "")
 
 
+def _fake_triton_target(dev, stubbed) -> None:
+    """Where triton is stubbed, its active driver's target answers as the device: module-level
+    code asks it for the backend (``getattr(torch, triton...get_current_target().backend)``)."""
+    if "triton" not in stubbed:
+        return
+    import torch
+
+    cap = tuple(dev["capability"])
+    target = types.SimpleNamespace(backend="cuda", arch=cap[0] * 10 + cap[1], warp_size=32)
+    active = types.SimpleNamespace(get_current_target=lambda: target, get_active_torch_device=lambda: "cuda",
+                                   get_device_interface=lambda: torch.cuda)
+    runtime, driver = _StubModule("triton.runtime"), _StubModule("triton.runtime.driver")
+    runtime.__path__, driver.__path__ = [], []
+    driver.active = active
+    runtime.driver = driver
+    import triton
+
+    triton.runtime = runtime
+    sys.modules["triton.runtime"], sys.modules["triton.runtime.driver"] = runtime, driver
+
+
 def _stub_torch_library() -> None:
     """Kernel ops some releases register at import (``torch.library`` defs over stubbed modules)."""
     import torch
@@ -268,6 +289,7 @@ def main() -> None:
     missing = [m for m in job["stubs"] if importlib.util.find_spec(m) is None]
     sys.meta_path.insert(0, _StubFinder(missing))
     fake_device(job["device"])
+    _fake_triton_target(job["device"], missing)
     _stub_torch_library()
     import logging
     logging.disable(logging.CRITICAL)
