@@ -82,6 +82,16 @@ def transformers_pin(reqs: list) -> str:
     return "4.57.1"
 
 
+# Required packages that install on a CPU machine and that the base venv may hold at another
+# version (transformers pulls HF's `kernels`; 0.5.16 pins kernels<0.15 and imports it): the
+# release's own requirement goes into its overlay.
+OVERLAY_PINS = {"kernels"}
+
+
+def overlay_requirements(reqs: list) -> tuple:
+    return tuple(sorted(str(r).split(";")[0].strip() for r in reqs if norm(r.name) in OVERLAY_PINS and r.specifier))
+
+
 def required_modules(reqs: list) -> list:
     """Top-level import names the release's required distributions ship."""
     mods = set(ALWAYS_STUB)
