@@ -104,6 +104,22 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def _stub_metadata(dists, stubbed) -> None:
+    """An installed distribution's metadata (name, version, top_level.txt) for each stubbed one."""
+    d = tempfile.mkdtemp(prefix="oracle-dists-")
+    for name, version, mods in dists:
+        mods = [m for m in mods if m in stubbed]
+        if not mods:
+            continue
+        info = os.path.join(d, f"{name.replace('-', '_')}-{version}.dist-info")
+        os.makedirs(info, exist_ok=True)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        with open(os.path.join(info, "top_level.txt"), "w") as f:
+            f.write("\n".join(mods) + "\n")
+    sys.path.append(d)
+
+
 # --- the device ----------------------------------------------------------------------------------
 
 
@@ -288,6 +304,7 @@ def main() -> None:
     # Stub what the release requires and this environment lacks; what it has stays real.
     missing = [m for m in job["stubs"] if importlib.util.find_spec(m) is None]
     sys.meta_path.insert(0, _StubFinder(missing))
+    _stub_metadata(job.get("stub_dists") or [], set(missing))
     fake_device(job["device"])
     _fake_triton_target(job["device"], missing)
     _stub_torch_library()
