@@ -69,5 +69,6 @@ def env_for(root: Path, release_root: Path, overlay_dir: Path) -> dict:
     env["HF_HUB_OFFLINE"] = "1"
     env["TRANSFORMERS_OFFLINE"] = "1"
     env["TOKENIZERS_PARALLELISM"] = "false"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the release's source is recon's shared wheel cache: leave it as unpacked
     env["HOME"] = str(root / "home")  # caches SGLang or HF write land here, not in the user's home
     return env
