@@ -228,3 +228,53 @@ def test_later_writers_that_cannot_change_the_value_leave_it_decided(synthetic):
     # a writer that does change it on this path (nothing in the tree calls it: a registry may) stays
     runner = {"sglang/srt/model_runner.py": "def pick(server_args):\n    server_args.attention_backend = 'fa3'\n"}
     assert later({**_LATER_TREE, **runner}) == [("sglang/srt/model_runner.py", 2)]
+
+
+_MODEL_CONFIG_ATTR_TREE = {
+    "sglang/srt/configs/model_config.py": "class ModelConfig:\n    def __init__(self, hf_config=None):\n        self.hf_config = hf_config\n",
+    "sglang/srt/server_args.py": (
+        "from typing import Optional\n"
+        "class ServerArgs:\n"
+        "    attention_backend: Optional[str] = None\n"
+        "    def _handle_attention_backend(self):\n"
+        "        if self.attention_backend is None:\n"
+        "            if is_fa3_arch(self.model_config.hf_config):\n"
+        "                self.attention_backend = 'fa3'\n"
+        "            else:\n"
+        "                self.attention_backend = 'flashinfer'\n"
+        "    def get_model_config(self):\n"
+        "        from sglang.srt.configs.model_config import ModelConfig\n"
+        "        if hasattr(self, 'model_config'):\n"
+        "            return self.model_config\n"
+        "        self.model_config = ModelConfig.from_server_args(self)\n"
+        "        return self.model_config\n"
+        "def is_fa3_arch(hf_config):\n"
+        "    return hf_config.architectures[0] in {'Qwen3MoeForCausalLM'}\n"
+    ),
+}
+
+
+def test_the_model_config_server_args_cache_is_the_models_config(synthetic):
+    # 0.5.5: `is_fa3_default_architecture(self.model_config.hf_config)` reads the attribute
+    # get_model_config() stores; an unknown there made fa3 the fork and flashinfer the answer.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    view = build(CheckContext(synthetic(_MODEL_CONFIG_ATTR_TREE), load_device("h200"), load_model("qwen3-30b-a3b")), {})
+    assert view.server_args["attention_backend"]["value"] == "'fa3'" and not view.forks
+    view = build(CheckContext(synthetic(_MODEL_CONFIG_ATTR_TREE), load_device("h200"), load_model("gpt-oss-120b")), {})
+    assert view.server_args["attention_backend"]["value"] == "'flashinfer'" and not view.forks
+
+
+def test_hopper_attention_default_on_0_5_5_is_fa3(tree_old):
+    # 0.5.5 binds `is_hopper_with_cuda_12_3 = lambda: _check(9)` (CUDA 12.8 in the device profile)
+    # and reads self.model_config; SGLang's own resolution gives fa3 for both (bench/oracle).
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    for model in ("qwen3-30b-a3b", "deepseek-v3"):
+        view = build(CheckContext(tree_old, load_device("h200"), load_model(model)), {})
+        assert view.server_args["attention_backend"]["value"] == "'fa3'", model
+        assert not any("attention_backend" in f["changes"] for f in view.forks), model
