@@ -278,3 +278,18 @@ def test_hopper_attention_default_on_0_5_5_is_fa3(tree_old):
         view = build(CheckContext(tree_old, load_device("h200"), load_model(model)), {})
         assert view.server_args["attention_backend"]["value"] == "'fa3'", model
         assert not any("attention_backend" in f["changes"] for f in view.forks), model
+
+
+def test_page_size_is_resolved_with_the_attention_backend(tree_unseen):
+    # page_size defaults to None; the argument hooks set 64 for TRT-LLM MLA (DeepSeek-V3 on B200)
+    # and 1 where nothing else asks for a size (SGLang's own resolution, bench/oracle).
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    b200 = build(CheckContext(tree_unseen, load_device("b200"), load_model("deepseek-v3")), {})
+    assert b200.server_args["attention_backend"]["value"] == "'trtllm_mla'"
+    assert b200.server_args["page_size"]["value"] == "64"
+    h200 = build(CheckContext(tree_unseen, load_device("h200"), load_model("deepseek-v3")), {})
+    assert h200.server_args["page_size"]["value"] == "1"
+    assert not any("page_size" in f["changes"] for v in (b200, h200) for f in v.forks)

@@ -34,7 +34,7 @@ from .writes import writes_in_module
 # declarations and generic overrides in newer releases is not modelled here.)
 TRACKED = ("device", "moe_runner_backend", "quantization", "moe_a2a_backend", "fp8_gemm_runner_backend", "dtype", "ep_size",
            "speculative_algorithm", "disable_cuda_graph", "enable_dp_attention", "flashinfer_mxfp4_moe_precision", "kv_cache_dtype",
-           "attention_backend", "prefill_attention_backend", "decode_attention_backend")
+           "attention_backend", "prefill_attention_backend", "decode_attention_backend", "page_size")
 MAX_FORKS = 8
 _ARCH = re.compile(r"^[A-Z][A-Za-z0-9]*For[A-Z][A-Za-z]+$")
 
