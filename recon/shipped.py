@@ -33,7 +33,7 @@ from .cache import cache_dir, load_entry, save_entry
 BUNDLES = frozenset({"sgl_kernel", "sglang_kernel"})
 # Linux x86_64 wheels of any manylinux level, for a CPython the kernel wheels' abi3 tags cover.
 _PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64", "manylinux_2_34_x86_64")
-_PYTHONS = ("3.11", "3.12", "3.10")
+_PYTHONS = ("3.11", "3.12")
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
 
 # (normalized dist, version) -> (frozenset of modules or None, why none). What this process read.
@@ -93,7 +93,9 @@ def _fetch(dist: str, version: str) -> tuple[Optional[frozenset], str]:
     try:
         plats = [a for p in _PLATFORMS for a in ("--platform", p)]
         for py in _PYTHONS:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--only-binary=:all:", *plats,
+            # offline, pip gives up after one retry instead of five (every recon command asks once)
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--retries", "1", "--timeout", "15",
+                   "--only-binary=:all:", *plats,
                    "--python-version", py, "-d", tmp, f"{dist}=={version}"]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
