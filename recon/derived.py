@@ -39,6 +39,16 @@ def derived_key(tree, *parts) -> str | None:
         return None
     h = hashlib.sha1(tree.key.encode())
     h.update(code_digest())
+    h.update(repr(_shipped_state(tree)).encode())
     for p in parts:
         h.update(p if isinstance(p, bytes) else repr(p).encode())
     return h.hexdigest()
+
+
+def _shipped_state(tree) -> tuple:
+    """What the tree's pinned kernel wheels ship, as read now (:mod:`recon.shipped`): a result made
+    while a wheel could not be read (offline) is not reused once it can be, nor the other way."""
+    from .runtime.packages import declared
+
+    decl = declared(tree) if getattr(tree, "target", None) is not None else None
+    return decl.shipped_state() if decl is not None else ()

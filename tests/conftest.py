@@ -17,6 +17,9 @@ NEW_VERSION = os.environ.get("RECON_TEST_NEW_VERSION", "0.5.23")
 OLD_VERSION = "0.5.5"  # before the seed: gpt-oss's MoE kernels picked at run time, no DeepSeek-V4
 
 os.environ.setdefault("RECON_CACHE_DIR", str(REPO / ".cache" / "recon-tests"))
+# The kernel wheels a release pins are a few hundred MB each: the suite decides importability by
+# names (recon.shipped's fallback) except where a test turns reading them on (one wheel in all).
+os.environ.setdefault("RECON_DIST_MODULES", "off")
 
 # a released tree is loaded once per session, CLI invocations included (tests/scenarios.py)
 from tests import scenarios  # noqa: E402

@@ -36,6 +36,7 @@ def test_every_file_has_cases():
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
+    from recon import shipped
     from recon.target import from_path
     from recon.tree import load
 
@@ -43,12 +44,21 @@ def engines(tmp_path_factory):
 
     def engine(case: Path):
         root = tmp_path_factory.mktemp(case.stem)
-        make_tree(root, {"sglang/srt/case.py": case.read_text()})
+        files = {"sglang/srt/case.py": case.read_text()}
+        # '# requires: <requirement>' lines become the tree's declared requirements, and
+        # '# ships: dist==version: modules' what that pinned wheel's RECORD lists (no download)
+        reqs = re.findall(r"^# requires: (.+)$", case.read_text(), re.M)
+        if reqs:
+            files["pyproject.toml"] = "[project]\nname = 'sglang'\nversion = '0.0.0'\ndependencies = [%s]\n" % ", ".join(map(repr, reqs))
+        for dist, version, mods in re.findall(r"^# ships: ([\w.-]+)==([\w.+-]+): (.+)$", case.read_text(), re.M):
+            monkey.setitem(shipped._MEMO, (shipped.norm(dist), version), (frozenset(mods.split()), ""))
+        make_tree(root, files)
         tree = load(from_path(root))
         return Engine(CheckContext(tree, load_device("h200"), load_model("gpt-oss-120b")))
 
     made = {}
-    return lambda case: made.setdefault(case, engine(case))
+    with pytest.MonkeyPatch.context() as monkey:
+        yield lambda case: made[case] if case in made else made.setdefault(case, engine(case))
 
 
 @pytest.mark.parametrize("case,fn,want", _cases())

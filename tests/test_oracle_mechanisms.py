@@ -139,3 +139,157 @@ def test_deepseek_v3_without_dsa_keeps_its_kv_cache_dtype(tree_unseen, tree_new)
     for tree in (tree_unseen, tree_new):
         view = build(CheckContext(tree, load_device("b200"), load_model("deepseek-v3")), {})
         assert view.server_args.get("kv_cache_dtype", {"value": "'auto'"})["value"] == "'auto'"
+
+
+_PRIVATE_FLAG_TREE = {
+    "sglang/srt/server_args.py": (
+        "from typing import Optional\n"
+        "class ServerArgs:\n"
+        "    quantization: Optional[str] = None\n"
+        "    moe_runner_backend: str = 'auto'\n"
+    ),
+    # read by a hook that sorts before the one setting it (the hook order is not modelled)
+    "sglang/srt/arg_groups/model_hook.py": (
+        "def apply(server_args, quant_method='fp8'):\n"
+        "    if server_args.quantization is None and not server_args._quant_unset:\n"
+        "        server_args.quantization = quant_method\n"
+        "    if server_args.quantization is None:\n"
+        "        server_args.moe_runner_backend = 'flashinfer_trtllm'\n"
+    ),
+    "sglang/srt/arg_groups/serving_hook.py": (
+        "def handle(server_args):\n"
+        "    if server_args.quantization == 'unquant':\n"
+        "        server_args._quant_unset = True\n"
+        "    else:\n"
+        "        server_args._quant_unset = False\n"
+    ),
+}
+
+
+def test_a_private_attribute_an_earlier_hook_sets_is_used(synthetic):
+    # SGLang 0.5.11+: serving_hook records `_quantization_explicitly_unset`, and the per-model
+    # overrides copy the checkpoint's quant_method only when it is False. Undecided, recon took the
+    # test as false and reported the other branch (flashinfer_trtllm) as what runs.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    view = build(CheckContext(synthetic(_PRIVATE_FLAG_TREE), load_device("b200"), load_model("qwen3-30b-a3b")), {})
+    assert view.server_args["quantization"]["value"] == "'fp8'"
+    assert view.server_args["moe_runner_backend"]["value"] == "'auto'"
+    assert not view.forks  # decided: no other outcome
+    assert not any(k.startswith("_") for k in view.server_args)
+
+
+def test_glm_fp8_on_b200_keeps_auto_once_the_explicit_unset_flag_is_read(tree_new):
+    # The oracle's answer on 0.5.23 (bench/oracle): the GLM-4.5 override copies quant_method
+    # 'compressed-tensors' into quantization, so its flashinfer_trtllm default does not apply.
+    from pathlib import Path
+
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    cfg = Path(__file__).resolve().parent.parent / "bench" / "oracle" / "models" / "glm-4.5-air-fp8" / "config.json"
+    view = build(CheckContext(tree_new, load_device("b200"), load_model(str(cfg))), {})
+    assert view.server_args["quantization"]["value"] == "'compressed-tensors'"
+    assert view.server_args["moe_runner_backend"]["value"] == "'auto'"
+    assert not any("moe_runner_backend" in f["changes"] for f in view.forks)
+
+
+_LATER_TREE = {
+    "sglang/srt/server_args.py": (
+        "from typing import Optional\n"
+        "class ServerArgs:\n"
+        "    device: str = 'cuda'\n"
+        "    attention_backend: Optional[str] = None\n"
+        "    def _handle_npu_backends(self):\n"
+        "        if self.device == 'npu':\n"
+        "            from sglang.srt.npu_utils import set_default_server_args\n"
+        "            set_default_server_args(self)\n"
+    ),
+    # called only under a test that fails on a CUDA device
+    "sglang/srt/npu_utils.py": "def set_default_server_args(args):\n    args.attention_backend = 'ascend'\n",
+    # stores the value the field already holds
+    "sglang/srt/draft_worker.py": "def init(draft_server_args):\n    draft_server_args.attention_backend = None\n",
+}
+
+
+def test_later_writers_that_cannot_change_the_value_leave_it_decided(synthetic):
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    def later(files):
+        view = build(CheckContext(synthetic(files), load_device("h200"), load_model("qwen3-30b-a3b")), {})
+        return [(w["path"], w["line"]) for w in view.server_args["attention_backend"].get("later", [])]
+
+    assert later(_LATER_TREE) == []
+    # a writer that does change it on this path (nothing in the tree calls it: a registry may) stays
+    runner = {"sglang/srt/model_runner.py": "def pick(server_args):\n    server_args.attention_backend = 'fa3'\n"}
+    assert later({**_LATER_TREE, **runner}) == [("sglang/srt/model_runner.py", 2)]
+
+
+_MODEL_CONFIG_ATTR_TREE = {
+    "sglang/srt/configs/model_config.py": "class ModelConfig:\n    def __init__(self, hf_config=None):\n        self.hf_config = hf_config\n",
+    "sglang/srt/server_args.py": (
+        "from typing import Optional\n"
+        "class ServerArgs:\n"
+        "    attention_backend: Optional[str] = None\n"
+        "    def _handle_attention_backend(self):\n"
+        "        if self.attention_backend is None:\n"
+        "            if is_fa3_arch(self.model_config.hf_config):\n"
+        "                self.attention_backend = 'fa3'\n"
+        "            else:\n"
+        "                self.attention_backend = 'flashinfer'\n"
+        "    def get_model_config(self):\n"
+        "        from sglang.srt.configs.model_config import ModelConfig\n"
+        "        if hasattr(self, 'model_config'):\n"
+        "            return self.model_config\n"
+        "        self.model_config = ModelConfig.from_server_args(self)\n"
+        "        return self.model_config\n"
+        "def is_fa3_arch(hf_config):\n"
+        "    return hf_config.architectures[0] in {'Qwen3MoeForCausalLM'}\n"
+    ),
+}
+
+
+def test_the_model_config_server_args_cache_is_the_models_config(synthetic):
+    # 0.5.5: `is_fa3_default_architecture(self.model_config.hf_config)` reads the attribute
+    # get_model_config() stores; an unknown there made fa3 the fork and flashinfer the answer.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    view = build(CheckContext(synthetic(_MODEL_CONFIG_ATTR_TREE), load_device("h200"), load_model("qwen3-30b-a3b")), {})
+    assert view.server_args["attention_backend"]["value"] == "'fa3'" and not view.forks
+    view = build(CheckContext(synthetic(_MODEL_CONFIG_ATTR_TREE), load_device("h200"), load_model("gpt-oss-120b")), {})
+    assert view.server_args["attention_backend"]["value"] == "'flashinfer'" and not view.forks
+
+
+def test_hopper_attention_default_on_0_5_5_is_fa3(tree_old):
+    # 0.5.5 binds `is_hopper_with_cuda_12_3 = lambda: _check(9)` (CUDA 12.8 in the device profile)
+    # and reads self.model_config; SGLang's own resolution gives fa3 for both (bench/oracle).
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    for model in ("qwen3-30b-a3b", "deepseek-v3"):
+        view = build(CheckContext(tree_old, load_device("h200"), load_model(model)), {})
+        assert view.server_args["attention_backend"]["value"] == "'fa3'", model
+        assert not any("attention_backend" in f["changes"] for f in view.forks), model
+
+
+def test_page_size_is_resolved_with_the_attention_backend(tree_unseen):
+    # page_size defaults to None; the argument hooks set 64 for TRT-LLM MLA (DeepSeek-V3 on B200)
+    # and 1 where nothing else asks for a size (SGLang's own resolution, bench/oracle).
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    b200 = build(CheckContext(tree_unseen, load_device("b200"), load_model("deepseek-v3")), {})
+    assert b200.server_args["attention_backend"]["value"] == "'trtllm_mla'"
+    assert b200.server_args["page_size"]["value"] == "64"
+    h200 = build(CheckContext(tree_unseen, load_device("h200"), load_model("deepseek-v3")), {})
+    assert h200.server_args["page_size"]["value"] == "1"
+    assert not any("page_size" in f["changes"] for v in (b200, h200) for f in v.forks)

@@ -104,6 +104,22 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def _stub_metadata(dists, stubbed) -> None:
+    """An installed distribution's metadata (name, version, top_level.txt) for each stubbed one."""
+    d = tempfile.mkdtemp(prefix="oracle-dists-")
+    for name, version, mods in dists:
+        mods = [m for m in mods if m in stubbed]
+        if not mods:
+            continue
+        info = os.path.join(d, f"{name.replace('-', '_')}-{version}.dist-info")
+        os.makedirs(info, exist_ok=True)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        with open(os.path.join(info, "top_level.txt"), "w") as f:
+            f.write("\n".join(mods) + "\n")
+    sys.path.append(d)
+
+
 # --- the device ----------------------------------------------------------------------------------
 
 
@@ -163,6 +179,27 @@ def fake_device(dev) -> None:
     torch.version.cuda = dev.get("cuda") or "12.8"
     sys.modules["pynvml"] = _fake_nvml(dev)
     os.environ["PATH"] = _nvidia_smi(dev) + os.pathsep + os.environ.get("PATH", "")
+
+
+def _fake_triton_target(dev, stubbed) -> None:
+    """Where triton is stubbed, its active driver's target answers as the device: module-level
+    code asks it for the backend (``getattr(torch, triton...get_current_target().backend)``)."""
+    if "triton" not in stubbed:
+        return
+    import torch
+
+    cap = tuple(dev["capability"])
+    target = types.SimpleNamespace(backend="cuda", arch=cap[0] * 10 + cap[1], warp_size=32)
+    active = types.SimpleNamespace(get_current_target=lambda: target, get_active_torch_device=lambda: "cuda",
+                                   get_device_interface=lambda: torch.cuda)
+    runtime, driver = _StubModule("triton.runtime"), _StubModule("triton.runtime.driver")
+    runtime.__path__, driver.__path__ = [], []
+    driver.active = active
+    runtime.driver = driver
+    import triton
+
+    triton.runtime = runtime
+    sys.modules["triton.runtime"], sys.modules["triton.runtime.driver"] = runtime, driver
 
 
 def _stub_torch_library() -> None:
@@ -267,7 +304,9 @@ def main() -> None:
     # Stub what the release requires and this environment lacks; what it has stays real.
     missing = [m for m in job["stubs"] if importlib.util.find_spec(m) is None]
     sys.meta_path.insert(0, _StubFinder(missing))
+    _stub_metadata(job.get("stub_dists") or [], set(missing))
     fake_device(job["device"])
+    _fake_triton_target(job["device"], missing)
     _stub_torch_library()
     import logging
     logging.disable(logging.CRITICAL)

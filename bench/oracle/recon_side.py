@@ -70,7 +70,7 @@ def server_args_view(ctx, flags: dict, env: dict):
     from recon.runtime.evaluator import Evaluator
     from recon.runtime.gatemodel import _model
     from recon.runtime.interp import Dev
-    from recon.runtime.serverargs import later_writers, load_schema, resolve
+    from recon.runtime.serverargs import load_schema, open_later_writers, resolve
     from recon.runtime.values import plain
     from recon.runtime.world import World
 
@@ -85,6 +85,8 @@ def server_args_view(ctx, flags: dict, env: dict):
     states = resolve(world, world.schema, dict(flags), ev)
     world.state = states[0]
     for k, d in sorted(world.state.decisions.items()):
+        if k.startswith("_"):
+            continue
         view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
     # build() lists four fields when nothing wrote them; the resolution state holds every field,
     # so the other compared ones are read from it the same way (their default, or a later writer).
@@ -93,7 +95,7 @@ def server_args_view(ctx, flags: dict, env: dict):
             f = world.schema.fields[k]
             view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}
     for k, d in view.server_args.items():
-        if d["source"] == "default" and d["value"] == "None" and later_writers(world, world.schema, k):
+        if d["source"] == "default" and d["value"] == "None" and open_later_writers(world, world.schema, k, world.state, ev):
             d["later"] = True
     for st in states[1:]:
         changes = {k: plain(st.get(k)) for k in view.server_args if plain(st.get(k)) != view.server_args[k]["value"]}

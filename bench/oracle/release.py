@@ -82,6 +82,16 @@ def transformers_pin(reqs: list) -> str:
     return "4.57.1"
 
 
+# Required packages that install on a CPU machine and that the base venv may hold at another
+# version (transformers pulls HF's `kernels`; 0.5.16 pins kernels<0.15 and imports it): the
+# release's own requirement goes into its overlay.
+OVERLAY_PINS = {"kernels"}
+
+
+def overlay_requirements(reqs: list) -> tuple:
+    return tuple(sorted(str(r).split(";")[0].strip() for r in reqs if norm(r.name) in OVERLAY_PINS and r.specifier))
+
+
 def required_modules(reqs: list) -> list:
     """Top-level import names the release's required distributions ship."""
     mods = set(ALWAYS_STUB)
@@ -92,6 +102,23 @@ def required_modules(reqs: list) -> list:
                   and (hi is None or _ver(pins[0]) <= _ver(hi))]
         mods.update(kernel[0] if kernel else TOP_LEVELS.get(n, [n]))
     return sorted(mods - NEVER_STUB)
+
+
+def stub_distributions(reqs: list) -> list:
+    """[(distribution, version, [top-level modules])] for each required distribution whose modules
+    are stubbed: the stubs get its metadata too, so ``importlib.metadata`` maps them to it as on a
+    real install (transformers 5.x looks a found module's distribution up and fails without one)."""
+    stubbed = set(required_modules(reqs))
+    out = []
+    for r in reqs:
+        n = norm(r.name)
+        pins = [s.version for s in r.specifier if s.operator in ("==", ">=", "~=")]
+        kernel = [m for d, lo, hi, m in KERNEL_WHEEL if d == n and pins and _ver(lo) <= _ver(pins[0])
+                  and (hi is None or _ver(pins[0]) <= _ver(hi))]
+        mods = [m for m in (kernel[0] if kernel else TOP_LEVELS.get(n, [n])) if m in stubbed]
+        if mods:
+            out.append((r.name, pins[0] if pins else "0.0.0", mods))
+    return out
 
 
 def _ver(v: str) -> tuple:

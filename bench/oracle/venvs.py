@@ -47,16 +47,18 @@ def base_python(root: Path) -> Path:
     return py
 
 
-def overlay(root: Path, py: Path, transformers_pin: str) -> Path:
-    """A folder holding ``transformers==pin`` (with its own tokenizers/hub pins) for PYTHONPATH."""
-    dest = root / "overlays" / f"transformers-{transformers_pin}"
+def overlay(root: Path, py: Path, transformers_pin: str, extra: tuple = ()) -> Path:
+    """A folder holding ``transformers==pin`` (with its own tokenizers/hub pins) for PYTHONPATH,
+    plus ``extra`` requirements the release pins differently from what the base venv holds."""
+    tag = "" if not extra else "-" + __import__("hashlib").sha1("\n".join(extra).encode()).hexdigest()[:8]
+    dest = root / "overlays" / f"transformers-{transformers_pin}{tag}"
     if (dest / ".done").exists():
         return dest
     dest.mkdir(parents=True, exist_ok=True)
     # With its dependencies: 4.x and 5.x pin different tokenizers / huggingface_hub (and 5.x's hub
     # needs httpx); the overlay shadows the base venv's copies on PYTHONPATH.
     _run([str(py), "-m", "pip", "install", "-q", "--target", str(dest), "--upgrade",
-          f"transformers=={transformers_pin}"], root / "overlay.log")
+          f"transformers=={transformers_pin}", *extra], root / "overlay.log")
     (dest / ".done").write_text("")
     return dest
 
@@ -67,5 +69,6 @@ def env_for(root: Path, release_root: Path, overlay_dir: Path) -> dict:
     env["HF_HUB_OFFLINE"] = "1"
     env["TRANSFORMERS_OFFLINE"] = "1"
     env["TOKENIZERS_PARALLELISM"] = "false"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the release's source is recon's shared wheel cache: leave it as unpacked
     env["HOME"] = str(root / "home")  # caches SGLang or HF write land here, not in the user's home
     return env

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .moe import apply_path, quant_methods
-from .serverargs import ServerArgsError, later_writers, load_schema, parse_flags
+from .serverargs import ServerArgsError, load_schema, open_later_writers, parse_flags
 from .values import plain
 from .world import World
 
@@ -145,7 +145,7 @@ def _package_of(tree, lf: dict) -> dict:
     decl = declared(tree)
     if decl is None:
         return {}
-    return {"package": lf["name"].split(".", 1)[0], "required_by_release": decl.provides(lf["name"]), "requirements": decl.where}
+    return {"package": lf["name"].split(".", 1)[0], "required_by_release": decl.lookup(lf["name"])[0], "requirements": decl.where}
 
 
 def _leaf_dict(lf) -> dict:
@@ -184,6 +184,8 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
         states = engine.states
         forks_states = states[1:]
         for k, d in sorted(world.state.decisions.items()):
+            if k.startswith("_"):  # a private attribute hooks pass on: it shows in the tests it decides
+                continue
             view.server_args[k] = {"value": plain(d.value), "source": d.source, "path": d.path, "line": d.line, "test": d.test}
         for k in ("moe_runner_backend", "quantization", "moe_a2a_backend", "attention_backend"):
             if k not in view.server_args and k in world.schema.fields:
@@ -191,7 +193,7 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
                 view.server_args[k] = {"value": plain(world.state.get(k)), "source": "default", "path": f.path, "line": f.line, "test": ""}
         for k, d in view.server_args.items():
             if d["source"] == "default" and d["value"] == "None":
-                later = later_writers(world, world.schema, k)
+                later = open_later_writers(world, world.schema, k, world.state, ev)
                 if later:
                     d["later"] = [{"path": p, "line": ln, "scope": sc} for p, ln, sc in later[:6]]
         for st in states[1:]:

@@ -256,7 +256,12 @@ class Evaluator(Interpreter):
                 return NotImplemented
         a = node.attr
         if isinstance(recv, ServerArgsObj):
-            return recv.state.get(a)
+            got = recv.state.get(a)
+            if got is UNKNOWN and w.schema is not None and a not in w.schema.fields:
+                mc = w.server_args_model_config_attr(a)
+                if mc is not None:
+                    return mc
+            return got
         if isinstance(recv, HFConfig):
             return recv.attr(a)
         if isinstance(recv, Instance):

@@ -142,14 +142,21 @@ class Interpreter:
 
     def _package(self, module) -> Any:
         """``importlib.util.find_spec(module)``: found where the release requires the package that
-        provides it (:mod:`recon.runtime.packages`), else unknown (a user may have installed it)."""
+        provides it, by name or inside a pinned kernel wheel that ships it
+        (:mod:`recon.runtime.packages`), else unknown (a user may have installed it)."""
         if not isinstance(module, str):
             return UNKNOWN
+        node = self.model.G.nodes.get(module)
+        if node is not None and node.get("kind") == "module":  # the tree's own module: it ships with it
+            self.note(f"pkg:{module}", f"{module} installed: a module of the analysed tree ({node.get('path')})")
+            return FOUND
         from .packages import declared
         decl = declared(self.tree)
-        req = decl.provides(module) if decl is not None else None
+        req, unread = decl.lookup(module) if decl is not None else (None, "")
         if req is None:
             where = f"not among the requirements in {decl.where}" if decl is not None else "no declared requirements found"
+            if unread:  # a pinned kernel wheel that might ship it could not be read: by names only
+                where += f"; assumed by names only, as {unread}"
             self.note(f"pkg:{module}", f"{module} installed or not: unknown ({where})")
             return UNKNOWN
         self.note(f"pkg:{module}", f"{module} installed: {decl.where} requires {req}")
@@ -211,7 +218,10 @@ class Interpreter:
         fn = self.model.function_ast(qual)
         if fn is None:
             g = self.model.gates.get(qual)
-            return self.gate_value(qual, depth) if g else UNKNOWN
+            if g:
+                return self.gate_value(qual, depth)
+            lam = self._module_lambda(qual)
+            return self._call_lambda(lam, qual.rsplit(".", 1)[0], args, kwargs, depth) if lam is not None else UNKNOWN
         env: dict[str, Any] = {}
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
         if params and params[0] in ("self", "cls"):
@@ -228,6 +238,57 @@ class Interpreter:
         except _Return as r:
             return r.value
         return None if not fn.body else UNKNOWN
+
+    def _module_lambda(self, qual: str):
+        """``name = lambda ...: expr`` at a module's top level (``is_hopper_with_cuda_12_3 = lambda:
+        _check(9)`` in 0.5.5): the index gives such a name no function node, the module binds it."""
+        mod, _, name = qual.rpartition(".")
+        table = self.__dict__.setdefault("_lambdas", {})
+        if mod not in table:
+            path = self.model.G.nodes.get(mod, {}).get("path") if mod else None
+            tree = self.model._module_ast(path) if path else None
+            found: dict = {}
+            for st in tree.body if tree is not None else ():
+                if isinstance(st, ast.Assign):
+                    for t in st.targets:
+                        if isinstance(t, ast.Name):  # the last binding counts
+                            found[t.id] = st.value if isinstance(st.value, ast.Lambda) else None
+            table[mod] = {k: v for k, v in found.items() if v is not None}
+        return table[mod].get(name)
+
+    def _lambda_bound(self, mod: str, name: str, hops: int) -> Optional[str]:
+        """The qualified name of a module-level ``name = lambda ...`` that ``name`` in ``mod`` is,
+        directly or through imports (``from .common import *`` re-exports included)."""
+        memo = self.__dict__.setdefault("_lambda_memo", {})
+        key = (mod, name, hops)
+        if key in memo:
+            return memo[key]
+        memo[key] = None  # recursion guard: modules that import each other
+        if self._module_lambda(f"{mod}.{name}") is not None:
+            memo[key] = f"{mod}.{name}"
+            return memo[key]
+        facts = self.model._facts(mod) if hops > 0 else None
+        for imp in facts.imports if facts is not None else ():
+            if imp.scope or imp.module == mod:
+                continue
+            if imp.name == "*" or (imp.local == name and imp.name):
+                got = self._lambda_bound(imp.module, name if imp.name == "*" else imp.name, hops - 1)
+                if got is not None:
+                    memo[key] = got
+                    return got
+        return None
+
+    def _call_lambda(self, lam, mod: str, args: list, kwargs: dict, depth: int):
+        a = lam.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or depth > self.depth_limit:
+            return UNKNOWN
+        params = [p.arg for p in a.args]
+        env: dict[str, Any] = {p: _literal(d) for p, d in zip(params[len(params) - len(a.defaults):], a.defaults)}
+        env.update(zip(params, args))
+        env.update(kwargs)
+        if any(p not in env for p in params):
+            return UNKNOWN
+        return self.eval(lam.body, env, mod, "", depth + 1)
 
     def exec_block(self, stmts, env, mod, scope, depth):
         for st in stmts:
@@ -414,6 +475,10 @@ class Interpreter:
         qual = self.model.resolve(mod, scope, dotted)
         if self.model.G.nodes.get(qual, {}).get("kind") in ("function", "class"):
             return _Ref(dotted, qual)
+        if qual is None and "." not in dotted:
+            lam = self._lambda_bound(mod, dotted, 3)
+            if lam is not None:  # `name = lambda: ...` here or where it is imported from: a function
+                return _Ref(dotted, lam)
         flag = self.model.module_flag(mod, dotted)
         if flag is not None:
             fmod, expr = flag

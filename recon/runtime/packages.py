@@ -7,6 +7,9 @@ is then decided where the release itself requires the package: ``pip install sgl
 so the probe holds on any machine installed the way the release says. A package the release does
 not require stays undecided (a user may have installed it), and both outcomes are shown.
 
+What a required kernel wheel ships besides its own package (``triton_kernels`` inside
+``sglang-kernel``) is read from that wheel's RECORD (:mod:`recon.shipped`), for its pinned version.
+
 Requirements count when their environment marker holds on Linux x86_64 (CPython 3.12) for a plain
 install, or for the ``srt`` extra on releases that declare one (their documented serving install is
 ``sglang[srt]``); ``sglang[...]`` self-references are expanded.
@@ -55,10 +58,34 @@ class Declared:
     where: str
     extras: tuple = ()
     modules: dict = field(default_factory=dict)
+    bundles: dict = field(default_factory=dict)  # normalized kernel dist -> (pinned version, requirement)
 
     def provides(self, module: str) -> Optional[str]:
         """The requirement that installs ``module`` (its top-level package), or None."""
-        return self.modules.get(_norm(module.split(".", 1)[0]))
+        return self.lookup(module)[0]
+
+    def lookup(self, module: str) -> tuple[Optional[str], str]:
+        """(the requirement that installs ``module``, or None; what the answer assumes). A module
+        no requirement is named for may still ship inside a pinned kernel wheel: its RECORD says."""
+        top = _norm(module.split(".", 1)[0])
+        if top in self.modules:
+            return self.modules[top], ""
+        from ..shipped import modules as shipped
+
+        unread = []
+        for dist, (version, req) in sorted(self.bundles.items()):
+            names, why = shipped(dist, version)
+            if names is None:
+                unread.append(why)
+            elif top in {_norm(n) for n in names}:
+                return f"{req} (its wheel ships {top})", ""
+        return None, "; ".join(unread)
+
+    def shipped_state(self) -> tuple:
+        """What the pinned kernel wheels ship, as read now (a part of derived cache keys)."""
+        from ..shipped import modules as shipped
+
+        return tuple((d, v, tuple(sorted(shipped(d, v)[0] or ()))) for d, (v, _r) in sorted(self.bundles.items()))
 
 
 def _import_names(dist: str) -> set:
@@ -69,9 +96,11 @@ def _import_names(dist: str) -> set:
     return names
 
 
-def _collect(lines: list[str], extras: tuple, own: str = "sglang") -> dict:
+def _collect(lines: list[str], extras: tuple, own: str = "sglang", bundles: Optional[dict] = None) -> dict:
     """The import names a plain install plus ``extras`` brings: each line's marker is evaluated for
-    every active extra, and ``sglang[x]`` self-references activate ``x`` until nothing changes."""
+    every active extra, and ``sglang[x]`` self-references activate ``x`` until nothing changes.
+    Kernel wheels pinned to one version are put in ``bundles`` (their RECORD is read on demand)."""
+    from ..shipped import BUNDLES
     active = {""} | set(extras)
     reqs = []
     for text in lines:
@@ -97,6 +126,9 @@ def _collect(lines: list[str], extras: tuple, own: str = "sglang") -> dict:
                 continue
             for m in _import_names(req.name):
                 out.setdefault(m, str(req))
+            pins = [sp.version for sp in req.specifier if sp.operator in ("==", "===")]
+            if bundles is not None and _norm(req.name) in BUNDLES and len(pins) == 1:
+                bundles.setdefault(_norm(req.name), (pins[0], str(req)))
     return out
 
 
@@ -104,7 +136,8 @@ def _from_metadata(text: str, where: str) -> Declared:
     msg = HeaderParser().parsestr(text)
     provided = {_norm(e) for e in (msg.get_all("Provides-Extra") or [])}
     extras = tuple(e for e in _SERVING_EXTRAS if e in provided)
-    return Declared(where, extras, _collect(list(msg.get_all("Requires-Dist") or []), extras))
+    bundles: dict = {}
+    return Declared(where, extras, _collect(list(msg.get_all("Requires-Dist") or []), extras, bundles=bundles), bundles)
 
 
 def _from_pyproject(text: str, where: str) -> Optional[Declared]:
@@ -122,7 +155,8 @@ def _from_pyproject(text: str, where: str) -> Optional[Declared]:
             head, sep, marker = str(r).partition(";")
             lines.append(f'{head}; ({marker}) and extra == "{extra}"' if sep else f'{head}; extra == "{extra}"')
     extras = tuple(e for e in _SERVING_EXTRAS if e in optional)
-    return Declared(where, extras, _collect(lines, extras))
+    bundles: dict = {}
+    return Declared(where, extras, _collect(lines, extras, bundles=bundles), bundles)
 
 
 def declared(tree) -> Optional[Declared]:

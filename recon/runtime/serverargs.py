@@ -34,7 +34,7 @@ from .writes import writes_in_module
 # declarations and generic overrides in newer releases is not modelled here.)
 TRACKED = ("device", "moe_runner_backend", "quantization", "moe_a2a_backend", "fp8_gemm_runner_backend", "dtype", "ep_size",
            "speculative_algorithm", "disable_cuda_graph", "enable_dp_attention", "flashinfer_mxfp4_moe_precision", "kv_cache_dtype",
-           "attention_backend", "prefill_attention_backend", "decode_attention_backend")
+           "attention_backend", "prefill_attention_backend", "decode_attention_backend", "page_size")
 MAX_FORKS = 8
 _ARCH = re.compile(r"^[A-Z][A-Za-z0-9]*For[A-Z][A-Za-z]+$")
 
@@ -297,7 +297,13 @@ class State:
         return State(self.schema, dict(self.values), dict(self.decisions), self.assumptions)
 
     def key(self) -> tuple:
-        return tuple((k, repr(self.get(k))) for k in TRACKED)
+        private = tuple((k, repr(v)) for k, v in sorted(self.values.items()) if _private(k))
+        return tuple((k, repr(self.get(k))) for k in TRACKED) + private
+
+
+def _private(name: str) -> bool:
+    """A private attribute of the server arguments (no field, no flag) that hooks set and read."""
+    return name.startswith("_") and not name.startswith("__")
 
 
 def _arch_guard(decorators, archs, classes=frozenset(), ev=None, module: str = "") -> Optional[bool]:
@@ -351,7 +357,11 @@ def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
         base.values["model_path"] = ModelPath(getattr(world.model, "name", "") or "")
     for k, v in flags.items():
         base.decisions[k] = Decision(k, v, "--" + k.replace("_", "-"))
-    states = _apply(world, writes, [base], evaluator)
+    # A private attribute a hook sets for later hooks (``_quantization_explicitly_unset``: "record
+    # the opt-out so later auto-detection does not re-enable it") is set before they read it; the
+    # hook order is not modelled, so those writes run first too (and again in their place).
+    privates = [w for w in writes if _private(w.key)]
+    states = _apply(world, privates + writes, [base], evaluator) if privates else _apply(world, writes, [base], evaluator)
     seeds = {k for k, v in states[0].values.items() if k not in flags and k in states[0].decisions
              and (f := schema.fields.get(k)) is not None and f.default is None and v is not None}
     if not seeds:
@@ -437,8 +447,39 @@ def later_writers(world, schema: Schema, field: str) -> list:
             if attr in schema.fields and recv and recv != "self" and "[" not in recv \
                     and re.search(r"(args|cfg|server|record)", recv, re.I):
                 found.setdefault(attr, []).append((path, line, scope))
+                memo.setdefault("later_writer_modules", {})[path] = module
         memo["later_writers"] = found
     return memo["later_writers"].get(field, [])
+
+
+def open_later_writers(world, schema: Schema, field: str, state: State, evaluator) -> list:
+    """The later writers of ``field`` (:func:`later_writers`) that can change its resolved value on
+    this path. Left out: a store of the constant the field already holds (a speculative draft
+    worker resetting ``decode_attention_backend = None``), and a store in a function whose every
+    in-tree call sits under a test that fails here (``set_default_server_args`` of the NPU backend,
+    called under ``if self.device == "npu"``). A store that cannot be tied to its write stays."""
+    from .asts import tree_memo
+    found = later_writers(world, schema, field)  # fills the memo of their modules
+    modules = tree_memo(world.tree).get("later_writer_modules", {})
+    out = []
+    for path, line, scope in found:
+        w = _write_at(world, path, modules.get(path, ""), line, field)
+        if w is not None:
+            have = state.get(field)
+            if isinstance(w.value, ast.Constant) and have is not UNKNOWN and type(w.value.value) is type(have) \
+                    and w.value.value == have:
+                continue
+            if not _called(world, w, state, evaluator):
+                continue
+        out.append((path, line, scope))
+    return out
+
+
+def _write_at(world, path: str, module: str, line: int, field: str):
+    tree = world.module_ast(path) if module else None
+    if tree is None:
+        return None
+    return next((w for w in writes_in_module(tree, path, module, {field}) if w.line == line), None)
 
 
 def _writes(world, schema: Schema) -> list:
@@ -451,9 +492,15 @@ def _writes(world, schema: Schema) -> list:
         tree = world.module_ast(path)
         if tree is None:
             continue
-        for w in writes_in_module(tree, path, module, set(TRACKED), dict_literals=True):
-            if _writes_the_arguments(w):
+        for w in writes_in_module(tree, path, module, None, dict_literals=True):
+            if (w.key in TRACKED or (_private(w.key) and w.receiver != "<dict>" and w.key not in schema.fields)) \
+                    and _writes_the_arguments(w):
                 writes.append(w)
+    # private attributes count only where a tracked write's tests or value read them
+    read = {n.attr for w in writes if not _private(w.key)
+            for x in [t for t, _ in w.guards] + [w.value] + [e for _, e, *_r in w.locals]
+            for n in ast.walk(x) if isinstance(n, ast.Attribute) and _private(n.attr)}
+    writes = [w for w in writes if not _private(w.key) or w.key in read]
     memo["hook_writes"] = writes
     return writes
 

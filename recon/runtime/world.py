@@ -148,6 +148,23 @@ class World:
             got = self.primary_call(qual, selfval, args, kwargs, ev)
         return NotImplemented if got is UNKNOWN else got
 
+    def server_args_model_config_attr(self, name: str):
+        """The model's config instance where ``name`` is an attribute ServerArgs' own methods set to
+        the ModelConfig they build (``self.model_config = ModelConfig.from_server_args(self)`` in
+        ``get_model_config``, called before the hooks that read ``self.model_config``); else None."""
+        memo = self.__dict__.setdefault("_sa_mc_attrs", {})
+        if name not in memo:
+            memo[name] = False
+            cls = self._class_ast(self.schema.class_qual) if self.schema is not None and self.schema.class_qual else None
+            want = self.model_config_name()
+            for n in ast.walk(cls) if cls is not None else ():
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name)
+                                                     and t.value.id == "self" for t in n.targets) \
+                        and any(isinstance(x, ast.Name) and x.id == want for x in ast.walk(n.value)):
+                    memo[name] = True
+                    break
+        return self.model_config() if memo[name] else None
+
     def namespaces_returned(self, qual: str) -> tuple:
         """The string constants an in-tree function without parameters returns through
         (``return _CONTEXT.config_bag("exec")``): the names of the namespaces it hands out."""
