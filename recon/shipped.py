@@ -94,11 +94,12 @@ def _fetch(dist: str, version: str) -> tuple[Optional[frozenset], str]:
         plats = [a for p in _PLATFORMS for a in ("--platform", p)]
         for py in _PYTHONS:
             # offline, pip gives up after one retry instead of five (every recon command asks once)
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--retries", "1", "--timeout", "15",
+            # isolated (-I) from inside the cache, as for SGLang's own wheel (recon.target._download)
+            cmd = [sys.executable, "-I", "-m", "pip", "download", "--no-deps", "-q", "--retries", "1", "--timeout", "15",
                    "--only-binary=:all:", *plats,
                    "--python-version", py, "-d", tmp, f"{dist}=={version}"]
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp, stdin=subprocess.DEVNULL)
             except (OSError, subprocess.TimeoutExpired) as e:
                 return None, f"pip download {dist}=={version} failed: {e}"
             wheels = sorted(Path(tmp).glob("*.whl"))
@@ -115,10 +116,15 @@ def _fetch(dist: str, version: str) -> tuple[Optional[frozenset], str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+_MAX_RECORD_BYTES = 16 << 20  # a kernel wheel's RECORD is tens of KB
+
+
 def top_levels(wheel: Path) -> frozenset:
     """The importable top-level names a wheel installs, from the paths its RECORD lists."""
     with zipfile.ZipFile(wheel) as z:
         records = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+        if records and z.getinfo(records[0]).file_size > _MAX_RECORD_BYTES:  # declared size: never inflated past it
+            raise zipfile.BadZipFile(f"{records[0]} declares {z.getinfo(records[0]).file_size:,} bytes, past any real RECORD")
         text = z.read(records[0]).decode("utf-8", "replace") if records else ""
         paths = [row[0] for row in csv.reader(io.StringIO(text)) if row] if text else z.namelist()
     return frozenset(filter(None, (_top(p) for p in paths)))
