@@ -176,11 +176,13 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
     from .querytext import ambiguous
 
     try:
-        tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
         if runtime is not None and any(runtime[:4]):
             device, model, server_args, env, rfn = runtime
-            result = rfn(tree.graph, _scenario(tree, device, model, server_args, env).view)
+            # the profiles are checked before the tree is loaded, as in every command with a scenario
+            sc = _scenario(lambda: load_target(path, rev, sglang, quiet=fmt == Fmt.json), device, model, server_args, env)
+            result = rfn(sc.tree.graph, sc.view)
         else:
+            tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
             result = fn(tree.graph) if fn.__code__.co_argcount == 1 else fn(tree.graph, tree)
     except AmbiguousSymbol as e:
         if fmt == Fmt.json:

@@ -24,13 +24,13 @@ class ScanResult:
     context: CheckContext | None = None
 
 
-def _cache_key(tree, device, model, rules: list[Rule], flags_key: str = "") -> str | None:
-    """Findings depend on the tree's content, recon's code and data (the one key scheme of
-    :mod:`recon.derived`), the rules, the device, the model and the flags."""
-    from .derived import derived_key
+def _cache_key(ctx: CheckContext, rules: list[Rule]) -> str | None:
+    """Findings depend on what the scenario's view does (the tree's content, recon's code and data,
+    the device, the model, the flags and env: :func:`recon.derived.scenario_key`) and the rules."""
+    from .derived import scenario_key
 
     rule_bytes = b"".join(Path(r.source).read_bytes() if r.source and Path(r.source).is_file() else r.id.encode() for r in rules)
-    return derived_key(tree, rule_bytes, device, model, flags_key)
+    return scenario_key(ctx, "rules", rule_bytes)
 
 
 def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True, server_flags: dict | None = None,
@@ -48,7 +48,7 @@ def run_scenario(ctx: CheckContext, rules: list[Rule], use_cache: bool = True) -
 
     Results are cached by everything they depend on, so a warm scan or spec costs a lookup.
     """
-    key = _cache_key(ctx.tree, ctx.device, ctx.model, rules, ctx.flags_key) if use_cache else None
+    key = _cache_key(ctx, rules) if use_cache else None
     store = cache_dir() / "findings" / f"{key}.pkl" if key else None
     if store is not None:
         hit = load_pickle(store)

@@ -123,12 +123,12 @@ def test_a_data_edit_changes_every_derived_key(tmp_path, monkeypatch, tree_new):
     monkeypatch.setattr(derived, "DATA_DIR", data)
     ctx = CheckContext(tree_new, load_device("h200"), load_model("gpt-oss-120b"))
     rules = load_rules()
-    from recon.runtime.cached import derived_key
+    from recon.derived import scenario_key
 
-    before = (_cache_key(tree_new, ctx.device, ctx.model, rules, ctx.flags_key), derived_key(ctx))
+    before = (_cache_key(ctx, rules), scenario_key(ctx))
     (data / "external_ops.yaml").write_text((data / "external_ops.yaml").read_text() + "\n# edited\n")
     monkeypatch.setattr(derived, "_DIGEST", {})  # a new process hashes the edited file
-    after = (_cache_key(tree_new, ctx.device, ctx.model, rules, ctx.flags_key), derived_key(ctx))
+    after = (_cache_key(ctx, rules), scenario_key(ctx))
     assert before[0] != after[0] and before[1] != after[1]
 
 

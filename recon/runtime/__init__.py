@@ -269,7 +269,7 @@ def runtime_view(ctx) -> RuntimeView:
     built once per context with its engine, and read from the derived-data cache when it is there
     (stored when it was not); kept on the context as ``ctx.view``."""
     if getattr(ctx, "view", None) is None:
-        from .cached import derived_key, load_or_build
+        from .cached import load_or_build, scenario_key
 
-        ctx.view = load_or_build("runtime", derived_key(ctx), lambda: build(ctx))
+        ctx.view = load_or_build("runtime", scenario_key(ctx), lambda: build(ctx))
     return ctx.view
