@@ -105,20 +105,6 @@ def load_target(path: Optional[Path], rev: Optional[str], sglang: Optional[str],
     return tree
 
 
-def _flags(tree, server_args: Optional[str], env: Optional[list[str]]) -> tuple[dict, dict]:
-    """--server-args checked against the tree's own ServerArgs, --env as NAME=VALUE pairs."""
-    from .runtime import parse_env, parse_server_args
-
-    envs = parse_env(env)
-    flags = parse_server_args(tree, server_args)
-    if envs:
-        from .runtime import undeclared_envs
-
-        for name in undeclared_envs(tree, envs):
-            err.print(f"[yellow]warning:[/yellow] SGLang declares no environment variable {esc(name)} (it may be read elsewhere)", highlight=False)
-    return flags, envs
-
-
 def _scenario(tree, device, model, server_args, env):
     """``open_scenario`` with its warnings printed (the one place a command turns options into a scenario)."""
     from .scenario import open_scenario
@@ -190,11 +176,13 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
     from .querytext import ambiguous
 
     try:
-        tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
         if runtime is not None and any(runtime[:4]):
             device, model, server_args, env, rfn = runtime
-            result = rfn(tree.graph, _scenario(tree, device, model, server_args, env).view)
+            # the profiles are checked before the tree is loaded, as in every command with a scenario
+            sc = _scenario(lambda: load_target(path, rev, sglang, quiet=fmt == Fmt.json), device, model, server_args, env)
+            result = rfn(sc.tree.graph, sc.view)
         else:
+            tree = load_target(path, rev, sglang, quiet=fmt == Fmt.json)
             result = fn(tree.graph) if fn.__code__.co_argcount == 1 else fn(tree.graph, tree)
     except AmbiguousSymbol as e:
         if fmt == Fmt.json:
@@ -421,25 +409,28 @@ def scan(
 ) -> None:
     """Findings for a device and a model, each with file:line evidence (text, JSON or SARIF 2.1.0)."""
     from .cache import atomic_write_bytes
-    from .profiles import load_device, load_model
     from .rules import load_rules
     from .sarif import to_sarif
-    from .scan import run_rules
+    from .scan import run_scenario
 
-    try:
-        dev = load_device(device)
-        mdl = load_model(model)
-        rules = load_rules(rules_dir)
+    rules: list = []
+
+    def rules_then_tree():
+        # the rules are checked after the profiles and before a cold index
+        rules.extend(load_rules(rules_dir))
         if only:
             unknown = sorted(set(only) - {r.id for r in rules})
             if unknown:
                 raise ReconError(f"no rule {', '.join(unknown)}; known: {', '.join(r.id for r in rules)}")
-            rules = [r for r in rules if r.id in only]
-        tree = load_target(path, rev, sglang, quiet=fmt != ScanFmt.text and output is None)
-        flags, envs = _flags(tree, server_args, env)
+            rules[:] = [r for r in rules if r.id in only]
+        return load_target(path, rev, sglang, quiet=fmt != ScanFmt.text and output is None)
+
+    try:
+        sc = _scenario(rules_then_tree, device, model, server_args, env)
     except ReconError as e:
         _fail(e)
-    result = run_rules(tree, dev, mdl, rules, server_flags=flags, env=envs)
+    tree, dev, mdl = sc.tree, sc.device, sc.model
+    result = run_scenario(sc.ctx, rules)
     for rule_id, msg in result.errors:
         err.print(f"[red]rule {esc(rule_id)} failed:[/red] {esc(msg)}", highlight=False)
     if fmt == ScanFmt.sarif:
@@ -524,14 +515,14 @@ def spec(
 ) -> None:
     """The optimization spec (Markdown or JSON): MoE dispatch chain, root causes with file:line, missing configs, plan with roofline numbers."""
     from .cache import atomic_write_bytes
-    from .spec import render, spec_for
+    from .spec import render, spec_of
     from .target import spec_target
 
     try:
         sglang, reason = spec_target(path, rev, sglang)
         sc = _scenario(lambda: load_target(path, rev, sglang, quiet=output is None and fmt == SpecFmt.json, reason=reason),
                        device, model, server_args, env)
-        ctx = spec_for(sc.tree, sc.device, sc.model, target_reason=reason, server_flags=sc.flags, env=sc.env)
+        ctx = spec_of(sc.ctx, target_reason=reason)
         text = render(ctx, fmt.value)
     except ReconError as e:
         _fail(e)

@@ -1,6 +1,7 @@
 """One cache-key scheme for everything recon derives from a tree (findings, the runtime view, the
 kernel map): the tree's content key, recon's own code *and* its data files (device and model
-profiles, external-op table, measured anchors), and the inputs of the product.
+profiles, external-op table, measured anchors), and the inputs of the product; for a scenario's
+products one function, :func:`scenario_key`.
 
 recon's code and data are hashed once per process: an edit of ``recon/data/external_ops.yaml``
 changes every derived key, so the next warm run of any command rebuilds what the edit touches.
@@ -52,3 +53,10 @@ def _shipped_state(tree) -> tuple:
 
     decl = declared(tree) if getattr(tree, "target", None) is not None else None
     return decl.shipped_state() if decl is not None else ()
+
+
+def scenario_key(ctx, *extra) -> str | None:
+    """The one key of everything derived for a scenario (its findings, runtime view, kernel map):
+    the tree's content, recon's code and data, the device, the model, the server flags and the
+    environment, and ``extra`` (what else the product depends on: the rules, a prefill size)."""
+    return derived_key(ctx.tree, (ctx.device, ctx.model, ctx.flags_key) + extra)

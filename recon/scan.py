@@ -24,23 +24,31 @@ class ScanResult:
     context: CheckContext | None = None
 
 
-def _cache_key(tree, device, model, rules: list[Rule], flags_key: str = "") -> str | None:
-    """Findings depend on the tree's content, recon's code and data (the one key scheme of
-    :mod:`recon.derived`), the rules, the device, the model and the flags."""
-    from .derived import derived_key
+def _cache_key(ctx: CheckContext, rules: list[Rule]) -> str | None:
+    """Findings depend on what the scenario's view does (the tree's content, recon's code and data,
+    the device, the model, the flags and env: :func:`recon.derived.scenario_key`) and the rules."""
+    from .derived import scenario_key
 
     rule_bytes = b"".join(Path(r.source).read_bytes() if r.source and Path(r.source).is_file() else r.id.encode() for r in rules)
-    return derived_key(tree, rule_bytes, device, model, flags_key)
+    return scenario_key(ctx, "rules", rule_bytes)
 
 
 def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True, server_flags: dict | None = None,
               env: dict | None = None) -> ScanResult:
-    """Every rule's findings; a check that crashes is reported and the others still run.
+    """Every rule's findings for a tree, device, model, flags and env (a context of their own);
+    :func:`run_scenario` runs them for a scenario's context."""
+    ctx = CheckContext(tree, device, model, server_flags=dict(server_flags or {}), env=dict(env or {}))
+    return run_scenario(ctx, rules, use_cache)
+
+
+def run_scenario(ctx: CheckContext, rules: list[Rule], use_cache: bool = True) -> ScanResult:
+    """Every rule's findings for the scenario's context (its engine and view are the ones the checks
+    read, and the ones the result's ``context`` carries); a check that crashes is reported and the
+    others still run.
 
     Results are cached by everything they depend on, so a warm scan or spec costs a lookup.
     """
-    proto = CheckContext(tree, device, model, server_flags=dict(server_flags or {}), env=dict(env or {}))
-    key = _cache_key(tree, device, model, rules, proto.flags_key) if use_cache else None
+    key = _cache_key(ctx, rules) if use_cache else None
     store = cache_dir() / "findings" / f"{key}.pkl" if key else None
     if store is not None:
         hit = load_pickle(store)
@@ -48,9 +56,9 @@ def run_rules(tree, device, model, rules: list[Rule], use_cache: bool = True, se
             findings, errors, shared = hit
             with phase("checks", total=len(rules)) as ph:
                 ph.advance(len(rules), note=f"{len(rules)} rules, {len(findings)} findings (cached)")
-            proto.cache = shared
-            return ScanResult(findings, errors, proto)
-    result = _run(proto, rules)
+            ctx.cache.update(shared)
+            return ScanResult(findings, errors, ctx)
+    result = _run(ctx, rules)
     if store is not None and not result.errors:
         try:
             save_pickle(store, (result.findings, result.errors, _picklable(result.context.cache)))
@@ -102,7 +110,7 @@ def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
                 findings.append(f)
         ph.advance(len(rules), note=f"{len(rules)} rules, {len(findings)} findings" + (f", {len(errors)} crashed" if errors else ""))
     if getattr(ctx.model, "num_experts", 0):
-        try:  # the spec and query read the view; keep it with the findings for warm runs
+        try:  # the scenario's view (ctx.view, cached on its own): which findings sit on the MoE path
             from .runtime import runtime_view
             with phase("runtime view"):
                 view = runtime_view(ctx)

@@ -172,3 +172,10 @@ def test_dot_labels_break_lines_and_mermaid_labels_are_unique(root):
     assert len(names) == len(set(names)) and "MoeRunner.run" in names and "run" not in names
     edges = [l for l in mm.splitlines() if "--" in l]
     assert len(edges) == len(set(edges))
+
+
+def test_query_checks_the_device_before_loading_the_tree(tmp_path):
+    """A question asked for a scenario checks its options as every command does: a bad device is
+    the error said (exit 2), before the target is resolved or indexed."""
+    r = run("query", "launches", "apply", "--path", str(tmp_path / "missing"), "--device", "no-such-gpu")
+    assert r.exit_code == 2 and "no-such-gpu" in r.stderr and "does not exist" not in r.stderr

@@ -219,8 +219,9 @@ def run(path: Path, device=None, model=None, dry_run: bool = False, revert: bool
     if sites:
         where = ", ".join(f"{p}:{ln}" for _, p, ln in sites)
         return Outcome("already-applied", [f"already applied in this tree ({where} calls {WRAPPER}); nothing changed"])
-    from ..runtime import parse_env, parse_server_args
-    p = plan(tree, device, model, parse_server_args(tree, server_args), parse_env(env))
+    from ..scenario import open_scenario
+    sc, _ = open_scenario(tree, device, model, server_args, env)  # the profiles are loaded ones already
+    p = plan(sc.tree, sc.device, sc.model, sc.flags, sc.env)
     if dry_run:
         return Outcome("dry-run", [], p.diff(), p)
     sp = p.swap

@@ -151,11 +151,12 @@ def find_swap_point(tree, device, model=None, accepted_params: Optional[set] = N
 
     The runtime view decides which MoE method runs and which of its branches; only when it cannot
     resolve the method does this fall back to the MXFP4 MoE ``apply`` methods of the graph."""
-    from ..runtime import build
+    from ..runtime import runtime_view
 
     ctx = CheckContext(tree, device, model, server_flags=dict(server_flags or {}), env=dict(env or {}))
     G = tree.graph
-    view = build(ctx, ctx.server_flags, ctx.env) if model is not None and getattr(model, "num_experts", 0) else None
+    # the scenario's view, the one `recon runtime` and the spec read (from the cache when it is there)
+    view = runtime_view(ctx) if model is not None and getattr(model, "num_experts", 0) else None
     if view is not None and view.moe.get("apply"):
         found = _from_view(ctx, view)
         if not found:

@@ -189,11 +189,14 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     if view is not None and view.moe_method:
         # the method SGLang's own get_quant_method returns for this device, model and flags
         qm, device_matched = [view.moe.get("apply") or view.moe_method], True
-    elif view is not None and view.moe.get("config_class"):
-        qm, device_matched = [], False  # resolved to no MoE method (an unquantized checkpoint, say)
+    elif view is not None and (view.moe.get("config_class") or view.moe_decided):
+        # the view decided that no MoE method can be followed (get_quant_method returns none, the
+        # quantization is not in this tree's registry, the layer's own choice cannot be read): its
+        # diagnostics say why, and no class is picked by its name instead
+        qm, device_matched = [], False
     else:
-        # the view decided nothing (no ServerArgs or quant registry: the synthetic capture trees):
-        # still a guess by class name, labelled as such in the finding (issue 29 wants it gone)
+        # the view had no ServerArgs to evaluate (the synthetic capture trees): a guess by class
+        # name, labelled as such in the finding
         qm, device_matched = _quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
     primary_qm = qm[:1] if device_matched else qm
     fwd = forwards[0]

@@ -214,9 +214,9 @@ def _plain(v):
 def map_for(ctx, prefill_m: Optional[int] = None, context: int = DEFAULT_CONTEXT) -> dict:
     """The map for the context, from the cache when it is there (stored when it was not); the
     attention roofline at ``context`` tokens of KV cache per sequence."""
-    from ..runtime.cached import derived_key, load_or_build
+    from ..runtime.cached import load_or_build, scenario_key
 
-    m = load_or_build("kernels", derived_key(ctx, prefill_m), lambda: build_map(ctx, prefill_m))
+    m = load_or_build("kernels", scenario_key(ctx, prefill_m), lambda: build_map(ctx, prefill_m))
     for lay in m["layers"]:
         if lay["kind"] == "attention":
             ms = sorted({r["M"] for r in lay.get("roofline", [])}) or [1]

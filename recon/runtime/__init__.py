@@ -40,6 +40,10 @@ class RuntimeView:
     notes: list = field(default_factory=list)  # assumptions the view made (env defaults, ...)
     alternatives: list = field(default_factory=list)  # what the MoE runs in the forks that change its backend
     diagnostics: list = field(default_factory=list)
+    # the MoE method (or that there is none) is the tree's own answer: its ServerArgs were evaluated
+    # and its quantization registry read. False only where the tree has no ServerArgs to evaluate;
+    # a product may then fall back to what the graph alone shows, saying so. Not part of to_dict.
+    moe_decided: bool = False
 
     def to_dict(self) -> dict:
         return {"device": self.device, "model": self.model, "flags": self.flags, "env": self.env,
@@ -228,6 +232,7 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
         if moe.get("note"):
             view.diagnostics.append(moe["note"])
         view.moe = moe
+        view.moe_decided = world.schema is not None
         view.alternatives = _alternatives(ctx, world, ev, forks_states, view)
     view.notes = sorted(world.notes.values())
     return view
@@ -266,7 +271,7 @@ def runtime_view(ctx) -> RuntimeView:
     built once per context with its engine, and read from the derived-data cache when it is there
     (stored when it was not); kept on the context as ``ctx.view``."""
     if getattr(ctx, "view", None) is None:
-        from .cached import derived_key, load_or_build
+        from .cached import load_or_build, scenario_key
 
-        ctx.view = load_or_build("runtime", derived_key(ctx), lambda: build(ctx))
+        ctx.view = load_or_build("runtime", scenario_key(ctx), lambda: build(ctx))
     return ctx.view

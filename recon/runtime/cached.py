@@ -1,19 +1,14 @@
 """Derived data (the runtime view, the kernel map) cached on disk by everything it depends on (the tree's
-content, recon's code, device, model, server flags and environment), so a warm query or spec
-reads it instead of evaluating SGLang's code again."""
+content, recon's code and data, device, model, server flags and environment: the one key scheme,
+:func:`recon.derived.scenario_key`), so a warm query or spec reads it instead of evaluating SGLang's
+code again."""
 
 from __future__ import annotations
 
 from ..cache import cache_dir, load_pickle, save_pickle
+from ..derived import scenario_key
 
-
-def derived_key(ctx, *extra) -> str | None:
-    """The cache key of data derived from the tree for the context's device, model, flags and env
-    (and ``extra``): recon's one key scheme (:mod:`recon.derived`); None for a tree without a
-    content key."""
-    from ..derived import derived_key as key
-
-    return key(ctx.tree, (ctx.device, ctx.model, ctx.flags_key) + extra)
+__all__ = ["load_or_build", "scenario_key"]
 
 
 def load_or_build(area: str, key: str | None, build):

@@ -11,17 +11,17 @@ one exception is the quant method's ``create_weights``: that single file is pars
 Findings are cached per (tree content, device, model, rules, checks code), so a warm spec is fast.
 
 The package, one job per module: :mod:`.context` assembles the object (:func:`build_context`,
-:func:`spec_for`), :mod:`.moepath` the MoE path and its root causes, :mod:`.weights` the weight table,
+:func:`spec_for`, :func:`spec_of` for a scenario's context), :mod:`.moepath` the MoE path and its root causes, :mod:`.weights` the weight table,
 :mod:`.tables` the gate, format and config tables, :mod:`.plan` the plan and reference numbers,
 :mod:`.render` the JSON and Markdown output.
 """
 
 from __future__ import annotations
 
-from .context import SECTIONS, build_context, scan, spec_for
+from .context import SECTIONS, build_context, scan, spec_for, spec_of
 from .plan import FLASHINFER_ANCHOR, REFERENCE_RESULTS, SLOT_ANCHOR
 from .render import TEMPLATES_DIR, render, render_markdown, to_json
 from .weights import weights_as_created
 
-__all__ = ["SECTIONS", "build_context", "scan", "spec_for", "FLASHINFER_ANCHOR", "REFERENCE_RESULTS", "SLOT_ANCHOR",
+__all__ = ["SECTIONS", "build_context", "scan", "spec_for", "spec_of", "FLASHINFER_ANCHOR", "REFERENCE_RESULTS", "SLOT_ANCHOR",
            "TEMPLATES_DIR", "render", "render_markdown", "to_json", "weights_as_created"]

@@ -206,13 +206,23 @@ def _not_found(ctx: dict) -> list[str]:
 
 
 def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = None, server_flags=None, env=None) -> dict:
-    """Scan (cached) and build the context: the whole spec as data."""
+    """Scan (cached) and build the context: the whole spec as data, for a context of its own."""
+    from ..checks import CheckContext
+
+    return spec_of(CheckContext(tree, device, model, server_flags=dict(server_flags or {}), env=dict(env or {})),
+                   rules, target_reason)
+
+
+def spec_of(ctx, rules=None, target_reason: Optional[str] = None) -> dict:
+    """The spec of a scenario's context (:attr:`recon.scenario.Scenario.ctx`): its findings (cached)
+    and its one runtime view, the one its checks read."""
     from ..rules import load_rules
+    from ..scan import run_scenario
 
     rules = load_rules() if rules is None else rules
-    res = scan(tree, device, model, rules, server_flags, env)
+    res = run_scenario(ctx, rules)
     view = _view_of(res)
-    return build_context(tree, device, model, res.findings, res.errors, target_reason, rules, view)
+    return build_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules, view)
 
 
 def _view_of(res):
