@@ -71,6 +71,36 @@ def _routed_by(lay: dict) -> list[dict]:
     return out
 
 
+_ENV_NAME = re.compile(r"\b([A-Z][A-Z0-9_]{3,})\b")
+
+
+def _env_routes(ctx, path: str, line: int, env_read: list) -> list[dict]:
+    """Environment variables that decide an ``if`` enclosing the call: a name in the test bound at
+    module level from the variable (``_FP8_WO_A_GEMM = envs.SGLANG_OPT_FP8_WO_A_GEMM.get()``) or the
+    variable read in the test itself; each with what the layer read for it (its declared default)."""
+    try:
+        mod = ast.parse(ctx.tree.read_text(path))
+    except (SyntaxError, ValueError, OSError, KeyError):
+        return []
+    read = {m.group(1): n for n in env_read for m in [_ENV_NAME.match(n)] if m}
+    binds = {}
+    for st in mod.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            binds[st.targets[0].id] = (ast.unparse(st.value), st.lineno)
+    out, seen = [], set()
+    for n in ast.walk(mod):
+        if not isinstance(n, ast.If) or not (n.lineno < line <= (n.end_lineno or n.lineno)):
+            continue
+        test = ast.unparse(n.test)
+        srcs = [(test, n.lineno)] + [binds[x.id] for x in ast.walk(n.test) if isinstance(x, ast.Name) and x.id in binds]
+        for src, ln in srcs:
+            for var in _ENV_NAME.findall(src):
+                if var in read and var not in seen:
+                    seen.add(var)
+                    out.append({"what": read[var], "path": path, "line": ln, "flag": None, "env": var})
+    return out
+
+
 def _ops_key(lay: dict) -> set:
     return {(o["name"], o.get("path"), o.get("line")) for o in lay.get("ops", [])}
 
@@ -102,8 +132,11 @@ def path_ops(ctx, params: OpArchParams) -> list[dict]:
                 continue
             seen.add(key)
             s = support(ctx.tree, lf["name"], ctx.device.sm)
+            routes = _routed_by(lay)
+            if s.runs is not True and lf.get("path"):
+                routes += _env_routes(ctx, lf["path"], lf["line"], lay.get("env_read", []))
             rows.append({"step": step, "layer": lay.get("kind", ""), "leaf": lf, "on_path": (lf["name"], lf.get("path"), lf.get("line")) in on,
-                         "support": s, "routed_by": _routed_by(lay)})
+                         "support": s, "routed_by": routes})
     return rows
 
 
@@ -114,6 +147,9 @@ def _avoid(s, row) -> list[str]:
     for r in row["routed_by"]:
         if r.get("flag"):
             out.append(f"--{r['flag'].replace('_', '-')} set to a backend built for {s.arch}")
+        if r.get("env"):
+            other = "0" if "default True" in r["what"] else "1" if "default False" in r["what"] else "<the other value>"
+            out.append(f"--env {r['env']}={other} (this run read: {r['what']})")
     for t in row["leaf"].get("when", []):
         if not t.startswith("not "):
             out.append(f"a configuration where `{t}` does not hold")
@@ -236,21 +272,29 @@ def family_gate(ctx, rule) -> list[Finding]:
     if dev.vendor != "nvidia":
         return []
     rows = path_ops(ctx, OpArchParams(prefill_m=params.prefill_m, kinds=params.kinds, report_unknown=False))
-    # the packages that route to each op on the step: the folders of its call site and of the hops before it
-    ops_by_dir: dict = {}
+    # where the route to each op is decided: the files of its call site and of the hops before it,
+    # and the modules of the call site's own package that the call site's file imports (a wrapper's
+    # configurer: `ENABLE_JIT_DEEPGEMM` read by deep_gemm_wrapper/entrypoint.py)
+    ops_by_file: dict = {}
     for r in rows:
         lf = r["leaf"]
-        for p in [lf.get("path")] + [h.get("path") for h in lf.get("via", [])[-2:]]:
-            if p:
-                ops_by_dir.setdefault(posixpath.dirname(p), []).append(r)
+        files = {p for p in [lf.get("path")] + [h.get("path") for h in lf.get("via", [])] if p}
+        call = ctx.tree.index.facts(lf["path"]) if lf.get("path") else None
+        for imp in getattr(call, "imports", ()) if call is not None else ():
+            for m in (imp.module, f"{imp.module}.{imp.name}" if imp.name else None):
+                p = next((c for c in (f"{m.replace('.', '/')}.py",) if m and c in ctx.tree.index.files), None)
+                if p and posixpath.dirname(p) == posixpath.dirname(lf["path"]):
+                    files.add(p)
+        for p in files:
+            ops_by_file.setdefault(p, []).append(r)
     others = {}
     for d in list_devices():  # one device per architecture
         if d.vendor == "nvidia" and d.sm != dev.sm:
             others.setdefault(d.sm, d)
     mine = _design(dev)
     out: list[Finding] = []
-    for folder in sorted(ops_by_dir):
-        for path in sorted(p for p in ctx.tree.index.files if p.endswith(".py") and posixpath.dirname(p) == folder):
+    for path in sorted(ops_by_file):
+        if True:
             f = ctx.tree.index.facts(path)
             if f is None or f.error or not f.module:
                 continue
@@ -280,7 +324,7 @@ def family_gate(ctx, rule) -> list[Finding]:
                 base = min([sm for sm, d in others.items() if _design(d) == mine] + [dev.sm], key=_sm_order)
                 split = sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here and _design(others[sm]) == mine) \
                     if base != dev.sm else []
-                ops_here = ops_by_dir[folder]
+                ops_here = ops_by_file[path]
                 bad = [r for r in ops_here if r["support"].runs is False]
                 lump = sorted(sm for sm, v in vals.items() if v is here and _design(others[sm]) != mine
                               and any(sm in r["support"].archs for r in bad)) if here and bad else []

@@ -85,7 +85,11 @@ def support(tree, name: str, arch: str) -> Support:
     top = name.split(".", 1)[0]
     req = decl.provides(top) if decl is not None else None
     version = pinned(req)
-    base = dict(what=d.get("what", ""), package=d.get("package", top), requirement=req, version=version,
+    try:  # the distribution the release installs the module from (sglang-kernel brings sgl_kernel.flash_mla)
+        dist = Requirement(req).name if req else d.get("package", top)
+    except InvalidRequirement:
+        dist = d.get("package", top)
+    base = dict(what=d.get("what", ""), package=dist, requirement=req, version=version,
                 evidence=str(d.get("evidence", "")).strip())
     if "archs" in d:
         archs = d["archs"]
