@@ -282,8 +282,8 @@ def family_gate(ctx, rule) -> list[Finding]:
         call = ctx.tree.index.facts(lf["path"]) if lf.get("path") else None
         for imp in getattr(call, "imports", ()) if call is not None else ():
             for m in (imp.module, f"{imp.module}.{imp.name}" if imp.name else None):
-                p = next((c for c in (f"{m.replace('.', '/')}.py",) if m and c in ctx.tree.index.files), None)
-                if p and posixpath.dirname(p) == posixpath.dirname(lf["path"]):
+                p = f"{m.replace('.', '/')}.py" if m else None
+                if p in ctx.tree.index.files and posixpath.dirname(p) == posixpath.dirname(lf["path"]):
                     files.add(p)
         for p in files:
             ops_by_file.setdefault(p, []).append(r)
