@@ -66,8 +66,10 @@ def _routed_by(lay: dict) -> list[dict]:
         val = be.get("value")
         out.append({"what": f"moe_runner_backend = {val!r}" if val else "moe_runner_backend", "path": be["path"], "line": be["line"],
                     "flag": "moe_runner_backend"})
-    for h in (lay.get("method_returned_at") or [])[:1]:
-        out.append({"what": h.get("what", ""), "path": h["path"], "line": h["line"], "flag": None})
+    ret = lay.get("method_returned_at") or []
+    for h in ([ret] if isinstance(ret, dict) else list(ret))[:1]:  # get_quant_method's return of the linear method
+        if isinstance(h, dict) and h.get("path") and h.get("line"):
+            out.append({"what": h.get("what") or "get_quant_method returns the linear method", "path": h["path"], "line": h["line"], "flag": None})
     return out
 
 

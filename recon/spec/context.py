@@ -177,8 +177,8 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "note": 2}
 
 
 def _will_it_run(findings, roles, titles) -> list[dict]:
-    """Findings of the rules whose spec section is "will-it-run" (op-arch-support, family-gate):
-    what will not run on this device, errors first, each with its op or gate, step and avoidance."""
+    """Findings of the rules whose spec section is "will-it-run" (ops with no kernels for the device,
+    family-lumping gates): errors first, each with its op or gate, step and avoidance."""
     rows = [f for f in findings if roles.is_(f, "will-it-run")]
     rows.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), f.rule_id, f.primary.path if f.primary else "", f.primary.line if f.primary else 0))
     return [{"rule": f.rule_id, "title": titles.get(f.rule_id, f.rule_id), "severity": f.severity, "message": f.message,
