@@ -10,6 +10,8 @@ built; on 0.5.20 (sgl-deep-gemm 0.2.0, with sm120 kernels) it is built for sm_12
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from recon.checks import CheckContext
@@ -85,3 +87,22 @@ def test_kernels_marks_the_layer(tree_0513):
     assert "!! WILL NOT RUN on sm_120: fp8_einsum" in text
     h200 = map_for(CheckContext(tree_0513, load_device("h200"), load_model("dsv4")))
     assert not any(w["runs"] is False for x in h200["layers"] for w in x.get("will_run", []))
+
+
+def test_spec_says_it_will_not_run_before_the_moe_path(tree_0513):
+    from recon import spec
+    ctx = spec.spec_for(tree_0513, load_device("rtx-pro-6000"), load_model("DeepSeek-V4-Flash"))
+    rows = ctx["will_it_run"]
+    assert rows and rows[0]["severity"] == "error" and rows[0]["op"] == "deep_gemm.fp8_einsum"
+    md = spec.render(ctx, "md")
+    assert "### Will it run" in md and "This deployment will fail" in md
+    assert md.index("### Will it run") < md.index(f"## 2. {spec.SECTIONS[1]}")
+
+
+def test_sarif_levels(tree_0513):
+    from recon.sarif import to_sarif
+    found = _findings(tree_0513, "rtx-pro-6000")
+    doc = to_sarif(found, RULES, "test", "sglang==0.5.13.post1")
+    doc = json.loads(doc) if isinstance(doc, str) else doc
+    levels = {(r["ruleId"], r["level"]) for run in doc["runs"] for r in run["results"]}
+    assert ("op-arch-support", "error") in levels
