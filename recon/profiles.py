@@ -39,6 +39,17 @@ class ProfileError(ReconError):
     pass
 
 
+# What a kernel may need of the SM besides its compute capability; every NVIDIA profile says each
+# (true or false), so a library op's requirement is checked against a stated fact, never a guess.
+FEATURES = {
+    "clusters": "thread-block clusters with distributed shared memory and TMA multicast across the cluster",
+    "tma_scatter": "TMA scatter (cp.async.bulk.tensor .tile::scatter4)",
+    "tmem_tcgen05": "Tensor Memory and the tcgen05 MMA instructions (datacenter Blackwell)",
+    "wgmma": "warpgroup MMA (wgmma.mma_async, sm_90a)",
+    "block_scaled_mma": "FP4/FP8 block-scaled tensor-core MMA (MX / NVFP4 scale factors in the instruction)",
+}
+
+
 @dataclass
 class DeviceProfile:
     name: str  # exactly as torch.cuda.get_device_name() reports it
@@ -47,7 +58,7 @@ class DeviceProfile:
     vendor: str  # "nvidia" | "amd"
     compute_capability: tuple[int, int]  # (12, 0); AMD: what torch reports on ROCm (gfx942 -> (9, 4))
     sm_count: int  # SMs (NVIDIA) or CUs (AMD)
-    smem_per_block_kb: float  # opt-in maximum shared memory (LDS on AMD) per block
+    smem_per_block_bytes: int  # opt-in maximum shared memory (LDS on AMD) per block, exact
     mem_bandwidth_tbs: float  # peak DRAM bandwidth, TB/s
     block_scaled_formats: list[str]  # formats the tensor cores take natively with block scales
     cuda_version: Optional[tuple[int, int]]  # assumed CUDA toolkit of the install; None on ROCm
@@ -57,6 +68,15 @@ class DeviceProfile:
     rocm_version: Optional[tuple[int, int]] = None
     notes: str = ""
     source: str = ""  # the file it came from
+    features: dict = field(default_factory=dict)  # FEATURES key -> bool (AMD: all false)
+
+    @property
+    def smem_per_block_kb(self) -> float:
+        return self.smem_per_block_bytes / 1024
+
+    def has(self, feature: str) -> Optional[bool]:
+        """Whether the device has ``feature`` (a FEATURES key); None where the profile does not say."""
+        return self.features.get(feature)
 
     @property
     def config_name(self) -> str:
@@ -72,7 +92,8 @@ class DeviceProfile:
         return {
             "name": self.name, "short": self.short, "aliases": list(self.aliases), "vendor": self.vendor,
             "arch": self.sm, "compute_capability": list(self.compute_capability), "sm_count": self.sm_count,
-            "smem_per_block_kb": self.smem_per_block_kb, "mem_bandwidth_tbs": self.mem_bandwidth_tbs,
+            "smem_per_block_bytes": self.smem_per_block_bytes, "smem_per_block_kb": self.smem_per_block_kb,
+            "features": dict(self.features), "mem_bandwidth_tbs": self.mem_bandwidth_tbs,
             "block_scaled_formats": list(self.block_scaled_formats), "fp8": self.fp8,
             "cuda_version": list(self.cuda_version) if self.cuda_version else None,
             "rocm_version": list(self.rocm_version) if self.rocm_version else None,
@@ -220,7 +241,7 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
         f._bad("vendor", f"must be 'nvidia' or 'amd', not {vendor!r}")
     cc = f.pair("compute_capability")  # checked in file order, so the first bad field is the one named
     sm_count = f.get("sm_count", int)
-    smem = f.get("smem_per_block_kb", float)
+    smem = f.get("smem_per_block_bytes", int)
     bw = f.get("mem_bandwidth_tbs", float)
     formats = [x.lower() for x in f.strs("block_scaled_formats")]
     unknown = [x for x in formats if x not in FORMAT_GROUP]
@@ -230,9 +251,13 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
     for k, v in (("compute_capability", cc[0]), ("compute_capability", cc[1])):
         _bounded_int(where, k, v, 0, 999, "device")
     _bounded_int(where, "sm_count", sm_count, 1, 1 << 14, "device")  # the largest GPU of 2026 has 160 SMs
-    for k, v in (("smem_per_block_kb", smem), ("mem_bandwidth_tbs", bw)):
-        if not 0 < v < 1e6:  # also refuses NaN and infinity
-            f._bad(k, f"must be a positive number below 1e6, not {v!r}")
+    _bounded_int(where, "smem_per_block_bytes", smem, 1, 1 << 24, "device")
+    kb = data.get("smem_per_block_kb")  # an older field: where given too, it must say the same
+    if kb is not None and (isinstance(kb, bool) or not isinstance(kb, (int, float)) or abs(kb * 1024 - smem) >= 1024):
+        f._bad("smem_per_block_kb", f"is {kb!r}, which disagrees with smem_per_block_bytes {smem} ({smem / 1024:g} KB)")
+    if not 0 < bw < 1e6:  # also refuses NaN and infinity
+        f._bad("mem_bandwidth_tbs", f"must be a positive number below 1e6, not {bw!r}")
+    features = _features(f, vendor)
     return DeviceProfile(
         name=name,
         short=f.get("short", str, required=False, default="") or re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-"),
@@ -240,7 +265,7 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
         vendor=vendor,
         compute_capability=cc,
         sm_count=sm_count,
-        smem_per_block_kb=smem,
+        smem_per_block_bytes=smem,
         mem_bandwidth_tbs=bw,
         block_scaled_formats=formats,
         cuda_version=cuda,
@@ -250,7 +275,31 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
         rocm_version=f.pair("rocm_version", required=False),
         notes=(f.get("notes", str, required=False, default="") or "").strip(),
         source=where,
+        features=features,
     )
+
+
+def _features(f: "_Fields", vendor: str) -> dict:
+    """The ``features`` mapping: on NVIDIA every FEATURES key, each true or false (a missing one is
+    refused with its name); on AMD none of them exists, so an absent mapping means all false."""
+    v = f.data.get("features")
+    if v is None:
+        if vendor == "amd":
+            return {k: False for k in FEATURES}
+        f._bad("features", f"is missing (say true or false for each of: {', '.join(FEATURES)})")
+    if not isinstance(v, dict):
+        f._bad("features", f"must be a mapping of {', '.join(FEATURES)} to true/false, not {_short(v)}")
+    unknown = sorted(str(k) for k in v if k not in FEATURES)
+    if unknown:
+        f._bad("features", f"has unknown key(s) {unknown} (known: {', '.join(FEATURES)})")
+    out = {}
+    for k in FEATURES:
+        if k not in v:
+            f._bad(f"features.{k}", "is missing (true or false)")
+        if not isinstance(v[k], bool):
+            f._bad(f"features.{k}", f"must be true or false, not {_short(v[k])}")
+        out[k] = v[k]
+    return out
 
 
 # The largest each size may be: well beyond any released model (the largest known in 2026: 384

@@ -45,7 +45,7 @@ class Example:
     expect: tuple = ()
 
 
-SPEC_SECTIONS = ("gates", "backend-choice", "capture", "tensor-core-paths", "dense-configs", "root-cause")
+SPEC_SECTIONS = ("gates", "backend-choice", "capture", "tensor-core-paths", "dense-configs", "root-cause", "will-it-run")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ def test_sm120_devices_by_exact_name(name):
 
 def test_seed_device_values_and_config_name():
     d = load_device("NVIDIA RTX PRO 6000 Blackwell Server Edition")
-    assert (d.sm_count, d.smem_per_block_kb, d.mem_bandwidth_tbs) == (188, 99, 1.79)
+    assert (d.sm_count, d.smem_per_block_bytes, d.mem_bandwidth_tbs) == (188, 101_376, 1.79)
+    assert d.smem_per_block_kb == 99
     # SGLang's tuned config files spell the device with underscores.
     assert d.config_name == "NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition"
     assert d.sm == "sm_120"
@@ -83,12 +84,75 @@ def test_unknown_device_names_the_known_ones():
     assert "tesla-k80" in msg and "rtx-pro-6000" in msg and "h200" in msg and "\n" not in msg
 
 
+FEATURES_LINE = "features: {clusters: false, tma_scatter: false, tmem_tcgen05: false, wgmma: false, block_scaled_mma: true}\n"
+GOOD = ("name: NVIDIA Test GPU\nvendor: nvidia\ncompute_capability: [12, 1]\nsm_count: 48\nsmem_per_block_bytes: 101376\n"
+        "mem_bandwidth_tbs: 0.27\nblock_scaled_formats: [nvfp4]\ncuda_version: [13, 0]\nbf16_tflops: 100\n" + FEATURES_LINE)
+
+
+# Exact per-block limits (CUDA's cudaDevAttrMaxSharedMemoryPerBlockOptin) by architecture, as the
+# Hopper and Blackwell tuning guides give them: 227 KB on sm_90/sm_100/sm_103, 99 KB on sm_12x.
+SMEM = {"sm_90": 232_448, "sm_100": 232_448, "sm_103": 232_448, "sm_120": 101_376, "sm_121": 101_376,
+        "sm_89": 101_376, "sm_80": 166_912}
+
+
+def test_every_nvidia_profile_has_exact_smem_and_every_feature():
+    from recon.profiles import FEATURES
+    for d in list_devices():
+        if d.vendor != "nvidia":
+            continue
+        assert d.smem_per_block_bytes == SMEM[d.sm], d.short
+        assert set(d.features) == set(FEATURES), d.short
+    by = {d.short: d for d in list_devices()}
+    # the families differ where kernels differ: tcgen05/TMEM only on datacenter Blackwell, wgmma only on Hopper
+    assert [s for s in by if by[s].has("tmem_tcgen05")] == ["b200", "b300"]
+    assert {s for s in by if by[s].has("wgmma")} == {"h100", "h20", "h200"}
+    assert not by["gb10"].has("tma_scatter") and by["b200"].has("tma_scatter")
+
+
+@pytest.mark.parametrize("spec,cc,arch", [("gb10", (12, 1), "sm_121"), ("dgx-spark", (12, 1), "sm_121"),
+                                          ("b300", (10, 3), "sm_103"), ("gb300", (10, 3), "sm_103"),
+                                          ("rtx-5090", (12, 0), "sm_120")])
+def test_new_blackwell_profiles(spec, cc, arch):
+    d = load_device(spec)
+    assert (d.compute_capability, d.sm) == (cc, arch)
+
+
+@pytest.mark.parametrize("drop,field", [("compute_capability", "compute_capability"),
+                                        ("smem_per_block_bytes", "smem_per_block_bytes"),
+                                        ("features", "features")])
+def test_profile_without_capability_smem_or_features_is_refused(tmp_path, drop, field):
+    p = tmp_path / "dev.yaml"
+    p.write_text("".join(ln + "\n" for ln in GOOD.splitlines() if not ln.startswith(drop + ":")))
+    with pytest.raises(ReconError, match=f"'{field}' is missing"):
+        load_device(str(p))
+
+
+def test_profile_missing_one_feature_or_disagreeing_kb_is_refused(tmp_path):
+    p = tmp_path / "dev.yaml"
+    p.write_text(GOOD.replace("wgmma: false, ", ""))
+    with pytest.raises(ReconError, match=r"'features\.wgmma' is missing"):
+        load_device(str(p))
+    p.write_text(GOOD + "smem_per_block_kb: 227\n")
+    with pytest.raises(ReconError, match="'smem_per_block_kb'.*disagrees"):
+        load_device(str(p))
+
+
+def test_profile_without_smem_exits_2_naming_the_field(tmp_path):
+    from typer.testing import CliRunner
+
+    from recon.cli import app
+    p = tmp_path / "dev.yaml"
+    p.write_text(GOOD.replace("smem_per_block_bytes: 101376\n", ""))
+    res = CliRunner().invoke(app, ["kernels", "--sglang", "0.5.23", "--device", str(p)])
+    assert res.exit_code == 2 and "smem_per_block_bytes" in res.output, res.output
+
+
 def test_device_profile_file(tmp_path):
     p = tmp_path / "my.yaml"
     p.write_text(
         "name: NVIDIA Test GPU\nvendor: nvidia\ncompute_capability: '12.1'\nsm_count: 48\n"
-        "smem_per_block_kb: 99\nmem_bandwidth_tbs: 0.27\nblock_scaled_formats: [nvfp4]\n"
-        "cuda_version: [13, 0]\nbf16_tflops: 100\n"
+        "smem_per_block_bytes: 101376\nmem_bandwidth_tbs: 0.27\nblock_scaled_formats: [nvfp4]\n"
+        "cuda_version: [13, 0]\nbf16_tflops: 100\n" + FEATURES_LINE
     )
     d = load_device(str(p))
     assert d.compute_capability == (12, 1) and d.cuda_version == (13, 0) and d.config_name == "NVIDIA_Test_GPU"
@@ -104,7 +168,7 @@ def test_device_profile_file(tmp_path):
         ("name: X\nvendor: nvidia\ncompute_capability: twelve\n", "compute_capability"),
         ("name: X\nvendor: nvidia\ncompute_capability: [12, 0]\nsm_count: lots\n", "sm_count"),
         (
-            "name: X\nvendor: nvidia\ncompute_capability: [12, 0]\nsm_count: 1\nsmem_per_block_kb: 1\n"
+            "name: X\nvendor: nvidia\ncompute_capability: [12, 0]\nsm_count: 1\nsmem_per_block_bytes: 1024\n"
             "mem_bandwidth_tbs: 1\nblock_scaled_formats: [fp3]\ncuda_version: [12, 8]\nbf16_tflops: 1\n",
             "block_scaled_formats",
         ),

@@ -222,7 +222,28 @@ def map_for(ctx, prefill_m: Optional[int] = None, context: int = DEFAULT_CONTEXT
             ms = sorted({r["M"] for r in lay.get("roofline", [])}) or [1]
             lay["roofline"] = [attention_roofline(ctx.model, ctx.device, mm, context) for mm in ms]
     m["context"] = context
+    _mark_will_run(ctx, m)
     return m
+
+
+def _mark_will_run(ctx, m: dict) -> None:
+    """Each layer's library ops with what they are built for (recon/data/external_ops.yaml, for the
+    version the release pins): ``will_run`` lists those on the layer's path that have no kernels for
+    the device (runs False) or that recon does not know (runs None). Read at render time, so an edit
+    of the data shows without rebuilding the cached map."""
+    from ..runtime.opreqs import support
+
+    lays = list(m.get("layers", [])) + ([m["prefill"]["attention"]] if (m.get("prefill") or {}).get("attention") else [])
+    for lay in lays:
+        marks = []
+        for o in lay.get("ops", []):
+            if o.get("kind") != "library":
+                continue
+            s = support(ctx.tree, o["name"], ctx.device.sm)
+            if s.runs is not True:
+                marks.append({"op": o["name"], "runs": s.runs, "built_for": list(s.archs), "package": s.package,
+                              "version": s.version, "first_with": s.first_with, "at": f"{o['path']}:{o['line']}"})
+        lay["will_run"] = marks
 
 
 # --- diff ------------------------------------------------------------------------------------------

@@ -126,6 +126,23 @@ def _roof(lay: dict) -> list[str]:
     return out
 
 
+def _will_run(lay: dict, arch: str) -> list[str]:
+    """The mark on a layer whose op has no kernels for the device (or that recon does not know)."""
+    out = []
+    for w in lay.get("will_run", []):
+        if w["runs"] is False:
+            ver = f" {w['version']}" if w.get("version") else ""
+            fix = f"; {w['package']} {w['first_with']} has them" if w.get("first_with") else ""
+            out.append(f"!! WILL NOT RUN on {arch}: {_short(w['op'])} has no {arch} kernels ({w['package']}{ver}: "
+                       f"{', '.join(w['built_for'])}){fix}  [{w['at']}]")
+        elif w.get("first_with") or w.get("built_for"):
+            out.append(f"?? {_short(w['op'])} has {arch} kernels only in {w['package']} {w.get('first_with') or '(no known version)'}: "
+                       f"the installed version decides  [{w['at']}]")
+        else:
+            out.append(f"?? {_short(w['op'])}: not known whether it has {arch} kernels (no entry in recon's op data)  [{w['at']}]")
+    return out
+
+
 def render_text(m: dict) -> str:
     g = m["cuda_graph"]
     out = [f"{m['model']} on {m['device']} ({m['arch']}), {m['target']}: one decode step",
@@ -139,7 +156,7 @@ def render_text(m: dict) -> str:
         ps = lay.get("per_step", {})
         launches = ps.get("launches")
         out.append(f"== {lay['kind']}" + (f"   ({launches} launches per step: {ps['basis']})" if launches else ""))
-        body = _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay)
+        body = _will_run(lay, m["arch"]) + _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay)
         if lay.get("note"):
             body.append(f"note: {lay['note']}")
         out += ["  " + x for x in body if x]
@@ -147,7 +164,7 @@ def render_text(m: dict) -> str:
         p = m["prefill"]
         out.append("")
         out.append(f"== prefill at M={p['M']} (not captured in the CUDA graph)")
-        out += ["  " + x for x in _head(p["attention"]) + _ops_lines(p["attention"])]
+        out += ["  " + x for x in _will_run(p["attention"], m["arch"]) + _head(p["attention"]) + _ops_lines(p["attention"])]
         for key in ("dense_gemm_roofline", "moe_roofline"):
             r = p.get(key)
             if r:
@@ -169,11 +186,13 @@ def render_md(m: dict) -> str:
            "| layer | runs | per step | floor (M=min..max) |", "|---|---|---|---|"]
     for lay in m["layers"]:
         ops = ", ".join(c(_short(o["name"]), cell=True) for o in lay.get("ops", [])) or "(no named op)"
+        if any(w["runs"] is False for w in lay.get("will_run", [])):
+            ops += " **(will not run on " + t(m["arch"]) + ")**"
         floors = [str(r["floor_us"]) + " us" for r in lay.get("roofline", []) if r.get("floor_us") is not None]
         out.append(f"| {t(lay['kind'])} | {ops} | {t(lay.get('per_step', {}).get('launches') or '-')} | {' .. '.join(floors) or '-'} |")
     for lay in m["layers"]:
         # inside the fence each line is inert; a fence longer than any backtick run in it stays closed
-        body = [inert(x) for x in _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay)]
+        body = [inert(x) for x in _will_run(lay, m["arch"]) + _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay)]
         fence = "`" * max(3, 1 + max((len(r) for x in body for r in re.findall(r"`+", x)), default=0))
         out += ["", f"## {t(lay['kind'])}", "", fence] + body + [fence]
     if m.get("notes"):

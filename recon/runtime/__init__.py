@@ -130,7 +130,7 @@ def classify(tree, lf: dict) -> dict:
     """What a leaf is: a grouped tensor-core GEMM over experts or not (None: cannot tell)."""
     if lf["kind"] in ("library", "native_op", "jit_kernel"):
         for rx, d in _external_ops():
-            if rx.search(lf["name"]):
+            if "grouped_tensor_core" in d and rx.search(lf["name"]):  # the MoE classification rows
                 return {"what": d["what"], "grouped_tensor_core": bool(d.get("grouped_tensor_core"))}
         return {"what": "", "grouped_tensor_core": None}
     node = tree.graph.nodes.get(lf["name"], {})

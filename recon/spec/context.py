@@ -142,6 +142,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
         },
         "errors": [{"rule": r, "error": e} for r, e in sorted(errors)],
         "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in findings],
+        "will_it_run": _will_it_run(findings, roles, titles),
         "finding_counts": _counts(findings),
     }
     ctx["runtime"] = _runtime(view)
@@ -170,6 +171,20 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
     # the object the templates render are the same data
     return json.loads(json.dumps(ctx, sort_keys=True))
+
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "note": 2}
+
+
+def _will_it_run(findings, roles, titles) -> list[dict]:
+    """Findings of the rules whose spec section is "will-it-run" (ops with no kernels for the device,
+    family-lumping gates): errors first, each with its op or gate, step and avoidance."""
+    rows = [f for f in findings if roles.is_(f, "will-it-run")]
+    rows.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), f.rule_id, f.primary.path if f.primary else "", f.primary.line if f.primary else 0))
+    return [{"rule": f.rule_id, "title": titles.get(f.rule_id, f.rule_id), "severity": f.severity, "message": f.message,
+             "at": _at(f.primary.path, f.primary.line) if f.primary else "", "op": f.data.get("op") or ", ".join(f.data.get("ops", [])),
+             "test": f.data.get("test"), "step": f.data.get("step"), "layer": f.data.get("layer"), "avoid": list(f.data.get("avoid", []))}
+            for f in rows]
 
 
 def _not_found(ctx: dict) -> list[str]:

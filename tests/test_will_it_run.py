@@ -1,0 +1,108 @@
+"""Will it run: op-arch-support and family-gate on real SGLang wheels, the op data they read, and the
+mark `recon kernels` puts on a layer whose op has no kernels for the device.
+
+DeepSeek-V4-Flash on SGLang 0.5.13.post1 calls DeepGEMM's fp8_einsum for the attention output (wo_a)
+under `_FP8_WO_A_GEMM` (SGLANG_OPT_FP8_WO_A_GEMM, declared default on), with no arch guard, and the
+release pins sgl-deep-gemm 0.1.2, whose wheel ships sm90/sm100 kernels only: on an RTX PRO 6000 it
+stops at the first forward ("Unsupported architecture", sglang #25877). On the H200 the same op is
+built; on 0.5.20 (sgl-deep-gemm 0.2.0, with sm120 kernels) it is built for sm_120 too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from recon.checks import CheckContext
+from recon.profiles import load_device, load_model
+from recon.rules import load_rules
+from recon.scan import run_rules
+
+RULES = [r for r in load_rules() if r.id in ("op-arch-support", "family-gate")]
+
+
+def _findings(tree, device, model="dsv4"):
+    res = run_rules(tree, load_device(device), load_model(model), RULES)
+    assert not res.errors, res.errors
+    return res.findings
+
+
+def test_op_data_rows_carry_evidence_and_known_archs():
+    from recon.runtime.opreqs import _rows
+    archs = {d.sm for d in __import__("recon.profiles", fromlist=["x"]).list_devices()}
+    for _, d in _rows():
+        assert str(d.get("evidence", "")).strip(), d["match"]
+        rows = [d["archs"]] if "archs" in d else [r["archs"] for r in d["builds"]]
+        for a in rows:
+            assert a == "any" or set(a) <= archs, (d["match"], a)
+
+
+def test_support_follows_the_pinned_version(tree_0513):
+    from recon.runtime.opreqs import support
+    s = support(tree_0513, "deep_gemm.fp8_einsum", "sm_120")
+    assert (s.runs, s.version, s.first_with) == (False, "0.1.2", ">=0.1.5")
+    assert support(tree_0513, "deep_gemm.fp8_einsum", "sm_90").runs is True
+    assert support(tree_0513, "deep_gemm.get_num_sms", "sm_120").runs is True  # a host query, no kernel
+    # an op no row matches is not known, never assumed to run
+    unknown = support(tree_0513, "some_lib.mystery_kernel", "sm_120")
+    assert unknown.runs is None and not unknown.known
+
+
+def test_dsv4_on_sm120_reaches_deepgemm_without_sm120_kernels(tree_0513):
+    errs = [f for f in _findings(tree_0513, "rtx-pro-6000") if f.rule_id == "op-arch-support" and f.severity == "error"]
+    hit = [f for f in errs if f.data["op"] == "deep_gemm.fp8_einsum"]
+    assert hit, [f.message for f in errs]
+    f = hit[0]
+    assert f.primary.path == "sglang/srt/models/deepseek_v4.py"
+    assert f.data["on_path"] and f.data["arch"] == "sm_120" and f.data["version"] == "0.1.2"
+    assert "sm_120" not in f.data["built_for"] and "sm_100" in f.data["built_for"]
+    # the route (the environment default that turns the FP8 wo_a GEMM on) and what avoids it
+    assert any(r.get("env") == "SGLANG_OPT_FP8_WO_A_GEMM" for r in f.data["routed_by"])
+    assert any("SGLANG_OPT_FP8_WO_A_GEMM=0" in a for a in f.data["avoid"])
+    assert any(">=0.1.5" in a for a in f.data["avoid"])
+
+
+def test_same_path_on_h200_gives_no_error(tree_0513):
+    errs = [f for f in _findings(tree_0513, "h200") if f.rule_id == "op-arch-support" and f.severity == "error"]
+    assert not errs, [f.message for f in errs]
+
+
+def test_a_release_pinning_sm120_kernels_gives_no_error():
+    from recon.target import from_version
+    from recon.tree import load
+    tree = load(from_version("0.5.20"))
+    errs = [f for f in _findings(tree, "rtx-pro-6000") if f.rule_id == "op-arch-support" and f.severity == "error"]
+    assert not errs, [f.message for f in errs]
+
+
+def test_kernels_marks_the_layer(tree_0513):
+    from recon.kernels.kmap import map_for
+    from recon.kernels.text import render_text
+    ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"))
+    m = map_for(ctx)
+    lay = next(x for x in m["layers"] if x["kind"] == "attention_module")
+    assert [w["op"] for w in lay["will_run"] if w["runs"] is False] == ["deep_gemm.fp8_einsum"]
+    text = render_text(m)
+    assert "!! WILL NOT RUN on sm_120: fp8_einsum" in text
+    h200 = map_for(CheckContext(tree_0513, load_device("h200"), load_model("dsv4")))
+    assert not any(w["runs"] is False for x in h200["layers"] for w in x.get("will_run", []))
+
+
+def test_spec_says_it_will_not_run_before_the_moe_path(tree_0513):
+    from recon import spec
+    ctx = spec.spec_for(tree_0513, load_device("rtx-pro-6000"), load_model("DeepSeek-V4-Flash"))
+    rows = ctx["will_it_run"]
+    assert rows and rows[0]["severity"] == "error" and rows[0]["op"] == "deep_gemm.fp8_einsum"
+    md = spec.render(ctx, "md")
+    assert "### Will it run" in md and "This deployment will fail" in md
+    assert md.index("### Will it run") < md.index(f"## 2. {spec.SECTIONS[1]}")
+
+
+def test_sarif_levels(tree_0513):
+    from recon.sarif import to_sarif
+    found = _findings(tree_0513, "rtx-pro-6000")
+    doc = to_sarif(found, RULES, "test", "sglang==0.5.13.post1")
+    doc = json.loads(doc) if isinstance(doc, str) else doc
+    levels = {(r["ruleId"], r["level"]) for run in doc["runs"] for r in run["results"]}
+    assert ("op-arch-support", "error") in levels
