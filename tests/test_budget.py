@@ -62,42 +62,45 @@ def test_spec_and_map_share_every_number(tree_0513, device):
     assert spec["device"]["bandwidth_tbs"] == b["bandwidth"]["tbs"] == spec["roofline"]["bandwidth_tbs"] == dev.bandwidth_tbs
     # the MoE floor: the summary, the map's roofline line and the budget row are one number
     moe = [r for r in b["rows"] if r["kind"] == "moe"]
-    assert len(moe) == 3  # the slot GEMVs, the per-call scale conversion, the eager epilogue
     lay = next(lay for lay in kmap["layers"] if lay["kind"] == "moe")
     assert lay["roofline"][0]["floor_us"] == moe[0]["points"][0]["floor_us"]
     assert spec["summary"]["batch1"]["floor_ms"] == pytest.approx(moe[0]["points"][0]["floor_us"] / 1e3, abs=1e-4)
     # one slot baseline (E8M0 scales): the spec's gap, its reference table and the budget's MoE rows
     e8 = {r["M"]: r["slot_ms"] for r in roofline.anchor_rows(model, "h200_slot_gemv_e8m0_scales.json")}
     gap1 = next(g for g in spec["slot_gap"]["rows"] if g["M"] == 1)
-    scale = spec["slot_gap"]["scale"]
-    assert gap1["slot_layer_ms"] == pytest.approx(e8[1] * scale, abs=1e-4)
-    timed = sum(r["time"]["1"]["us"] for r in moe[:2])
-    assert timed / 1e3 / model.num_moe_layers == pytest.approx(gap1["slot_layer_ms"], rel=2e-3)
+    assert gap1["slot_layer_ms"] == pytest.approx(e8[1] * spec["slot_gap"]["scale"], abs=1e-4)
     ref1 = next(r for r in spec["reference_kernel"]["rows"] if r["M"] == 1)
     assert ref1["slot_ms"] == pytest.approx(e8[1], abs=1e-3)
     assert ref1["x_slot"] == pytest.approx(e8[1] / ref1["ms"], abs=0.05)
     # the reference table's floor on the measuring device is that device's one bandwidth
     h200 = load_device("h200")
     assert ref1["roofline_ms"] == pytest.approx(roofline.moe_roofline(model, h200, [1])["rows"][0]["layer_floor_ms"], abs=2e-4)
+    slot_here = spec["moe_path"]["slot_kernel"] is not None
+    assert slot_here is (device == "rtx-pro-6000")  # 0.5.13.post1 runs the slot kernel on sm_120 only
+    if slot_here:
+        assert spec["summary"]["gap"]["batch1"]["slot_layer_ms"] == gap1["slot_layer_ms"]
+        assert len(moe) == 3  # the slot GEMVs, the per-call scale conversion, the eager epilogue
+        timed = sum(r["time"]["1"]["us"] for r in moe[:2])
+        assert timed / 1e3 / model.num_moe_layers == pytest.approx(gap1["slot_layer_ms"], rel=2e-3)
+        assert all(t["how"] == "predicted" for r in moe for t in r["time"].values() if t)  # measured on the H200
+        conv = moe[1]
+        assert "w13_scale" in conv["op"] and "w2_scale" in conv["op"] and conv["launches_per_step"] == 2 * model.num_moe_layers
+        item = next(p for p in spec["plan"] if "process_weights_after_loading" in p["title"])
+        assert item["saves_us"] == conv["time"]["1"]["us"]
+        dense = next(r for r in b["rows"] if r["kind"] == "dense_gemm")
+        assert dense["config"].startswith("default")  # no tuned FP8 block config for this device in 0.5.13.post1
+    else:
+        # no anchor was measured for what runs here: the budget times nothing rather than borrow one
+        assert all(not r["time"] for r in moe) and not any("process_weights_after_loading" in p["title"] for p in spec["plan"])
     # which of recon's kernel paths runs here: one answer
     od = spec["reference_kernel"]["on_device"]
     assert b["recon_kernel"]["paths"] == od["paths"] and b["recon_kernel"]["arch"] == od["arch"] == dev.sm
-    # the conversion: a budget row, and a plan item ranked by the share of the step it takes off
-    conv = moe[1]
-    assert "w13_scale" in conv["op"] and "w2_scale" in conv["op"] and conv["launches_per_step"] == 2 * model.num_moe_layers
-    item = next(p for p in spec["plan"] if "process_weights_after_loading" in p["title"])
-    assert item["saves_us"] == conv["time"]["1"]["us"]
-    measured = [p["saves_us"] for p in spec["plan"] if p["saves_us"] is not None]
-    assert measured == sorted(measured, reverse=True) and spec["plan"][: len(measured)] == [p for p in spec["plan"] if p["saves_us"] is not None]
+    measured = [p["saves_us"] for p in spec["plan"] if p.get("saves_us") is not None]
+    assert measured == sorted(measured, reverse=True)
+    assert spec["plan"][: len(measured)] == [p for p in spec["plan"] if p.get("saves_us") is not None]
     # the headline ranks by share of the step total
     shares = [h["share"] for h in spec["headline"]]
     assert shares == sorted(shares, reverse=True) and sum(shares) == pytest.approx(1.0, abs=1e-3)
     # the total adds up
     for k, t in b["total"].items():
         assert t["floor_us"] == pytest.approx(sum(next(p["floor_us"] or 0 for p in r["points"] if str(p["M"]) == k) for r in b["rows"]), abs=0.5)
-    if device == "h200":
-        assert all(t["how"] == "measured" for r in moe for t in r["time"].values() if t)
-    else:
-        assert all(t["how"] == "predicted" for r in moe for t in r["time"].values() if t)
-        dense = next(r for r in b["rows"] if r["kind"] == "dense_gemm")
-        assert dense["config"].startswith("default")  # no tuned FP8 block config for this device in 0.5.13.post1

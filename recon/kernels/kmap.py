@@ -114,14 +114,26 @@ def _guarded(kind: str, fn, *args):
         return {"kind": kind, "note": "recon ran out of depth following this layer's code", "leaves": []}
 
 
+class MapInProgress(RuntimeError):
+    """The map of this context was asked for while it is being built: a rule the budget runs
+    (``missing-device-config`` reads the map's dense layer) gets no map rather than a second build."""
+
+
+_BUILDING: set = set()  # id() of the contexts whose map is being built in this process
+
+
 def build_map(ctx, prefill_m: Optional[int] = None) -> dict:
     import sys
 
+    if id(ctx) in _BUILDING:
+        raise MapInProgress("the kernel map of this scenario is being built")
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20000))
+    _BUILDING.add(id(ctx))
     try:
         return _build_map(ctx, prefill_m)
     finally:
+        _BUILDING.discard(id(ctx))
         sys.setrecursionlimit(old)
 
 

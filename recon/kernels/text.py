@@ -219,44 +219,40 @@ def budget_lines(b: dict) -> list[str]:
     """The step budget as a table within 100 columns: one line of numbers per row, then what each row is."""
     ms = b["M"]
     bw = b["bandwidth"]
-    out = [f"step budget (us per step; bandwidth {bw['tbs']} TB/s, {bw['basis']})",
-           "  floor = max(bytes / bandwidth, FLOPs / tensor rate); time: m measured, p predicted;",
-           "  without an anchor a row's floor stands in for its time",
-           "  " + f"{'#':>2} {'kind':<10} {'launch':>6} {'TC':>3}" + "".join(
-               f" {('M=' + str(m) + ' floor'):>13} {'time':>11}" if m in b["decode_M"] else f" {('M=' + str(m) + ' floor'):>15}" for m in ms)
-           + f" {'share':>6}"]
+    dec = b["decode_M"]
+
+    def cols(m, floor, time):
+        return f" {floor:>10} {time:>10}" if m in dec else f" {floor:>12}"
+
+    out = ["step budget, us per step (floor = max(bytes / bandwidth, FLOPs / tensor rate);",
+           "  time: m measured, p predicted; a row without one stands at its floor, at least)",
+           f"  bandwidth {bw['tbs']} TB/s: {bw['basis']}",
+           "  " + f"{'#':>2} {'work':<16} {'launch':>6} {'TC':>3}"
+           + "".join(cols(m, f"M={m} floor", "time") if m in dec else cols(m, f"M={m} floor", "") for m in ms) + f" {'share':>6}"]
     tc = {True: "yes", False: "no", None: "-"}
     for i, r in enumerate(b["rows"], 1):
         cells = ""
         for m, p in zip(ms, r["points"]):
-            if m in b["decode_M"]:
-                t = r["time"].get(str(m))
-                cells += f" {_us(p['floor_us']):>13} {(_us(t['us']) + ' ' + t['how'][0]) if t else '':>11}"
-            else:
-                cells += f" {_us(p['floor_us']):>15}"
+            t = r["time"].get(str(m))
+            cells += cols(m, _us(p["floor_us"]), (_us(t["us"]) + " " + t["how"][0]) if t else "")
         sh = r["share"].get(str(ms[0]))
-        out.append("  " + f"{i:>2} {r['kind']:<10} {str(r['launches_per_step'] or '-'):>6} {tc[r['tensor_cores']]:>3}" + cells
+        out.append("  " + f"{i:>2} {r['kind'][:16]:<16} {str(r['launches_per_step'] or '-'):>6} {tc[r['tensor_cores']]:>3}" + cells
                    + f" {(f'{100 * sh:.1f}%' if sh else '-'):>6}")
-    tot = ""
-    for m in ms:
-        t = b["total"][str(m)]
-        tot += f" {_us(t['floor_us']):>13} {_us(t['today_us']):>11}" if m in b["decode_M"] else f" {_us(t['floor_us']):>15}"
-    out.append("  " + f"{'':>2} {'step total':<10} {'':>6} {'':>3}" + tot)
-    out.append(f"  share: of the step's time at M={ms[0]}")
+    tot = "".join(cols(m, _us(b["total"][str(m)]["floor_us"]), _us(b["total"][str(m)]["today_us"])) for m in ms)
+    out.append("  " + f"{'':>2} {'step total':<16} {'':>6} {'':>3}" + tot)
+    out.append(f"  share: of the step's time at M={ms[0]}; TC: tensor cores")
     rk = b.get("recon_kernel") or {}
     if rk.get("supported"):
         out.append(f"  recon's kernel (recon apply) may run paths {'/'.join(rk['paths'])} on {rk['arch']} ({rk['source']})")
     elif rk:
         out.append(f"  recon's kernel (recon apply) does not run on {rk.get('arch')}: {rk.get('why_not')}")
     for i, r in enumerate(b["rows"], 1):
-        what = [r["op"]]
+        out.append(f"  {i:>2} {r['op']}")
         if r.get("config"):
-            what.append(f"config {r['config']}")
+            out.append(f"     config {r['config']}")
         if r.get("at"):
-            what.append(f"at {r['at']}")
+            out.append(f"     at {r['at']}")
         if r.get("fix"):
-            what.append(f"fix: {r['fix']}")
-        srcs = sorted({t["source"] for t in r["time"].values() if t})
-        out.append(f"  {i:>2} " + "; ".join(what))
-        out += [f"     time from {s}" for s in srcs]
+            out.append(f"     fix: {r['fix']}")
+        out += [f"     time from {s}" for s in sorted({t["source"] for t in r["time"].values() if t})]
     return out
