@@ -104,3 +104,22 @@ def test_spec_and_map_share_every_number(tree_0513, device):
     # the total adds up
     for k, t in b["total"].items():
         assert t["floor_us"] == pytest.approx(sum(next(p["floor_us"] or 0 for p in r["points"] if str(p["M"]) == k) for r in b["rows"]), abs=0.5)
+
+
+@pytest.mark.network  # loads 0.5.13.post1 through the CLI
+def test_kernels_writes_its_budget_to_a_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from recon.cli import app
+
+    out = tmp_path / "k.txt"
+    r = CliRunner().invoke(app, ["kernels", "--sglang", "0.5.13.post1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert f"wrote {out}" in r.output and "step budget" not in r.output  # to the file, not stdout
+    block = text.split("step budget", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert block and all(len(x) <= 100 for x in block)  # the budget table fits 100 columns
+    assert "step total" in text and "process_weights_after_loading" in text
+    js = tmp_path / "k.json"
+    assert CliRunner().invoke(app, ["kernels", "--sglang", "0.5.13.post1", "--format", "json", "-o", str(js)]).exit_code == 0
+    assert json.loads(js.read_text())["budget"]["total"]["1"]["today_us"] > 0

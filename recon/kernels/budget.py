@@ -123,7 +123,7 @@ def _moe_rows(lay: dict, model, device, ms: list[int], costs: dict) -> list[dict
     kern = next((o for o in lay.get("ops", []) if o["kind"] == "triton_kernel"), None)
     short = kern["name"].rsplit(".", 1)[-1] if kern else None
     main = _row("moe", ", ".join(ops) or "(no named op)", per_step, [_point(m, *_moe(model, m), device, "bf16") for m in ms],
-                tensor_cores=lay.get("tensor_cores"), config=_config(costs.get("config")))
+                part="kernels", tensor_cores=lay.get("tensor_cores"), config=_config(costs.get("config")))
     rows = [main]
     e8, d8 = _anchor_ms(model, SLOT_E8M0, short) if short else ({}, None)
     f32, d32 = _anchor_ms(model, SLOT_F32, short) if short else ({}, None)
@@ -132,7 +132,7 @@ def _moe_rows(lay: dict, model, device, ms: list[int], costs: dict) -> list[dict
         per_call = sum(c["bytes_per_call"] for c in conv)
         names = " and ".join(c["tensor"].rsplit(".", 1)[-1] for c in conv)
         r = _row("moe", f"{names} {conv[0]['target']} per call", len(conv) * L,
-                 [_point(m, per_call * L, 0, device, "bf16") for m in ms], tensor_cores=False,
+                 [_point(m, per_call * L, 0, device, "bf16") for m in ms], part="conversion", tensor_cores=False,
                  at=f"{conv[0]['path']}:{conv[0]['line']}", fix="convert once at load (process_weights_after_loading)")
         rows.append(r)
     epi = costs.get("epilogue")
@@ -141,7 +141,7 @@ def _moe_rows(lay: dict, model, device, ms: list[int], costs: dict) -> list[dict
         top = max(pb)
         # the epilogue's bytes grow with M (one row per slot): past the largest batch it was sized at, linearly
         pts = [_point(m, (pb[m] if m in pb else pb[top] * m / top) * L, 0, device, "bf16") for m in ms]
-        rows.append(_row("moe", f"eager epilogue ({', '.join(epi['ops'])})", epi["launches"] * L, pts, tensor_cores=False,
+        rows.append(_row("moe", f"eager epilogue ({', '.join(epi['ops'])})", epi["launches"] * L, pts, part="epilogue", tensor_cores=False,
                          at=f"{epi['path']}:{epi['line']}"))
     for m in ms:
         if d8 and e8.get(m) is not None:

@@ -236,7 +236,8 @@ def budget_lines(b: dict) -> list[str]:
             t = r["time"].get(str(m))
             cells += cols(m, _us(p["floor_us"]), (_us(t["us"]) + " " + t["how"][0]) if t else "")
         sh = r["share"].get(str(ms[0]))
-        out.append("  " + f"{i:>2} {r['kind'][:16]:<16} {str(r['launches_per_step'] or '-'):>6} {tc[r['tensor_cores']]:>3}" + cells
+        work = f"{r['kind']} {r['part']}" if r.get("part") and r["part"] != "kernels" else r["kind"]
+        out.append("  " + f"{i:>2} {work[:16]:<16} {str(r['launches_per_step'] or '-'):>6} {tc[r['tensor_cores']]:>3}" + cells
                    + f" {(f'{100 * sh:.1f}%' if sh else '-'):>6}")
     tot = "".join(cols(m, _us(b["total"][str(m)]["floor_us"]), _us(b["total"][str(m)]["today_us"])) for m in ms)
     out.append("  " + f"{'':>2} {'step total':<16} {'':>6} {'':>3}" + tot)
