@@ -137,10 +137,12 @@ def slot_gap(model, device, anchor: str = "h200_slot_gemv_e8m0_scales.json") -> 
     """The slot kernel's measured time per MoE layer at this model's shape, scaled to ``device`` by
     bandwidth when the device is not the one measured; with its fraction of the floor."""
     rows = anchor_rows(model, anchor)
-    bw_meas = anchor_bandwidth_tbs(anchor)
-    if not rows or not bw_meas:
+    if not rows or not anchor_bandwidth_tbs(anchor):
         return {"anchor": anchor, "available": False, "rows": []}
-    measured_on = "NVIDIA H200"
+    from .refkernel import _measuring_bandwidth
+
+    measured_on = _anchor(anchor).get("device", "NVIDIA H200")
+    bw_meas = _measuring_bandwidth({"device": measured_on, "copy_bw_Bps": anchor_bandwidth_tbs(anchor) * 1e12})
     same = device.name == measured_on
     scale = 1.0 if same else bw_meas / device.bandwidth_tbs
     eb = model_expert_bytes(model)

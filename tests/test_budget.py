@@ -101,6 +101,15 @@ def test_spec_and_map_share_every_number(tree_0513, device):
     # the headline ranks by share of the step total
     shares = [h["share"] for h in spec["headline"]]
     assert shares == sorted(shares, reverse=True) and sum(shares) == pytest.approx(1.0, abs=1e-3)
+    # the Markdown carries the same table, ranked, with the total
+    from recon.spec import render
+
+    md = render(spec, "md")
+    table = md.split("### Where the step goes", 1)[1].split("**step total**", 1)[0]
+    first = next(x for x in table.splitlines() if x.startswith("| 1 |"))
+    top = spec["headline"][0]
+    assert f"{round(100 * top['share'], 1)}%" in first and top["kind"] in first
+    assert f"{b['total']['1']['today_us']:,.0f}" in md.split("**step total**", 1)[1].splitlines()[0]
     # the total adds up
     for k, t in b["total"].items():
         assert t["floor_us"] == pytest.approx(sum(next(p["floor_us"] or 0 for p in r["points"] if str(p["M"]) == k) for r in b["rows"]), abs=0.5)

@@ -256,4 +256,14 @@ def budget_lines(b: dict) -> list[str]:
         if r.get("fix"):
             out.append(f"     fix: {r['fix']}")
         out += [f"     time from {s}" for s in sorted({t["source"] for t in r["time"].values() if t})]
-    return out
+    return [w for x in out for w in _wrap(x)]
+
+
+def _wrap(line: str, width: int = 100) -> list[str]:
+    """One line as lines of at most ``width`` columns, continued under its own indent (paths stay whole)."""
+    import textwrap
+
+    if len(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [line]

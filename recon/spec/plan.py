@@ -10,7 +10,7 @@ from .common import TYPICAL_BATCH
 
 from ..refkernel import (  # noqa: F401 - the spec package's names for them
     ARCH_SOURCE, FLASHINFER_ANCHOR, REFERENCE_RESULTS, REFERENCE_SOURCE, SLOT_ANCHOR, _arch_paths, _arch_table,
-    _on_device, _reference_kernel)
+    _measuring_bandwidth, _on_device, _reference_kernel)
 
 
 def _prediction_text(od: dict, device) -> str:
@@ -43,7 +43,7 @@ def _flashinfer_peer(model, device) -> dict:
     if not shape:
         return {}
     tuned = {p["M"]: p for p in shape.get("autotuned_points", [])}
-    scale = 1.0 if device.name == data.get("device") else (data["copy_bw_Bps"] / 1e12) / device.bandwidth_tbs
+    scale = 1.0 if device.name == data.get("device") else _measuring_bandwidth(data) / device.bandwidth_tbs
     rows = []
     for p in sorted(shape.get("points", []), key=lambda p: p["M"]):
         t = tuned.get(p["M"])
