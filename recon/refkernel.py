@@ -111,15 +111,7 @@ def _on_device(model, device, rl: dict, data: dict, rows: list) -> dict:
 
 
 
-def _measuring_bandwidth(data: dict) -> float:
-    """The bandwidth of the device an anchor was measured on, as its profile gives it (the one number
-    every floor on that device uses); the anchor's own copy figure where no profile names the device."""
-    from .profiles import ProfileError, load_device
-
-    try:
-        return load_device(data.get("device") or "").bandwidth_tbs
-    except ProfileError:
-        return data.get("copy_bw_Bps", 0) / 1e12
+_measuring_bandwidth = roofline.measuring_bandwidth  # the one bandwidth of the device an anchor was measured on
 
 
 def _reference_kernel(model, device, rl: dict) -> dict:

@@ -133,16 +133,25 @@ def anchor_bandwidth_tbs(name: str) -> Optional[float]:
     return None
 
 
+def measuring_bandwidth(data: dict) -> float:
+    """The bandwidth of the device an anchor was measured on, as its profile gives it (the one number
+    every floor on that device uses); the anchor's own copy figure where no profile names the device."""
+    from .profiles import ProfileError, load_device
+
+    try:
+        return load_device(data.get("device") or "").bandwidth_tbs
+    except ProfileError:
+        return data.get("copy_bw_Bps", 0) / 1e12
+
+
 def slot_gap(model, device, anchor: str = "h200_slot_gemv_e8m0_scales.json") -> dict:
     """The slot kernel's measured time per MoE layer at this model's shape, scaled to ``device`` by
     bandwidth when the device is not the one measured; with its fraction of the floor."""
     rows = anchor_rows(model, anchor)
     if not rows or not anchor_bandwidth_tbs(anchor):
         return {"anchor": anchor, "available": False, "rows": []}
-    from .refkernel import _measuring_bandwidth
-
     measured_on = _anchor(anchor).get("device", "NVIDIA H200")
-    bw_meas = _measuring_bandwidth({"device": measured_on, "copy_bw_Bps": anchor_bandwidth_tbs(anchor) * 1e12})
+    bw_meas = measuring_bandwidth({"device": measured_on, "copy_bw_Bps": anchor_bandwidth_tbs(anchor) * 1e12})
     same = device.name == measured_on
     scale = 1.0 if same else bw_meas / device.bandwidth_tbs
     eb = model_expert_bytes(model)

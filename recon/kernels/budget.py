@@ -111,10 +111,8 @@ def _timed(ms_layer: Optional[float], layers: int, data: dict, device, name: str
     if ms_layer is None:
         return None
     same = device.name == data.get("device")
-    from ..refkernel import _measuring_bandwidth
-
     # scaled by the one bandwidth of each device (the measuring device's profile, as every floor on it)
-    scale = 1.0 if same else _measuring_bandwidth({**data, "copy_bw_Bps": (roofline.anchor_bandwidth_tbs(name) or 0) * 1e12}) / device.bandwidth_tbs
+    scale = 1.0 if same else roofline.measuring_bandwidth({**data, "copy_bw_Bps": (roofline.anchor_bandwidth_tbs(name) or 0) * 1e12}) / device.bandwidth_tbs
     return {"us": round(ms_layer * scale * layers * 1e3, 1), "how": "measured" if same else "predicted",
             "source": f"recon/data/anchors/{name}" + ("" if same else f" ({data.get('device')}, scaled by bandwidth x{scale:.3f})")}
 
