@@ -27,8 +27,15 @@ query_app = typer.Typer(no_args_is_help=True, help="Questions answered from the 
 graph_app = typer.Typer(no_args_is_help=True, help="Export the dispatch graph.")
 rules_app = typer.Typer(no_args_is_help=True, help="The rules recon checks.")
 cache_app = typer.Typer(no_args_is_help=True, help="What recon's cache holds (RECON_CACHE_DIR), and pruning it.")
+def _show_version(value: bool) -> None:
+    if value:
+        out.print(f"recon {__version__}", markup=False)
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _options(verbose: bool = typer.Option(False, "-v", "--verbose", help="Off a terminal, one line per phase (index, graph, each check) on stderr; on a terminal the phases always show.")) -> None:
+def _options(verbose: bool = typer.Option(False, "-v", "--verbose", help="Off a terminal, one line per phase (index, graph, each check) on stderr; on a terminal the phases always show."),
+             show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version, help="Print recon's version and exit.")) -> None:
     progress.use(err, verbose)
 
 
@@ -543,16 +550,35 @@ for _t in (app, query_app, graph_app, rules_app, cache_app):  # the exit-code ta
         _c.epilog = _c.epilog or EXIT_CODES_HELP
 
 
+class Interrupted(BaseException):
+    """Ctrl-C, raised by recon's own SIGINT handler: a BaseException Click does not catch (it would
+    turn a KeyboardInterrupt into a blank line and an Abort), so the interrupt is said in one line."""
+
+
+def _on_sigint(signum, frame):
+    raise Interrupted()
+
+
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+
+
 def run(args: Optional[list[str]] = None) -> int:
     """Run the app on ``args`` (default: the command line) and return its exit code."""
+    import signal
+    import threading
+
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGINT, _on_sigint)
     try:
         # not standalone: a usage error (unknown option, a value not among the choices) comes here
         # and is said in one line, as every other bad input is (Click would draw a box)
         code = app(args=args, standalone_mode=False)
         return code if isinstance(code, int) else 0
-    except typer.Abort:
-        err.print("aborted", markup=False, highlight=False)
-        return 130
+    except (typer.Abort, Interrupted, KeyboardInterrupt):
+        progress.stop()
+        err.print("interrupted (Ctrl-C): nothing more was written", markup=False, highlight=False)
+        return INTERRUPTED
     except typer.TyperException as e:  # Click's usage errors (Typer's public base of them)
         if not hasattr(e, "format_message"):
             raise
@@ -572,6 +598,8 @@ def run(args: Optional[list[str]] = None) -> int:
         return CRASHED
     finally:
         progress.stop()
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
     return 0
 
 
@@ -625,6 +653,7 @@ def kernels(
     diff: Optional[str] = typer.Option(None, "--diff", metavar="VERSION", help="Compare with the map of another released SGLang version (same device, model, flags): what changes per layer."),
     diff_device: Optional[str] = typer.Option(None, "--diff-device", metavar="GPU", help="Compare with the map on another device (same tree, model, flags)."),
     diff_server_args: Optional[str] = typer.Option(None, "--diff-server-args", metavar="FLAGS", help="Compare with the map under other server flags (same tree, device, model)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
 ) -> None:
     """Every layer kind's kernel for one decode step on a device, for a model and server flags: the code path that runs (file:line per hop), the gates, flags and environment defaults that chose it, CUDA-graph capture, launches per step and the roofline floor."""
     from .kernels.kmap import diff_maps
@@ -646,17 +675,27 @@ def kernels(
     if other is not None:
         rows = diff_maps(kmap, other)
         if fmt == KernelsFmt.json:
-            _print_json({"before": {"target": kmap["target"], "device": kmap["device"], "flags": kmap["flags"]},
-                         "after": {"target": other["target"], "device": other["device"], "flags": other["flags"]}, "changes": rows})
+            doc = {"before": {"target": kmap["target"], "device": kmap["device"], "flags": kmap["flags"]},
+                   "after": {"target": other["target"], "device": other["device"], "flags": other["flags"]}, "changes": rows}
         else:
-            _lines(render_diff(kmap, other, rows).rstrip("\n").split("\n"))
-        return
-    if fmt == KernelsFmt.json:
-        _print_json(kmap)
-    elif fmt == KernelsFmt.md:
-        sys.stdout.write(render_md(kmap))
+            doc = render_diff(kmap, other, rows)
     else:
-        _lines(render_text(kmap).rstrip("\n").split("\n"))
+        doc = kmap if fmt == KernelsFmt.json else render_md(kmap) if fmt == KernelsFmt.md else render_text(kmap)
+    if output is not None:
+        from .cache import atomic_write_bytes
+
+        if isinstance(doc, dict):
+            text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+        else:  # text as _lines prints it: names and paths from the tree inert
+            text = doc if fmt == KernelsFmt.md else "".join(inert(x) + "\n" for x in doc.rstrip("\n").split("\n"))
+        atomic_write_bytes(output, text.encode("utf-8"))
+        err.print(f"wrote {output}", markup=False, highlight=False)
+    elif isinstance(doc, dict):
+        _print_json(doc)
+    elif fmt == KernelsFmt.md:
+        sys.stdout.write(doc)
+    else:
+        _lines(doc.rstrip("\n").split("\n"))
 
 
 def main() -> None:

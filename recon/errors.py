@@ -12,7 +12,8 @@ EXIT_CODES_HELP = (
     "Exit codes: 0 done; 1 nothing found or nothing to do (a query with no answer: unknown symbol, ambiguous name, "
     "no path; apply with nothing to change); 2 bad input (path, version, revision, device, model, rule or profile, "
     "a checkout apply refuses, a usage error); "
-    "3 a check crashed (named; the other findings are still written)."
+    "3 a check crashed (named; the other findings are still written); "
+    "130 interrupted by Ctrl-C (one line on stderr)."
 )
 
 

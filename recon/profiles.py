@@ -77,6 +77,21 @@ class DeviceProfile:
     def has(self, feature: str) -> Optional[bool]:
         """Whether the device has ``feature`` (a FEATURES key); None where the profile does not say."""
         return self.features.get(feature)
+    # copy bandwidth measured on this device by recon's own benchmarks (the anchors), with where;
+    # every floor uses it where it exists, the datasheet figure otherwise (one number per device)
+    measured_bandwidth_tbs: Optional[float] = None
+    measured_bandwidth_source: str = ""
+
+    @property
+    def bandwidth_tbs(self) -> float:
+        """The bandwidth every floor divides by: measured where recon has a measurement, else the datasheet's."""
+        return self.measured_bandwidth_tbs or self.mem_bandwidth_tbs
+
+    @property
+    def bandwidth_basis(self) -> str:
+        if self.measured_bandwidth_tbs:
+            return f"measured copy bandwidth ({self.measured_bandwidth_source}; datasheet {self.mem_bandwidth_tbs} TB/s)"
+        return "datasheet peak (no measurement on this device)"
 
     @property
     def config_name(self) -> str:
@@ -98,6 +113,7 @@ class DeviceProfile:
             "cuda_version": list(self.cuda_version) if self.cuda_version else None,
             "rocm_version": list(self.rocm_version) if self.rocm_version else None,
             "bf16_tflops": self.bf16_tflops, "config_name": self.config_name,
+            "bandwidth_tbs": self.bandwidth_tbs, "bandwidth_basis": self.bandwidth_basis,
         }
 
 
@@ -276,6 +292,8 @@ def device_from_mapping(data: dict, where: str) -> DeviceProfile:
         notes=(f.get("notes", str, required=False, default="") or "").strip(),
         source=where,
         features=features,
+        measured_bandwidth_tbs=_measured_bw(f),
+        measured_bandwidth_source=f.get("measured_bandwidth_source", str, required=False, default="") or "",
     )
 
 
@@ -300,6 +318,13 @@ def _features(f: "_Fields", vendor: str) -> dict:
             f._bad(f"features.{k}", f"must be true or false, not {_short(v[k])}")
         out[k] = v[k]
     return out
+
+
+def _measured_bw(f) -> Optional[float]:
+    v = f.get("measured_bandwidth_tbs", float, required=False)
+    if v is not None and not 0 < v < 1e6:
+        f._bad("measured_bandwidth_tbs", f"must be a positive number below 1e6, not {v!r}")
+    return v
 
 
 # The largest each size may be: well beyond any released model (the largest known in 2026: 384

@@ -215,6 +215,8 @@ def launches(G: nx.MultiDiGraph, symbol: str, depth: int = 8, dynamic: bool = Fa
         for _, v, e in sorted(G.out_edges(u, data=True), key=lambda t: (t[1], t[2].get("line", 0))):
             if e["kind"] not in kinds or v in dist:
                 continue
+            if G.nodes[u].get("kind") == "triton_kernel" and e["kind"] != "launches":
+                continue  # a @triton.jit helper called from a kernel's body is inlined into it: no launch
             dist[v] = dist[u] + 1
             prev[v] = (u, e)
             if G.nodes[v].get("kind") in TARGET_KINDS:

@@ -75,7 +75,7 @@ def moe_roofline(model, device, batches: Optional[list[int]] = None) -> dict:
     """Per decode batch M: experts touched, bytes per layer and per step, floor time, and the bytes a
     slot kernel (one expert read per token-expert slot) moves instead."""
     eb = model_expert_bytes(model)
-    bw = device.mem_bandwidth_tbs * 1e12
+    bw = device.bandwidth_tbs * 1e12
     rows = []
     for m in sorted(set(batches or model.decode_batches)):
         uniq = unique_experts(m, model.top_k, model.num_experts)
@@ -93,7 +93,7 @@ def moe_roofline(model, device, batches: Optional[list[int]] = None) -> dict:
             "slot_reread_factor": round(slot_layer / layer_bytes, 2) if layer_bytes else None,
         })
     return {
-        "bandwidth_tbs": device.mem_bandwidth_tbs,
+        "bandwidth_tbs": device.bandwidth_tbs,
         "num_moe_layers": model.num_moe_layers,
         "expert_bytes": {"w13": eb.w13, "w13_scale": eb.w13_scale, "w2": eb.w2, "w2_scale": eb.w2_scale,
                          "w13_total": eb.w13_total, "w2_total": eb.w2_total, "total": eb.total},
@@ -133,18 +133,29 @@ def anchor_bandwidth_tbs(name: str) -> Optional[float]:
     return None
 
 
+def measuring_bandwidth(data: dict) -> float:
+    """The bandwidth of the device an anchor was measured on, as its profile gives it (the one number
+    every floor on that device uses); the anchor's own copy figure where no profile names the device."""
+    from .profiles import ProfileError, load_device
+
+    try:
+        return load_device(data.get("device") or "").bandwidth_tbs
+    except ProfileError:
+        return data.get("copy_bw_Bps", 0) / 1e12
+
+
 def slot_gap(model, device, anchor: str = "h200_slot_gemv_e8m0_scales.json") -> dict:
     """The slot kernel's measured time per MoE layer at this model's shape, scaled to ``device`` by
     bandwidth when the device is not the one measured; with its fraction of the floor."""
     rows = anchor_rows(model, anchor)
-    bw_meas = anchor_bandwidth_tbs(anchor)
-    if not rows or not bw_meas:
+    if not rows or not anchor_bandwidth_tbs(anchor):
         return {"anchor": anchor, "available": False, "rows": []}
-    measured_on = "NVIDIA H200"
+    measured_on = _anchor(anchor).get("device", "NVIDIA H200")
+    bw_meas = measuring_bandwidth({"device": measured_on, "copy_bw_Bps": anchor_bandwidth_tbs(anchor) * 1e12})
     same = device.name == measured_on
-    scale = 1.0 if same else bw_meas / device.mem_bandwidth_tbs
+    scale = 1.0 if same else bw_meas / device.bandwidth_tbs
     eb = model_expert_bytes(model)
-    bw = device.mem_bandwidth_tbs * 1e12
+    bw = device.bandwidth_tbs * 1e12
     out = []
     for r in rows:
         uniq = unique_experts(r["M"], model.top_k, model.num_experts)

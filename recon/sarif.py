@@ -60,6 +60,17 @@ def _jsonable(v):
     return str(v)
 
 
+def public_label(label: str) -> str:
+    """The target as a public upload may name it: a local directory by its last component only (an
+    absolute path names the user's machine layout; the SARIF is meant for code-scanning UIs)."""
+    import os
+
+    if label and (os.path.isabs(label) or label.startswith("~")):
+        head, sep, rest = label.partition(" ")  # "PATH @ REV" keeps its revision
+        return (os.path.basename(head.rstrip("/\\")) or "target") + (sep + rest if sep else "")
+    return label
+
+
 def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], tool_version: str, target_label: str,
              not_analyzed: Iterable[dict] = (), errors: Iterable[tuple[str, str]] = ()) -> dict:
     """A SARIF 2.1.0 log (a dict ready for ``json.dumps``) of ``findings`` from ``rules``.
@@ -67,6 +78,7 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], tool_version: s
     The run's one ``invocation`` carries a notification per file not analyzed
     (:mod:`recon.notanalyzed`) and per check that crashed, so a code-scanning UI shows what the
     results do not cover."""
+    target_label = public_label(target_label)
     rules = sorted(rules, key=lambda r: r.id)
     index = {r.id: i for i, r in enumerate(rules)}
     findings = sorted(findings, key=Finding.sort_key)

@@ -149,3 +149,30 @@ def test_3_recon_crashing_is_one_line_not_a_traceback(monkeypatch, capsys, tree)
 def test_every_help_states_the_table(args):
     r = cli(*args, "--help")
     assert r.exit_code == 0 and " ".join(EXIT_CODES_HELP.split()) in " ".join(r.output.split())
+
+
+def test_130_ctrl_c_is_one_line(monkeypatch, capsys, tree):
+    """Ctrl-C (SIGINT) mid-command: one line on stderr, exit 130 (the table's row)."""
+    import os
+    import signal
+
+    import recon.query
+
+    def interrupted(G, symbol):
+        os.kill(os.getpid(), signal.SIGINT)  # the signal itself, as a terminal sends it
+        raise AssertionError("the interrupt did not stop the command")
+
+    monkeypatch.setattr(recon.query, "where", interrupted)
+    assert run_cli(["query", "where", "helper", "--path", tree]) == 130
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if not x.startswith("target: ")]  # the usual preamble before the command ran
+    assert lines == ["interrupted (Ctrl-C): nothing more was written"]  # one line: no blank line, no "Aborted!"
+    assert "130" in EXIT_CODES_HELP
+
+
+def test_version_option_and_command():
+    from recon import __version__
+
+    for args in (["--version"], ["version"]):
+        r = cli(*args)
+        assert r.exit_code == 0 and r.output.strip() == f"recon {__version__}"

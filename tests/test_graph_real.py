@@ -96,6 +96,9 @@ def test_launches_from_moe_forward(tree_0513):
     assert SLOT in names
     slot = next(r for r in rows if r["symbol"].endswith(SLOT))
     assert "num_slots" in slot["grid"] or "grid" in slot["grid"]
+    # the slot kernel calls the @triton.jit helper _dequant_fp4_lut in its body: inlined, not a launch
+    assert "_dequant_fp4_lut" not in names
+    assert any(d.get("kind") == "triton_kernel" for n, d in tree_0513.graph.nodes(data=True) if n.endswith("._dequant_fp4_lut"))
 
 
 def test_ambiguous_symbol_lists_candidates(tree_0513):

@@ -80,3 +80,13 @@ def test_sarif_from_real_scan(tree_0513):
             pl = loc["physicalLocation"]
             lines = tree_0513.lines(pl["artifactLocation"]["uri"])
             assert 1 <= pl["region"]["startLine"] <= len(lines)
+
+
+def test_sarif_names_no_absolute_local_path():
+    """A public code-scanning upload must not carry the machine's directory layout."""
+    log = to_sarif(_findings(), [_rule("backend-selection", "warning"), _rule("arch-gate")], "0.1.0", "/home/someone/src/sglang @ abc123")
+    text = json.dumps(log)
+    assert "/home/someone" not in text
+    run = log["runs"][0]
+    assert run["originalUriBaseIds"]["SRCROOT"]["description"]["text"] == "sglang @ abc123"
+    assert to_sarif([], [], "0.1.0", "sglang==0.5.5")["runs"][0]["properties"]["target"] == "sglang==0.5.5"

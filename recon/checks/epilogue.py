@@ -306,7 +306,7 @@ def _epilogue(ctx: CheckContext, rule, path: str, summary: dict, fsum: dict, sit
     for l, v in per_line.items():
         if not v["ops"]:
             v["ops"] = ast_ops.get(l, [])
-    bw = getattr(ctx.device, "mem_bandwidth_tbs", None)
+    bw = getattr(ctx.device, "bandwidth_tbs", None)
     for row in per_batch:
         row["us_at_bandwidth"] = round(row["bytes"] / (bw * 1e12) * 1e6, 2) if bw and row["bytes"] else None
     b1, bl = per_batch[0], per_batch[-1]
@@ -469,7 +469,7 @@ def per_call_weight_conversion(ctx: CheckContext, rule) -> list[Finding]:
             by_file.setdefault(d["path"], set()).add(d.get("qualname") or d["name"])
     findings = []
     layers = getattr(ctx.model, "num_moe_layers", None) or getattr(ctx.model, "num_layers", None)
-    bw = getattr(ctx.device, "mem_bandwidth_tbs", None)
+    bw = getattr(ctx.device, "bandwidth_tbs", None)
     def conversions(path):  # content-only, kept per file digest
         facts = ctx.tree.index.facts(path)
         hits = []

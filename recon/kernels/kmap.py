@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..roofline import ELEMENT_BITS, moe_roofline
+from ..roofline import moe_roofline
 from ..runtime.values import EnumVal
 
 ORDER = ("embedding", "norm", "attention", "attention_module", "rotary", "dense_gemm", "moe", "communication", "logits", "sampling")
@@ -70,26 +70,19 @@ def _instances(kind: str, model, tp: int) -> tuple[int, str]:
 
 
 def _roofline(kind: str, model, device, m: int) -> Optional[dict]:
-    bw = device.mem_bandwidth_tbs * 1e12
+    """A layer kind's floor at M: the step budget's (recon.kernels.budget), memory and compute."""
+    from .budget import _dense, _moe, _point
+
     if kind == "dense_gemm" and model.dense_gemm_shapes:
-        bits = ELEMENT_BITS.get(model.dense_quant, 16)
-        blk = model.dense_block_shape
-        wbytes = flops = 0
-        for s in model.dense_gemm_shapes:
-            n, k = s[0], s[1]
-            wbytes += n * k * bits // 8 + ((n // blk[0]) * (k // blk[1]) * 4 if blk else 0)
-            flops += 2 * m * n * k
-        step_bytes, step_flops = wbytes * model.num_layers, flops * model.num_layers
-        return {"M": m, "bytes": step_bytes, "flops": step_flops, "floor_us": round(step_bytes / bw * 1e6, 1),
-                "basis": "every dense linear's weights (and block scales) read once per layer"}
+        p = _point(m, *_dense(model, m), device, "fp8" if model.dense_quant == "fp8" else "bf16")
+        return {**p, "basis": "every dense linear's weights (and block scales) read once per layer"}
     if kind == "moe" and model.num_experts:
-        r = moe_roofline(model, device, [m])["rows"][0]
-        flops = 2 * m * model.top_k * 3 * model.hidden_size * model.moe_intermediate_size * model.num_moe_layers
-        return {"M": m, "bytes": r["step_bytes"], "flops": flops, "floor_us": round(r["step_floor_ms"] * 1e3, 1),
-                "basis": f"{r['unique_experts']} experts touched per layer, each read once"}
+        p = _point(m, *_moe(model, m), device, "bf16")
+        uniq = round(moe_roofline(model, device, [m])["rows"][0]["unique_experts"], 2)
+        return {**p, "basis": f"{uniq} experts touched per layer, each read once"}
     if kind == "embedding":
-        b = m * model.hidden_size * 2
-        return {"M": m, "bytes": b, "flops": 0, "floor_us": round(b / bw * 1e6, 3), "basis": "one bf16 row gathered per token"}
+        p = _point(m, m * model.hidden_size * 2, 0, device, "bf16")
+        return {**p, "basis": "one bf16 row gathered per token"}
     return None
 
 
@@ -108,7 +101,7 @@ def attention_roofline(model, device, m: int, context: int) -> dict:
     win, swl = kv.get("sliding_window"), min(kv.get("sliding_window_layers") or 0, model.num_layers)
     tokens = (model.num_layers - swl) * context + swl * min(context, win or context)
     b = m * tokens * per
-    return {"M": m, "context": context, "bytes": b, "flops": None, "floor_us": round(b / (device.mem_bandwidth_tbs * 1e12) * 1e6, 1),
+    return {"M": m, "context": context, "bytes": b, "flops": None, "floor_us": round(b / (device.bandwidth_tbs * 1e12) * 1e6, 1),
             "basis": f"KV cache read once per layer at context {context} ({per} B per token and layer"
                      + (f"; {swl} layers read at most a {win}-token window" if swl and win else "") + ")"}
 
@@ -121,14 +114,26 @@ def _guarded(kind: str, fn, *args):
         return {"kind": kind, "note": "recon ran out of depth following this layer's code", "leaves": []}
 
 
+class MapInProgress(RuntimeError):
+    """The map of this context was asked for while it is being built: a rule the budget runs
+    (``missing-device-config`` reads the map's dense layer) gets no map rather than a second build."""
+
+
+_BUILDING: set = set()  # id() of the contexts whose map is being built in this process
+
+
 def build_map(ctx, prefill_m: Optional[int] = None) -> dict:
     import sys
 
+    if id(ctx) in _BUILDING:
+        raise MapInProgress("the kernel map of this scenario is being built")
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20000))
+    _BUILDING.add(id(ctx))
     try:
         return _build_map(ctx, prefill_m)
     finally:
+        _BUILDING.discard(id(ctx))
         sys.setrecursionlimit(old)
 
 
@@ -186,6 +191,9 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         if lay["kind"] == "attention":
             lay["roofline"] = [attention_roofline(ctx.model, ctx.device, mm, DEFAULT_CONTEXT) for mm in sorted({m, mmax})]
     layers.sort(key=lambda lay: ORDER.index(lay["kind"]) if lay["kind"] in ORDER else len(ORDER))
+    for lay in layers:
+        lay["tensor_cores"] = _tensor_cores(ctx, lay.get("ops", []))
+    from .pathcosts import path_costs
     out = {
         "target": ctx.tree.target.label, "version": ctx.tree.target.version,
         "device": ctx.device.name, "arch": ctx.device.sm, "model": ctx.model.name, "model_class": mcls,
@@ -196,6 +204,8 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         "layers": layers,
         "notes": sorted(set(view.notes) | set(step.world.notes.values())),
         "diagnostics": list(view.diagnostics),
+        # work beside the launches (per-call conversions, eager epilogues, tuned configs): budget rows
+        "path_costs": path_costs(ctx, layers),
     }
     if prefill_m:
         pre = _guarded("attention", attention, step, "EXTEND")
@@ -204,6 +214,21 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
                           "dense_gemm_roofline": _roofline("dense_gemm", ctx.model, ctx.device, prefill_m),
                           "moe_roofline": _roofline("moe", ctx.model, ctx.device, prefill_m)}
     return out
+
+
+def _tensor_cores(ctx, ops: list[dict]) -> Optional[bool]:
+    """Whether the layer's Triton kernels do their math on tensor cores (a ``tl.dot``/``tl.dot_scaled``
+    in the kernel's body); None when it launches no Triton kernel recon can read (a library op)."""
+    from ..runtime.kernelfacts import kernel_summary
+
+    got = []
+    for o in ops:
+        if o.get("kind") != "triton_kernel":
+            continue
+        s = kernel_summary(ctx, o["name"])
+        if s is not None:
+            got.append(bool(s.get("dots")))
+    return any(got) if got else None
 
 
 def _plain(v):
@@ -223,6 +248,8 @@ def map_for(ctx, prefill_m: Optional[int] = None, context: int = DEFAULT_CONTEXT
             lay["roofline"] = [attention_roofline(ctx.model, ctx.device, mm, context) for mm in ms]
     m["context"] = context
     _mark_will_run(ctx, m)
+    from .budget import step_budget
+    m["budget"] = step_budget(m, ctx.model, ctx.device, prefill_m)
     return m
 
 

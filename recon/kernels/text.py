@@ -151,6 +151,8 @@ def render_text(m: dict) -> str:
     out += [f"diagnostic: {d}" for d in m.get("diagnostics", [])]
     for s in m.get("startup", []):
         out.append(f"start-up: {s['global']} = {s['value']}  [set in {s['set_in']}, {_at(s['path'], s['line'])}]")
+    if m.get("budget"):
+        out += [""] + budget_lines(m["budget"])
     for lay in m["layers"]:
         out.append("")
         ps = lay.get("per_step", {})
@@ -224,3 +226,63 @@ def render_diff(a: dict, b: dict, rows: list[dict]) -> str:
         if x.get("launches") != y.get("launches"):
             out.append(f"  launches per step: {x.get('launches')} -> {y.get('launches')}")
     return "\n".join(out) + "\n"
+
+
+def _us(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.2f}"
+
+
+def budget_lines(b: dict) -> list[str]:
+    """The step budget as a table within 100 columns: one line of numbers per row, then what each row is."""
+    ms = b["M"]
+    bw = b["bandwidth"]
+    dec = b["decode_M"]
+
+    def cols(m, floor, time):
+        return f" {floor:>10} {time:>10}" if m in dec else f" {floor:>12}"
+
+    out = ["step budget, us per step (floor = max(bytes / bandwidth, FLOPs / tensor rate);",
+           "  time: m measured, p predicted; a row without one stands at its floor, at least)",
+           f"  bandwidth {bw['tbs']} TB/s: {bw['basis']}",
+           "  " + f"{'#':>2} {'work':<16} {'launch':>6} {'TC':>3}"
+           + "".join(cols(m, f"M={m} floor", "time") if m in dec else cols(m, f"M={m} floor", "") for m in ms) + f" {'share':>6}"]
+    tc = {True: "yes", False: "no", None: "-"}
+    for i, r in enumerate(b["rows"], 1):
+        cells = ""
+        for m, p in zip(ms, r["points"]):
+            t = r["time"].get(str(m))
+            cells += cols(m, _us(p["floor_us"]), (_us(t["us"]) + " " + t["how"][0]) if t else "")
+        sh = r["share"].get(str(ms[0]))
+        work = f"{r['kind']} {r['part']}" if r.get("part") and r["part"] != "kernels" else r["kind"]
+        out.append("  " + f"{i:>2} {work[:16]:<16} {str(r['launches_per_step'] or '-'):>6} {tc[r['tensor_cores']]:>3}" + cells
+                   + f" {(f'{100 * sh:.1f}%' if sh else '-'):>6}")
+    tot = "".join(cols(m, _us(b["total"][str(m)]["floor_us"]), _us(b["total"][str(m)]["today_us"])) for m in ms)
+    out.append("  " + f"{'':>2} {'step total':<16} {'':>6} {'':>3}" + tot)
+    out.append(f"  share: of the step's time at M={ms[0]}; TC: tensor cores")
+    rk = b.get("recon_kernel") or {}
+    if rk.get("supported"):
+        out.append(f"  recon's kernel (recon apply) may run paths {'/'.join(rk['paths'])} on {rk['arch']} ({rk['source']})")
+    elif rk:
+        out.append(f"  recon's kernel (recon apply) does not run on {rk.get('arch')}: {rk.get('why_not')}")
+    for i, r in enumerate(b["rows"], 1):
+        out.append(f"  {i:>2} {r['op']}")
+        if r.get("config"):
+            out.append(f"     config {r['config']}")
+        if r.get("at"):
+            out.append(f"     at {r['at']}")
+        if r.get("fix"):
+            out.append(f"     fix: {r['fix']}")
+        out += [f"     time from {s}" for s in sorted({t["source"] for t in r["time"].values() if t})]
+    return [w for x in out for w in _wrap(x)]
+
+
+def _wrap(line: str, width: int = 100) -> list[str]:
+    """One line as lines of at most ``width`` columns, continued under its own indent (paths stay whole)."""
+    import textwrap
+
+    if len(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [line]

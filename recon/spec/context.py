@@ -44,7 +44,8 @@ def _target(tree, reason: Optional[str]) -> dict:
     return {"label": t.label, "kind": t.kind, "version": t.version, "revision": t.revision, "reason": reason or t.reason}
 
 
-def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None, view=None) -> dict:
+def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None, view=None,
+                  budget: Optional[dict] = None) -> dict:
     """The one object the spec is made of (JSON as is; Markdown through the templates)."""
     G = tree.graph
     titles = {r.id: r.title for r in (rules or [])}
@@ -166,6 +167,10 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     tests = " ".join(g["test"] or "" for g in ctx["moe_path"]["gated_sites"])
     ctx["moe_path"]["gates"] = [g for g in ctx["gates"] if g["gate"] in tests] or [g for g in ctx["gates"] if g["gate"].startswith("is_sm")]
     ctx["reference_kernel"] = _reference_kernel(model, device, rl)
+    # the step budget of the kernel map (recon.kernels.budget): the same rows `recon kernels` prints
+    ctx["budget"] = budget
+    ctx["headline"] = _headline(budget)
+    ctx["budget_rows"] = _ranked_rows(budget)
     ctx["plan"] = _plan(ctx, model, device)
     ctx["not_found"] = _not_found(ctx)
     # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
@@ -185,6 +190,27 @@ def _will_it_run(findings, roles, titles) -> list[dict]:
              "at": _at(f.primary.path, f.primary.line) if f.primary else "", "op": f.data.get("op") or ", ".join(f.data.get("ops", [])),
              "test": f.data.get("test"), "step": f.data.get("step"), "layer": f.data.get("layer"), "avoid": list(f.data.get("avoid", []))}
             for f in rows]
+
+
+def _ranked_rows(budget: Optional[dict]) -> list[dict]:
+    """Every budget row, the ones with a share of the step first, largest first."""
+    if not budget:
+        return []
+    from ..kernels.budget import ranked
+
+    first = ranked(budget, budget["M"][0])
+    return first + [r for r in budget["rows"] if r not in first]
+
+
+def _headline(budget: Optional[dict]) -> list[dict]:
+    """The rows of the step budget by their share of the step at M=1, largest first."""
+    if not budget:
+        return []
+    from ..kernels.budget import ranked
+
+    m = budget["M"][0]
+    return [{"kind": r["kind"], "op": r["op"], "share": r["share"][str(m)], "time": r["time"].get(str(m)),
+             "floor_us": r["points"][0]["floor_us"], "M": m} for r in ranked(budget, m)]
 
 
 def _not_found(ctx: dict) -> list[str]:
@@ -237,7 +263,16 @@ def spec_of(ctx, rules=None, target_reason: Optional[str] = None) -> dict:
     rules = load_rules() if rules is None else rules
     res = run_scenario(ctx, rules)
     view = _view_of(res)
-    return build_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules, view)
+    return build_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules, view, _budget_of(res))
+
+
+def _budget_of(res) -> Optional[dict]:
+    """The step budget of the scenario's kernel map (cached like the map), as ``recon kernels`` shows it."""
+    ctx = res.context
+    if ctx is None:
+        return None
+    from ..kernels.kmap import map_for
+    return map_for(ctx)["budget"]
 
 
 def _view_of(res):

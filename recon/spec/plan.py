@@ -2,137 +2,15 @@
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import re
-from pathlib import Path
-from typing import Optional
 
 from .. import roofline
 from .common import TYPICAL_BATCH
 
 
-REFERENCE_RESULTS = "h200_grouped_reference_impl.json"  # bench/reference_impl/bench_moe.py's results (the one copy)
-
-
-SLOT_ANCHOR = "h200_slot_gemv_e8m0_scales.json"
-FLASHINFER_ANCHOR = "h200_flashinfer_cutlass_moe.json"  # FlashInfer's CUTLASS fused MoE beside reference_impl, one run  # the slot kernel with E8M0 scales, as the real path stores them
-REFERENCE_SOURCE = "recon/data/anchors/h200_grouped_reference_impl.json"
-
-
-ARCH_SOURCE = "reference_impl/arch.py"  # the per-architecture table, read as data (never imported: it needs torch)
-
-
-def _arch_table() -> Optional[dict]:
-    """reference_impl/arch.py's ``_TABLE`` (major -> the flags set on that row) and ``COMPILED`` (the
-    (major, minor) pairs the compile test compiles for), read from its AST; None when not installed."""
-    spec = importlib.util.find_spec("reference_impl")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "arch.py"
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return None
-    found: dict = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            found[node.targets[0].id] = node.value
-    try:
-        table = {}
-        for k, v in zip(found["_TABLE"].keys, found["_TABLE"].values):
-            if not (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "dict" and not v.args):
-                return None
-            table[ast.literal_eval(k)] = {kw.arg: ast.literal_eval(kw.value) for kw in v.keywords}
-        compiled = [tuple(c) for c in ast.literal_eval(found["COMPILED"])]
-    except (KeyError, ValueError, TypeError, AttributeError):
-        return None
-    return {"table": table, "compiled": compiled}
-
-
-def _arch_paths(device) -> dict:
-    """What reference_impl may run on this device's architecture, from arch.py's table: the config
-    paths (``dot``, ``mma``, ``wgmma``) and whether CI compiles that row (the compile test,
-    tests/reference_impl/test_gluon_compile.py, compiles every launched kernel for each of ``COMPILED``)."""
-    out = {"arch": device.sm, "source": ARCH_SOURCE, "supported": False, "paths": [], "compiled_in_ci": False, "compiled_as": None}
-    data = _arch_table() if device.vendor == "nvidia" else None
-    if data is None:
-        out["why_not"] = "not a CUDA GPU" if device.vendor != "nvidia" else f"{ARCH_SOURCE} not found beside recon"
-        return out
-    major, minor = device.compute_capability
-    row = data["table"].get(major)
-    if row is None or (major, minor) < (8, 0):
-        out["why_not"] = f"{ARCH_SOURCE} has no row for {device.sm}"
-        return out
-    row = dict(row)
-    if major == 9 and minor != 0:  # for_capability: wgmma (and the one-launch kernel) are sm_90a only
-        row["wgmma"] = row["fused"] = False
-    out["supported"] = True
-    out["paths"] = ["dot"] + [p for p in ("mma", "wgmma") if row.get(p)]
-    # minor versions share their major's row: the row is compiled as (major, 0) where not exactly
-    hit = next((c for c in data["compiled"] if c == (major, minor)), None) or next((c for c in data["compiled"] if c == (major, 0)), None)
-    out["compiled_in_ci"] = hit is not None
-    out["compiled_as"] = f"sm_{hit[0]}{hit[1]}" if hit else None
-    return out
-
-
-def _on_device(model, device, rl: dict, data: dict, rows: list) -> dict:
-    """The kernel on this device: measured where the anchor was measured; elsewhere a prediction per M:
-    the path this architecture runs there (the H200's measured path where arch.py allows it), and the
-    device's floor (the model's MoE bytes per step / the profile's bandwidth) divided by that path's
-    measured H200 fraction of the roofline."""
-    arch = _arch_paths(device)
-    if device.name == data.get("device"):
-        return {**arch, "measured": True, "device": device.name, "rows": []}
-    floors = {r["M"]: r for r in rl["rows"]}
-    bw = rl["bandwidth_tbs"] * 1e12
-    out = []
-    for r in sorted(rows, key=lambda r: r["M"]):
-        f = floors.get(r["M"])
-        if f is None:
-            continue
-        h200_path = (r.get("config") or {}).get("path", "dot")
-        row = {"M": r["M"], "h200_path": h200_path, "step_bytes": f["step_bytes"], "layer_bytes": f["layer_bytes"]}
-        if not arch["supported"]:
-            row.update(path=None, why_not=arch["why_not"])
-        elif h200_path in arch["paths"]:
-            eff = r["frac_roofline"]
-            row.update(path=h200_path, prediction=True, h200_efficiency=round(eff, 4), h200_pct_roofline=round(100 * eff, 1),
-                       floor_step_ms=round(f["step_bytes"] / bw * 1e3, 4),
-                       predicted_step_ms=round(f["step_bytes"] / bw * 1e3 / eff, 4),
-                       predicted_layer_ms=round(f["layer_bytes"] / bw * 1e3 / eff, 4))
-        else:
-            fallback = "dot"  # every architecture's row has the tl.dot kernels; they take what it cannot run
-            row.update(path=fallback, why_not=(f"the H200 ran `{h200_path}` here, which {device.sm} cannot run; "
-                                               f"the `{fallback}` path it would run instead has no H200 measurement at this shape in the anchor"))
-        out.append(row)
-    return {**arch, "measured": False, "device": device.name, "rows": out,
-            "efficiency_from": f"measured on {data.get('device')} with its tuned configs, `{REFERENCE_SOURCE}`; this device has no tuned file and gets the heuristic defaults",
-            "bandwidth_tbs": rl["bandwidth_tbs"]}
-
-
-
-def _reference_kernel(model, device, rl: dict) -> dict:
-    """recon's grouped kernel (reference_impl/) as measured on the H200, and scaled to this device."""
-    try:
-        data = roofline._anchor(REFERENCE_RESULTS)
-    except (OSError, ValueError):
-        return {"available": False}
-    rows = [r for r in data.get("rows", []) if (r.get("E"), r.get("H"), r.get("I"), r.get("topk")) == (model.num_experts, model.hidden_size, model.moe_intermediate_size, model.top_k)]
-    bw_meas = data.get("copy_bw_Bps", 0) / 1e12
-    floors = {r["M"]: r for r in rl["rows"]}
-    out = []
-    for r in sorted(rows, key=lambda r: r["M"]):
-        row = {"M": r["M"], "ms": round(r["ms"], 4), "roofline_ms": round(r["roofline_ms"], 4), "pct_roofline": round(100 * r["frac_roofline"], 1),
-               "slot_ms": round(r["slot_ms"], 3) if r.get("slot_ms") else None, "x_slot": round(r["x_slot"], 1) if r.get("x_slot") else None}
-        if r["M"] in floors and device.name != data.get("device"):
-            # same fraction of the floor on this device: an estimate, not a measurement
-            row["est_device_ms"] = round(floors[r["M"]]["layer_floor_ms"] / r["frac_roofline"], 4)
-        out.append(row)
-    decode = [r["pct_roofline"] for r in out if r["M"] <= 64]
-    return {"available": bool(out), "device": data.get("device"), "copy_bw_tbs": round(bw_meas, 2), "timing": data.get("timing"), "rows": out,
-            "decode_pct": (min(decode), max(decode)) if decode else None, "source": f"{REFERENCE_SOURCE} (bench/reference_impl/bench_moe.py)",
-            "on_device": _on_device(model, device, rl, data, rows) if out else None}
+from ..refkernel import (  # noqa: F401 - the spec package's names for them
+    ARCH_SOURCE, FLASHINFER_ANCHOR, REFERENCE_RESULTS, REFERENCE_SOURCE, SLOT_ANCHOR, _arch_paths, _arch_table,
+    _measuring_bandwidth, _on_device, _reference_kernel)
 
 
 def _prediction_text(od: dict, device) -> str:
@@ -165,7 +43,7 @@ def _flashinfer_peer(model, device) -> dict:
     if not shape:
         return {}
     tuned = {p["M"]: p for p in shape.get("autotuned_points", [])}
-    scale = 1.0 if device.name == data.get("device") else (data["copy_bw_Bps"] / 1e12) / device.mem_bandwidth_tbs
+    scale = 1.0 if device.name == data.get("device") else _measuring_bandwidth(data) / device.bandwidth_tbs
     rows = []
     for p in sorted(shape.get("points", []), key=lambda p: p["M"]):
         t = tuned.get(p["M"])
@@ -232,11 +110,81 @@ def _plan(ctx: dict, model, device) -> list[dict]:
     plan = [best, medium, cheap]
     gop = ctx["moe_path"].get("grouped_op")
     if gop and not slot_found:
-        return _plan_for_grouped(ctx, gop, model, device, rl, medium)
+        return _by_share(_plan_for_grouped(ctx, gop, model, device, rl, medium), ctx, model)
     if not slot_found:
         for p in plan:
             p["note"] = "no slot kernel on this device's MoE path in this tree: compare with the path that runs before acting"
-    return plan
+    for p, addresses in zip(plan, ("moe", "moe", None)):
+        p["addresses"] = addresses
+    return _by_share(plan + _budget_items(ctx), ctx, model)
+
+
+def _today(row: dict, m: str):
+    t = row["time"].get(m)
+    return t["us"] if t else next(p["floor_us"] for p in row["points"] if str(p["M"]) == m)
+
+
+def _budget_items(ctx: dict) -> list[dict]:
+    """Fixes the step budget names beside the kernel rewrites: a per-call conversion done once at load,
+    an untuned config tuned for this device."""
+    b = ctx.get("budget")
+    out = []
+    for r in (b or {}).get("rows", []):
+        if r.get("fix") and "process_weights_after_loading" in r["fix"]:
+            out.append({"tier": "cheapest", "title": "Convert the MXFP4 scales once at load, in process_weights_after_loading",
+                        "what": [f"the slot path runs {r['op']} on every call ({r['launches_per_step']} conversions a step)",
+                                 "do the conversion once in the quant method's process_weights_after_loading and store the "
+                                 "float32 scales on the layer (4x the scale bytes in memory), so the forward only reads them"],
+                        "where": r.get("at", ""), "ships": False, "addresses": "conversion",
+                        "expected": "removes the conversion row of the step budget; the slot GEMVs are unchanged"})
+        if r["kind"] == "dense_gemm" and (r.get("config") or "").startswith("default"):
+            d = next(iter(ctx.get("dense_fp8") or []), None)
+            out.append({"tier": "cheapest", "title": f"Tune the dense FP8 GEMM configs for {ctx['device']['short']}",
+                        "what": [f"the dense GEMMs run {r['op']} with the {r['config']}",
+                                 "run SGLang's tuning script (section 4) on this device and add the config files"],
+                        "where": (d or {}).get("template_at", ""), "ships": False, "addresses": "dense_gemm",
+                        "expected": "no anchor for the dense GEMMs: the gain is unmeasured (the floor is in the budget)"})
+    return out
+
+
+def _saves(p: dict, ctx: dict, model, m: str):
+    """What a plan item takes off the step at M (us), from the step budget; None where unmeasured."""
+    b = ctx.get("budget")
+    if not b:
+        return None
+    moe = [r for r in b["rows"] if r["kind"] == "moe"]
+    if p.get("addresses") == "conversion":
+        r = next((r for r in moe if r.get("fix")), None)
+        return r["time"][m]["us"] if r and r["time"].get(m) else None
+    if p.get("addresses") != "moe" or not moe or not any(r["time"].get(m) for r in moe):
+        return None
+    today = sum(_today(r, m) for r in moe)
+    if p["tier"] == "best":
+        return today - moe[0]["points"][0]["floor_us"]
+    ref = ctx.get("reference_kernel") or {}
+    od = ref.get("on_device") or {}
+    if od.get("measured"):
+        got = next((r["ms"] * model.num_moe_layers * 1e3 for r in ref.get("rows", []) if str(r["M"]) == m), None)
+    else:
+        got = next((r["predicted_step_ms"] * 1e3 for r in od.get("rows", []) if str(r["M"]) == m and r.get("prediction")), None)
+    return today - got if got is not None else None
+
+
+def _by_share(plan: list[dict], ctx: dict, model) -> list[dict]:
+    """The plan ranked by the share of the step each item takes off at the smallest decode M (the step
+    budget's total); items without a measurement or prediction keep their order, after the others."""
+    b = ctx.get("budget")
+    if not b:
+        return plan
+    m = str(b["M"][0])
+    total = b["total"][m]["today_us"]
+    for p in plan:
+        s = _saves(p, ctx, model, m)
+        p["saves_us"] = round(s, 1) if s is not None else None
+        p["step_share"] = round(s / total, 4) if s is not None and total else None
+        p["step_M"] = int(m)
+    order = sorted(range(len(plan)), key=lambda i: (plan[i]["saves_us"] is None, -(plan[i]["saves_us"] or 0), i))
+    return [plan[i] for i in order]
 
 
 def _plan_for_grouped(ctx: dict, gop: dict, model, device, rl: dict, medium: dict) -> list[dict]:

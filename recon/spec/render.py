@@ -30,6 +30,7 @@ def render_markdown(ctx: dict, templates_dir: Optional[Path] = None) -> str:
         raise ReconError(f"spec template not found: {d / 'spec.md.j2'}")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(d)), undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters["mb"] = lambda b: f"{b / 1e6:,.2f} MB" if b is not None else "?"
+    env.filters["us"] = lambda x: "—" if x is None else f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
     env.filters["ms"] = lambda x: "?" if x is None else (f"{x:.4f}" if x < 0.1 else f"{x:.3f}" if x < 10 else f"{x:.1f}")
     # Every value reaches the text through `finalize`: as Markdown text that forms no link, image,
     # code span or table cell (recon.safetext.md_text). A code span is the `code` filter (`code_cell`
