@@ -653,6 +653,8 @@ def kernels(
     diff: Optional[str] = typer.Option(None, "--diff", metavar="VERSION", help="Compare with the map of another released SGLang version (same device, model, flags): what changes per layer."),
     diff_device: Optional[str] = typer.Option(None, "--diff-device", metavar="GPU", help="Compare with the map on another device (same tree, model, flags)."),
     diff_server_args: Optional[str] = typer.Option(None, "--diff-server-args", metavar="FLAGS", help="Compare with the map under other server flags (same tree, device, model)."),
+    diff_path: Optional[Path] = typer.Option(None, "--diff-path", metavar="DIR", help="Compare with the map of another SGLang tree on disk (same device, model, flags): what a patch, such as `recon apply`'s, changes per layer."),
+    diff_rev: Optional[str] = typer.Option(None, "--diff-rev", metavar="REV", help="Compare with the map at another git revision of the --path checkout (e.g. the branch `recon apply` started from)."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
 ) -> None:
     """Every layer kind's kernel for one decode step on a device, for a model and server flags: the code path that runs (file:line per hop), the gates, flags and environment defaults that chose it, CUDA-graph capture, launches per step and the roofline floor."""
@@ -665,8 +667,15 @@ def kernels(
         with phase("kernel map"):
             kmap = sc.kernel_map(prefill_m, context)
         other = None
-        if diff or diff_device or diff_server_args:
-            tree2 = (lambda: load_target(None, None, diff, quiet=fmt == KernelsFmt.json)) if diff else sc.tree
+        if sum(x is not None for x in (diff, diff_path, diff_rev)) > 1:
+            raise ReconError("--diff, --diff-path and --diff-rev name the other tree: give one of them", 2)
+        if diff_rev is not None and path is None:
+            raise ReconError("--diff-rev needs --path: the revision is of that checkout", 2)
+        if diff or diff_path is not None or diff_rev is not None or diff_device or diff_server_args:
+            q = fmt == KernelsFmt.json
+            tree2 = ((lambda: load_target(None, None, diff, quiet=q)) if diff else
+                     (lambda: load_target(diff_path, None, None, quiet=q)) if diff_path is not None else
+                     (lambda: load_target(path, diff_rev, None, quiet=q)) if diff_rev is not None else sc.tree)
             sc2 = _scenario(tree2, diff_device or device, model, diff_server_args if diff_server_args is not None else server_args, env)
             with phase("kernel map (other)"):
                 other = sc2.kernel_map(prefill_m, context)

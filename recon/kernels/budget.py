@@ -144,6 +144,17 @@ def _moe_rows(lay: dict, model, device, ms: list[int], costs: dict) -> list[dict
         pts = [_point(m, (pb[m] if m in pb else pb[top] * m / top) * L, 0, device, "bf16") for m in ms]
         rows.append(_row("moe", f"eager epilogue ({', '.join(epi['ops'])})", epi["launches"] * L, pts, part="epilogue", tensor_cores=False,
                          at=f"{epi['path']}:{epi['line']}"))
+    rk = lay.get("recon_kernel")
+    if rk:
+        # recon's grouped kernel, put on this path by `recon apply`: its own measurement, not the slot
+        # kernel's (the slot anchors time a kernel that no longer runs here)
+        from ..refkernel import layer_times
+
+        main["recon_kernel"] = rk
+        for m, t in layer_times(model, device, ms).items():
+            main["time"][str(m)] = {"us": round(t["ms"] * L * 1e3, 1), "how": t["how"], "source": t["source"],
+                                    **({"path": t["path"]} if t.get("path") else {})}
+        return rows
     for m in ms:
         if d8 and e8.get(m) is not None:
             if conv and d32 and f32.get(m) is not None:

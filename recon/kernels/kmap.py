@@ -167,6 +167,9 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         lay = moe(view)
         if lay:
             lay["env_read"] = list(view.notes)
+            # recon's own grouped kernel, where `recon apply` put it on this path (its files' header)
+            from ..refkernel import applied_in
+            lay["recon_kernel"] = applied_in(ctx.tree, lay["leaves"])
             layers.append(lay)
     tp = st.get("tp_size")
     tp = tp if isinstance(tp, int) else 1
@@ -299,6 +302,9 @@ def diff_maps(a: dict, b: dict) -> list[dict]:
         if sa == sb:
             continue
         row = {"kind": kind, "before": sa, "after": sb}
+        ta, tb = _kind_time(a, kind), _kind_time(b, kind)
+        if ta or tb:
+            row["time_us"] = {"before": ta, "after": tb}  # the step budget's rows of this kind, summed
         if sa and sb:
             row["ops_removed"] = sorted(set(sa["ops"]) - set(sb["ops"]))
             row["ops_added"] = sorted(set(sb["ops"]) - set(sa["ops"]))
@@ -306,3 +312,35 @@ def diff_maps(a: dict, b: dict) -> list[dict]:
             row["unnamed"] = [side for side, sig in (("before", sa), ("after", sb)) if not sig["ops"]]
         out.append(row)
     return out
+
+
+def _kind_time(m: dict, kind: str) -> Optional[dict]:
+    """{M: {"us", "how"}} of the step budget's rows of ``kind`` at the decode batches: measured or
+    predicted where every row of the kind is timed, else the floor ("floor": at least)."""
+    b = m.get("budget")
+    if not b:
+        return None
+    rows = [r for r in b["rows"] if r["kind"] == kind]
+    if not rows:
+        return None
+    out = {}
+    for i, mm in enumerate(b["M"]):
+        if mm not in b["decode_M"]:
+            continue
+        times = [r["time"].get(str(mm)) for r in rows]
+        if all(times):
+            hows = sorted({t["how"] for t in times})
+            out[str(mm)] = {"us": round(sum(t["us"] for t in times), 1), "how": "/".join(hows)}
+        else:
+            fl = [r["points"][i]["floor_us"] for r in rows]
+            if all(f is not None for f in fl):
+                out[str(mm)] = {"us": round(sum(fl), 1), "how": "floor"}
+    return out or None
+
+
+def budget_totals(m: dict) -> Optional[dict]:
+    """{M: today's step total in us} at the decode batches of the map's budget."""
+    b = m.get("budget")
+    if not b:
+        return None
+    return {k: v["today_us"] for k, v in b["total"].items() if v["M"] in b["decode_M"]}

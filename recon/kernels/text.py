@@ -225,7 +225,26 @@ def render_diff(a: dict, b: dict, rows: list[dict]) -> str:
             out.append(f"  + {o}")
         if x.get("launches") != y.get("launches"):
             out.append(f"  launches per step: {x.get('launches')} -> {y.get('launches')}")
+        tu = r.get("time_us") or {}
+        for mm in sorted({*(tu.get("before") or {}), *(tu.get("after") or {})}, key=int):
+            p, q = (tu.get("before") or {}).get(mm), (tu.get("after") or {}).get(mm)
+            out.append(f"  time per step at M={mm}: {_timed(p)} -> {_timed(q)}")
+    from .kmap import budget_totals
+
+    ta, tb = budget_totals(a) or {}, budget_totals(b) or {}
+    for mm in sorted(set(ta) & set(tb), key=int):
+        if ta[mm] != tb[mm]:
+            out.append("")
+            out.append(f"step total at M={mm}: {_us(ta[mm])} us -> {_us(tb[mm])} us ({tb[mm] / ta[mm]:.2f}x)" if ta[mm] else
+                       f"step total at M={mm}: {_us(ta[mm])} us -> {_us(tb[mm])} us")
     return "\n".join(out) + "\n"
+
+
+def _timed(t) -> str:
+    """A budget time as the diff prints it: its microseconds and how they were had."""
+    if not t:
+        return "-"
+    return f"{'>= ' if t['how'] == 'floor' else ''}{_us(t['us'])} us ({t['how']})"
 
 
 def _us(x) -> str:
