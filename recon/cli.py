@@ -663,14 +663,14 @@ def kernels(
     from .progress import phase
 
     try:
+        if sum(x is not None for x in (diff, diff_path, diff_rev)) > 1:
+            raise ReconError("--diff, --diff-path and --diff-rev name the other tree: give one of them")
+        if diff_rev is not None and path is None:
+            raise ReconError("--diff-rev needs --path: the revision is of that checkout")
         sc = _scenario(lambda: load_target(path, rev, sglang, quiet=fmt == KernelsFmt.json), device, model, server_args, env)
         with phase("kernel map"):
             kmap = sc.kernel_map(prefill_m, context)
         other = None
-        if sum(x is not None for x in (diff, diff_path, diff_rev)) > 1:
-            raise ReconError("--diff, --diff-path and --diff-rev name the other tree: give one of them", 2)
-        if diff_rev is not None and path is None:
-            raise ReconError("--diff-rev needs --path: the revision is of that checkout", 2)
         if diff or diff_path is not None or diff_rev is not None or diff_device or diff_server_args:
             q = fmt == KernelsFmt.json
             tree2 = ((lambda: load_target(None, None, diff, quiet=q)) if diff else
@@ -682,6 +682,8 @@ def kernels(
     except ReconError as e:
         _fail(e)
     if other is not None:
+        if diff_path is not None or diff_rev is not None:
+            kmap, other = other, kmap  # the tree named by --diff-path/--diff-rev is the baseline: it -> this one
         rows = diff_maps(kmap, other)
         if fmt == KernelsFmt.json:
             doc = {"before": {"target": kmap["target"], "device": kmap["device"], "flags": kmap["flags"]},

@@ -70,7 +70,7 @@ def layer_times(model, device, ms) -> dict:
     for r in od["rows"]:
         if r["M"] in ms and r.get("predicted_layer_ms") is not None:
             out[r["M"]] = {"ms": r["predicted_layer_ms"], "how": "predicted", "path": r["path"],
-                           "source": f"{REFERENCE_SOURCE} ({ref['device']}, the `{r['path']}` path's fraction of the floor there)"}
+                           "source": f"{REFERENCE_SOURCE} ({ref['device']}, the {r['path']} path's fraction of the floor there)"}
     return out
 
 

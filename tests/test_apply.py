@@ -362,3 +362,50 @@ def test_dirty_tree_refused_before_any_analysis(checkout, monkeypatch):
 def test_revert_with_nothing_applied_has_nothing_to_do(checkout):
     res = cli("--path", checkout, "--revert")
     assert res.exit_code == 1 and "nothing to revert" in res.output
+
+
+def test_the_loop_closes_map_diff_and_spec_see_recons_kernel_after_apply(checkout):
+    """After `recon apply`, the map, its budget and the spec name recon's grouped kernel as what runs
+    (read from the files' own header) with its predicted time on the RTX PRO 6000, and
+    `--diff-rev main` shows the per-layer change the patch made: the slot GEMV out, the grouped
+    kernels in, the MoE time per step down."""
+    import json
+
+    assert cli("--path", checkout, "--device", "rtx-pro-6000").exit_code == 0
+    args = ["--path", str(checkout), "--device", "rtx-pro-6000", "--format", "json"]
+    res = runner.invoke(app, ["kernels", *args])
+    assert res.exit_code == 0, res.output
+    km = json.loads(res.stdout)
+    moe = next(lay for lay in km["layers"] if lay["kind"] == "moe")
+    assert moe["recon_kernel"] and moe["recon_kernel"]["recon"]
+    assert {"gemm1_swiglu_kernel", "gemm2_combine_kernel"} <= {k["kernel"] for k in moe["recon_kernel"]["kernels"]}
+    row = next(r for r in km["budget"]["rows"] if r.get("recon_kernel"))
+    t1 = row["time"]["1"]
+    # not the H200: predicted from the H200 measurement, for the path sm_120's row of the table allows
+    assert t1["how"] == "predicted" and t1["path"] == "mma" and "h200_grouped_reference_impl" in t1["source"]
+    floor1 = row["points"][0]["floor_us"]
+    assert floor1 < t1["us"] < 10 * floor1
+
+    res = runner.invoke(app, ["kernels", *args, "--diff-rev", "main"])
+    assert res.exit_code == 0, res.output
+    change = next(c for c in json.loads(res.stdout)["changes"] if c["kind"] == "moe")
+    assert change["recon_kernel"]["before"] is None and change["recon_kernel"]["after"]
+    assert "_mxfp4_slot_gemv_kernel" in change["ops_removed"] and "gemm1_swiglu_kernel" in change["ops_added"]
+    assert change["time_us"]["after"]["1"]["us"] < change["time_us"]["before"]["1"]["us"]
+
+    res = runner.invoke(app, ["spec", "--path", str(checkout), "--device", "rtx-pro-6000", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    spec = json.loads(res.stdout)
+    rk = spec["moe_path"]["recon_kernel"]
+    assert rk and "gemm1_swiglu_kernel" in rk["kernels"]
+    assert rk["times"]["1"]["how"] == "predicted" and abs(rk["times"]["1"]["step_ms"] - t1["us"] / 1e3) < 1e-3
+    assert not any("per-slot CUDA-core" in n for n in spec["not_found"])
+    # one number: the spec's budget row is the map's
+    assert next(r for r in spec["budget"]["rows"] if r.get("recon_kernel"))["time"]["1"]["us"] == t1["us"]
+
+
+def test_diff_options_name_one_other_tree(tmp_path):
+    res = runner.invoke(app, ["kernels", "--path", str(tmp_path), "--diff-rev", "main", "--diff", "0.5.5"])
+    assert res.exit_code == 2 and "give one of them" in res.output
+    res = runner.invoke(app, ["kernels", "--sglang", "0.5.5", "--diff-rev", "main"])
+    assert res.exit_code == 2 and "--diff-rev needs --path" in res.output

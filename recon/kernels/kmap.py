@@ -302,6 +302,9 @@ def diff_maps(a: dict, b: dict) -> list[dict]:
         if sa == sb:
             continue
         row = {"kind": kind, "before": sa, "after": sb}
+        rka, rkb = (ka.get(kind) or {}).get("recon_kernel"), (kb.get(kind) or {}).get("recon_kernel")
+        if rka or rkb:  # recon's own kernel on one side: what `recon apply` changed
+            row["recon_kernel"] = {"before": rka, "after": rkb}
         ta, tb = _kind_time(a, kind), _kind_time(b, kind)
         if ta or tb:
             row["time_us"] = {"before": ta, "after": tb}  # the step budget's rows of this kind, summed
@@ -328,13 +331,13 @@ def _kind_time(m: dict, kind: str) -> Optional[dict]:
         if mm not in b["decode_M"]:
             continue
         times = [r["time"].get(str(mm)) for r in rows]
-        if all(times):
-            hows = sorted({t["how"] for t in times})
-            out[str(mm)] = {"us": round(sum(t["us"] for t in times), 1), "how": "/".join(hows)}
-        else:
-            fl = [r["points"][i]["floor_us"] for r in rows]
-            if all(f is not None for f in fl):
-                out[str(mm)] = {"us": round(sum(fl), 1), "how": "floor"}
+        fl = [r["points"][i]["floor_us"] for r in rows]
+        if any(t is None and f is None for t, f in zip(times, fl)):
+            continue  # a row recon cannot size: no sum
+        hows = sorted({t["how"] for t in times if t})
+        out[str(mm)] = {"us": round(sum(t["us"] if t else f for t, f in zip(times, fl)), 1),
+                        # a row without a time counts its floor: the sum is then "at least"
+                        "how": "/".join(hows) + (" + floor" if hows and not all(times) else "") if hows else "floor"}
     return out or None
 
 

@@ -63,6 +63,10 @@ def _head(lay: dict) -> list[str]:
                f"quant method {lay.get('quant_method')!r}: {_short(lay.get('config_class'))} -> {_short(lay.get('method'))}"]
         for a in lay.get("alternatives", [])[:3]:
             out.append(f"  or {_short(a.get('method'))} if " + "; ".join(x["test"][:90] for x in a["assumptions"]))
+        rk = lay.get("recon_kernel")
+        if rk:
+            out.append(f"recon's grouped MXFP4 kernel runs here (written by recon apply, recon {rk['recon']}): "
+                       + ", ".join(k["kernel"] for k in rk["kernels"][:4]) + (" ..." if len(rk["kernels"]) > 4 else ""))
         return out
     if k == "communication":
         out = [f"tp_size {lay.get('tp_size')}"]
@@ -223,6 +227,9 @@ def render_diff(a: dict, b: dict, rows: list[dict]) -> str:
             out.append(f"  - {o}")
         for o in r.get("ops_added", []):
             out.append(f"  + {o}")
+        for side, rk in (("before", (r.get("recon_kernel") or {}).get("before")), ("after", (r.get("recon_kernel") or {}).get("after"))):
+            if rk:
+                out.append(f"  {side}: recon's grouped MXFP4 kernel (written by recon apply, recon {rk['recon']})")
         if x.get("launches") != y.get("launches"):
             out.append(f"  launches per step: {x.get('launches')} -> {y.get('launches')}")
         tu = r.get("time_us") or {}
@@ -232,11 +239,12 @@ def render_diff(a: dict, b: dict, rows: list[dict]) -> str:
     from .kmap import budget_totals
 
     ta, tb = budget_totals(a) or {}, budget_totals(b) or {}
-    for mm in sorted(set(ta) & set(tb), key=int):
-        if ta[mm] != tb[mm]:
-            out.append("")
-            out.append(f"step total at M={mm}: {_us(ta[mm])} us -> {_us(tb[mm])} us ({tb[mm] / ta[mm]:.2f}x)" if ta[mm] else
-                       f"step total at M={mm}: {_us(ta[mm])} us -> {_us(tb[mm])} us")
+    changed = [mm for mm in sorted(set(ta) & set(tb), key=int) if ta[mm] != tb[mm]]
+    if changed:
+        out.append("")
+    for mm in changed:
+        ratio = f" ({tb[mm] / ta[mm]:.2f}x)" if ta[mm] else ""
+        out.append(f"step total at M={mm}: {_us(ta[mm])} us -> {_us(tb[mm])} us{ratio}")
     return "\n".join(out) + "\n"
 
 
@@ -244,7 +252,7 @@ def _timed(t) -> str:
     """A budget time as the diff prints it: its microseconds and how they were had."""
     if not t:
         return "-"
-    return f"{'>= ' if t['how'] == 'floor' else ''}{_us(t['us'])} us ({t['how']})"
+    return f"{'>= ' if 'floor' in t['how'] else ''}{_us(t['us'])} us ({t['how']})"
 
 
 def _us(x) -> str:

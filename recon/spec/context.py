@@ -169,6 +169,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     ctx["reference_kernel"] = _reference_kernel(model, device, rl)
     # the step budget of the kernel map (recon.kernels.budget): the same rows `recon kernels` prints
     ctx["budget"] = budget
+    ctx["moe_path"]["recon_kernel"] = _recon_kernel(budget, summary, model, device)
     ctx["headline"] = _headline(budget)
     ctx["budget_rows"] = _ranked_rows(budget)
     ctx["plan"] = _plan(ctx, model, device)
@@ -213,6 +214,27 @@ def _headline(budget: Optional[dict]) -> list[dict]:
              "floor_us": r["points"][0]["floor_us"], "M": m} for r in ranked(budget, m)]
 
 
+def _recon_kernel(budget: Optional[dict], summary: dict, model, device) -> Optional[dict]:
+    """recon's grouped kernel where `recon apply` put it on the MoE path (the map's MoE layer says so
+    from the files' header): its kernels and its time per step at the summary's batches, measured or
+    predicted as the step budget takes it, against the floor."""
+    row = next((r for r in (budget or {}).get("rows", []) if r.get("recon_kernel")), None)
+    if row is None:
+        return None
+    from ..refkernel import layer_times
+
+    out = {"recon": row["recon_kernel"]["recon"], "kernels": [k for k in row["op"].split(", ") if k], "times": {}}  # the ones on the path
+    bs = [summary["batch1"], summary["typical"]]
+    times = layer_times(model, device, [b["M"] for b in bs])
+    for b in bs:
+        t = times.get(b["M"])
+        if t:
+            step_ms = t["ms"] * model.num_moe_layers
+            out["times"][str(b["M"])] = {"step_ms": round(step_ms, 4), "how": t["how"], "path": t.get("path"), "source": t["source"],
+                                         "x_floor": round(step_ms / b["floor_ms"], 2) if b["floor_ms"] else None}
+    return out
+
+
 def _not_found(ctx: dict) -> list[str]:
     """What the spec looked for and did not find, said plainly rather than left out."""
     out = []
@@ -233,7 +255,7 @@ def _not_found(ctx: dict) -> list[str]:
         out.append("no MoE dispatch chain (capture site -> model forward -> quant method -> kernel)")
     if mp["quant_method"] and not mp["backend"]:
         out.append("no backend selection (a string attribute set in one method and compared in another) on the MoE quant method")
-    if not mp["slot_kernel"]:
+    if not mp["slot_kernel"] and not mp.get("recon_kernel"):
         out.append("no per-slot CUDA-core MoE kernel (tl.sum reduction, one row per program) on the MoE path")
     if not mp["weights"]["found"]:
         out.append("no create_weights on the MoE quant method, so weight shapes are from the model profile only")
