@@ -296,55 +296,54 @@ def family_gate(ctx, rule) -> list[Finding]:
     mine = _design(dev)
     out: list[Finding] = []
     for path in sorted(ops_by_file):
-        if True:
-            f = ctx.tree.index.facts(path)
-            if f is None or f.error or not f.module:
-                continue
-            mod_ast = None
-            for b in f.branches:
-                if len(out) >= params.max_sites:
-                    return out
-                if mod_ast is None:
-                    try:
-                        mod_ast = ast.parse(ctx.tree.read_text(path))
-                    except (SyntaxError, ValueError):
-                        break
-                fn = _enclosing(mod_ast, b.line)
-                env = _local_probes(fn) if fn is not None else {}
+        f = ctx.tree.index.facts(path)
+        if f is None or f.error or not f.module:
+            continue
+        mod_ast = None
+        for b in f.branches:
+            if len(out) >= params.max_sites:
+                return out
+            if mod_ast is None:
                 try:
-                    node = _Sub(env).visit(ast.parse(b.test.strip(), mode="eval"))
-                except SyntaxError:
-                    continue
-                src = ast.unparse(node)
-                if not _PROBE_CALL.search(src):
-                    continue
-                here = eval_test(ctx, path, f.module, b.scope, src, None)
-                if not isinstance(here, bool):
-                    continue
-                vals = {sm: eval_test(ctx, path, f.module, b.scope, src, d) for sm, d in others.items()}
-                # left out of its own design: the device differs from the design's first member (sm_121 from sm_120)
-                base = min([sm for sm, d in others.items() if _design(d) == mine] + [dev.sm], key=_sm_order)
-                split = sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here and _design(others[sm]) == mine) \
-                    if base != dev.sm else []
-                ops_here = ops_by_file[path]
-                bad = [r for r in ops_here if r["support"].runs is False]
-                lump = sorted(sm for sm, v in vals.items() if v is here and _design(others[sm]) != mine
-                              and any(sm in r["support"].archs for r in bad)) if here and bad else []
-                if not split and not lump:
-                    continue
-                kind = "split" if split else "lump"
-                names = sorted({r["leaf"]["name"] for r in (bad or ops_here)})[:4]
-                if split:
-                    msg = (f"`{b.test.strip()}` is {here} on {dev.sm} but {not here} on {', '.join(split)}, the same SM design "
-                           f"(features and shared memory): the gate leaves {dev.sm if not here else ', '.join(split)} out of the family, in front of "
-                           f"{', '.join(names)} on the mapped step ({dev.name})")
-                else:
-                    msg = (f"`{b.test.strip()}` is true on {dev.sm} and on {', '.join(lump)}, different SM designs, in front of "
-                           f"{', '.join(names)}, built for {', '.join(sorted({a for r in bad for a in r['support'].archs}))} but not {dev.sm}")
-                out.append(Finding(rule.id, msg, rule.severity,
-                                   [Evidence(path, b.line, None, "the gate", ctx.snippet(path, b.line))],
-                                   {"test": b.test.strip(), "arch": dev.sm, "kind": kind,
-                                    "same_value_on": sorted([dev.sm] + [sm for sm, v in vals.items() if v is here]),
-                                    "other_value_on": sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here),
-                                    "ops": names}))
+                    mod_ast = ast.parse(ctx.tree.read_text(path))
+                except (SyntaxError, ValueError):
+                    break
+            fn = _enclosing(mod_ast, b.line)
+            env = _local_probes(fn) if fn is not None else {}
+            try:
+                node = _Sub(env).visit(ast.parse(b.test.strip(), mode="eval"))
+            except SyntaxError:
+                continue
+            src = ast.unparse(node)
+            if not _PROBE_CALL.search(src):
+                continue
+            here = eval_test(ctx, path, f.module, b.scope, src, None)
+            if not isinstance(here, bool):
+                continue
+            vals = {sm: eval_test(ctx, path, f.module, b.scope, src, d) for sm, d in others.items()}
+            # left out of its own design: the device differs from the design's first member (sm_121 from sm_120)
+            base = min([sm for sm, d in others.items() if _design(d) == mine] + [dev.sm], key=_sm_order)
+            split = sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here and _design(others[sm]) == mine) \
+                if base != dev.sm else []
+            ops_here = ops_by_file[path]
+            bad = [r for r in ops_here if r["support"].runs is False]
+            lump = sorted(sm for sm, v in vals.items() if v is here and _design(others[sm]) != mine
+                          and any(sm in r["support"].archs for r in bad)) if here and bad else []
+            if not split and not lump:
+                continue
+            kind = "split" if split else "lump"
+            names = sorted({r["leaf"]["name"] for r in (bad or ops_here)})[:4]
+            if split:
+                msg = (f"`{b.test.strip()}` is {here} on {dev.sm} but {not here} on {', '.join(split)}, the same SM design "
+                       f"(features and shared memory): the gate leaves {dev.sm if not here else ', '.join(split)} out of the family, in front of "
+                       f"{', '.join(names)} on the mapped step ({dev.name})")
+            else:
+                msg = (f"`{b.test.strip()}` is true on {dev.sm} and on {', '.join(lump)}, different SM designs, in front of "
+                       f"{', '.join(names)}, built for {', '.join(sorted({a for r in bad for a in r['support'].archs}))} but not {dev.sm}")
+            out.append(Finding(rule.id, msg, rule.severity,
+                               [Evidence(path, b.line, None, "the gate", ctx.snippet(path, b.line))],
+                               {"test": b.test.strip(), "arch": dev.sm, "kind": kind,
+                                "same_value_on": sorted([dev.sm] + [sm for sm, v in vals.items() if v is here]),
+                                "other_value_on": sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here),
+                                "ops": names}))
     return out
