@@ -8,7 +8,9 @@ body outside loops), the sum of its dot operands' tiles (block dims x element si
 a tile loaded in the loop) plus the loop-invariant operands it reads; the need is the largest region.
 This is the allocation the Triton releases SGLang 0.5.x required made (sglang #14322: extend
 attention at BLOCK_M=128, BLOCK_N=64, head dims 192/128 needed 106,496 B = 32,768 q + 16,384 k +
-16,384 q_pe + 8,192 k_pe + 16,384 p + 16,384 v); newer Triton reuses buffers and may need less.
+16,384 q_pe + 8,192 k_pe + 16,384 p + 16,384 v); newer Triton reuses buffers and may need less
+(Triton 3.9 compiles that launch for sm_120 with 65,536 B). Pipelined tiles (num_stages > 1) are
+estimated but the check does not judge them: that multiple was not checked against the allocator.
 
 The block sizes come from the launch: its keyword arguments evaluated by the gate interpreter in
 the launcher (straight-line statements and branches it can decide on the device), with the head
