@@ -106,3 +106,26 @@ def test_sarif_levels(tree_0513):
     doc = json.loads(doc) if isinstance(doc, str) else doc
     levels = {(r["ruleId"], r["level"]) for run in doc["runs"] for r in run["results"]}
     assert ("op-arch-support", "error") in levels
+
+
+def _family(tree, device="gb10", model="dsv4"):
+    rules = [r for r in load_rules() if r.id == "family-gate"]
+    res = run_rules(tree, load_device(device), load_model(model), rules)
+    assert not res.errors, res.errors
+    return res.findings
+
+
+def test_family_gate_follows_the_configurer_flag_in_front_of_deepgemm(tree_unseen):
+    # 0.5.20: DeepSeek-V4's wo_a fp8_einsum takes its scale recipe from
+    # `if deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0`, a flag of deep_gemm_wrapper/configurer.py, whose
+    # `if sm_version == 120:` probe leaves GB10 (sm_121) out of its family (sglang #36551, PR #39482)
+    hits = [f for f in _family(tree_unseen) if f.primary.path == "sglang/srt/layers/deep_gemm_wrapper/configurer.py"]
+    assert hits, "no family-gate finding in the DeepGEMM configurer"
+    f = hits[0]
+    assert f.data["kind"] == "split" and "sm_120" in f.data["other_value_on"] and "deep_gemm.fp8_einsum" in f.data["ops"]
+    assert "== 120" in f.data["test"]
+
+
+def test_family_gate_quiet_once_the_configurer_names_sm121(tree_new):
+    # 0.5.23 tests `sm_version in (120, 121)`: nothing splits the family there
+    assert not [f for f in _family(tree_new) if "deep_gemm_wrapper" in f.primary.path]

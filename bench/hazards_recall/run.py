@@ -1,5 +1,5 @@
 """Bug recall of recon's will-it-run rules on SGLang's own reports: for each case in cases.yaml,
-recon (op-arch-support, family-gate) is run on the release that shipped the bug and on the release
+recon (op-arch-support, family-gate, triton-smem-budget) is run on the release that shipped the bug and on the release
 that no longer has it; recalled = the buggy release gets a finding of the case's rule naming its op
 and file; false alarm = the fixed release gets one. Writes results.json and results.md beside it.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 HERE = Path(__file__).resolve().parent
-RULES = ("op-arch-support", "family-gate")
+RULES = ("op-arch-support", "family-gate", "triton-smem-budget")
 
 
 def findings(version: str, device: str, model: str) -> list[dict]:

@@ -264,6 +264,72 @@ def _enclosing(tree_ast, line: int):
     return best
 
 
+_FLAG_NAME = re.compile(r"^[A-Za-z_][\w.]*$")
+
+
+def _flag_module(ctx, mod: str, name: str, hops: int = 4) -> Optional[tuple]:
+    """(module, value node) of the module-level flag ``name`` read in ``mod``: bound there, or
+    imported (by name or through ``from m import *``, as deep_gemm_wrapper/__init__.py re-exports
+    its configurer's flags)."""
+    from ..runtime.gatemodel import _model
+    model = _model(ctx)
+    found = model._module_flags(mod).get(name)
+    if found is not None or hops <= 0:
+        return found
+    f = model._facts(mod)
+    for imp in f.imports if f is not None else ():
+        if imp.scope or imp.module == mod:
+            continue
+        if imp.local == name and imp.name:
+            return _flag_module(ctx, imp.module, imp.name, hops - 1)
+        if imp.name == "*":
+            got = _flag_module(ctx, imp.module, name, hops - 1)
+            if got is not None:
+                return got
+    return None
+
+
+def _route_flags(ctx, lf: dict) -> dict:
+    """Files of the module flags that the ``if`` tests around the op's call read
+    (``if deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0:`` picks the scale format fp8_einsum gets), each
+    with the flag's own expression as a test to judge (``... or get_device_sm() == 120``): the gate
+    that decides the route is often a flag defined in another package's configurer."""
+    from ..facts import Branch
+    path, line = lf.get("path"), lf.get("line")
+    f = ctx.tree.index.facts(path) if path else None
+    if f is None or not f.module or not line:
+        return {}
+    out: dict = {}
+    around = [b for b in f.branches if b.line <= line <= b.end_line]
+    start = max((b.line for b in around), default=0)
+    # the tests around the call, and those before it in its block: a sibling `if` that picks the
+    # operands' format (the scale recipe) decides what the op gets as much as one around it
+    for b in f.branches:
+        if not (b.line <= line <= b.end_line or (around and start < b.line and b.end_line < line)):
+            continue
+        for n in b.names:
+            n = n[:-2] if n.endswith("()") else n
+            if not _FLAG_NAME.match(n):
+                continue
+            head, _, tail = n.rpartition(".")
+            mod = f.module
+            if head:  # `pkg.FLAG`: the module the name `pkg` is bound to in this file
+                imp = next((i for i in f.imports if i.local == head and (not i.scope or b.scope.startswith(i.scope))), None)
+                if imp is None:
+                    continue
+                mod = f"{imp.module}.{imp.name}" if imp.name else imp.module
+            got = _flag_module(ctx, mod, tail)
+            if got is None:
+                continue
+            fmod, node = got
+            fpath = ctx.tree.graph.nodes.get(fmod, {}).get("path")
+            if not fpath or not isinstance(node, ast.AST):
+                continue
+            ln = getattr(node, "lineno", 0) or 0
+            out.setdefault(fpath, []).append(Branch("", ln, ln, 0, ln, (), ast.unparse(node)))
+    return out
+
+
 @check("family_gate", params=FamilyGateParams, payload=(FamilyGateData,))
 def family_gate(ctx, rule) -> list[Finding]:
     from ..profiles import list_devices
@@ -278,6 +344,7 @@ def family_gate(ctx, rule) -> list[Finding]:
     # and the modules of the call site's own package that the call site's file imports (a wrapper's
     # configurer: `ENABLE_JIT_DEEPGEMM` read by deep_gemm_wrapper/entrypoint.py)
     ops_by_file: dict = {}
+    flag_branches: dict = {}  # path -> {line: Branch}: a flag's expression, judged like an `if` test
     for r in rows:
         lf = r["leaf"]
         files = {p for p in [lf.get("path")] + [h.get("path") for h in lf.get("via", [])] if p}
@@ -287,6 +354,9 @@ def family_gate(ctx, rule) -> list[Finding]:
                 p = f"{m.replace('.', '/')}.py" if m else None
                 if p in ctx.tree.index.files and posixpath.dirname(p) == posixpath.dirname(lf["path"]):
                     files.add(p)
+        for p, br in _route_flags(ctx, lf).items():  # module flags the tests in front of the call read
+            files.add(p)
+            flag_branches.setdefault(p, {}).update({b.line: b for b in br})
         for p in files:
             ops_by_file.setdefault(p, []).append(r)
     others = {}
@@ -296,55 +366,54 @@ def family_gate(ctx, rule) -> list[Finding]:
     mine = _design(dev)
     out: list[Finding] = []
     for path in sorted(ops_by_file):
-        if True:
-            f = ctx.tree.index.facts(path)
-            if f is None or f.error or not f.module:
-                continue
-            mod_ast = None
-            for b in f.branches:
-                if len(out) >= params.max_sites:
-                    return out
-                if mod_ast is None:
-                    try:
-                        mod_ast = ast.parse(ctx.tree.read_text(path))
-                    except (SyntaxError, ValueError):
-                        break
-                fn = _enclosing(mod_ast, b.line)
-                env = _local_probes(fn) if fn is not None else {}
+        f = ctx.tree.index.facts(path)
+        if f is None or f.error or not f.module:
+            continue
+        mod_ast = None
+        for b in list(f.branches) + sorted(flag_branches.get(path, {}).values()):
+            if len(out) >= params.max_sites:
+                return out
+            if mod_ast is None:
                 try:
-                    node = _Sub(env).visit(ast.parse(b.test.strip(), mode="eval"))
-                except SyntaxError:
-                    continue
-                src = ast.unparse(node)
-                if not _PROBE_CALL.search(src):
-                    continue
-                here = eval_test(ctx, path, f.module, b.scope, src, None)
-                if not isinstance(here, bool):
-                    continue
-                vals = {sm: eval_test(ctx, path, f.module, b.scope, src, d) for sm, d in others.items()}
-                # left out of its own design: the device differs from the design's first member (sm_121 from sm_120)
-                base = min([sm for sm, d in others.items() if _design(d) == mine] + [dev.sm], key=_sm_order)
-                split = sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here and _design(others[sm]) == mine) \
-                    if base != dev.sm else []
-                ops_here = ops_by_file[path]
-                bad = [r for r in ops_here if r["support"].runs is False]
-                lump = sorted(sm for sm, v in vals.items() if v is here and _design(others[sm]) != mine
-                              and any(sm in r["support"].archs for r in bad)) if here and bad else []
-                if not split and not lump:
-                    continue
-                kind = "split" if split else "lump"
-                names = sorted({r["leaf"]["name"] for r in (bad or ops_here)})[:4]
-                if split:
-                    msg = (f"`{b.test.strip()}` is {here} on {dev.sm} but {not here} on {', '.join(split)}, the same SM design "
-                           f"(features and shared memory): the gate leaves {dev.sm if not here else ', '.join(split)} out of the family, in front of "
-                           f"{', '.join(names)} on the mapped step ({dev.name})")
-                else:
-                    msg = (f"`{b.test.strip()}` is true on {dev.sm} and on {', '.join(lump)}, different SM designs, in front of "
-                           f"{', '.join(names)}, built for {', '.join(sorted({a for r in bad for a in r['support'].archs}))} but not {dev.sm}")
-                out.append(Finding(rule.id, msg, rule.severity,
-                                   [Evidence(path, b.line, None, "the gate", ctx.snippet(path, b.line))],
-                                   {"test": b.test.strip(), "arch": dev.sm, "kind": kind,
-                                    "same_value_on": sorted([dev.sm] + [sm for sm, v in vals.items() if v is here]),
-                                    "other_value_on": sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here),
-                                    "ops": names}))
+                    mod_ast = ast.parse(ctx.tree.read_text(path))
+                except (SyntaxError, ValueError):
+                    break
+            fn = _enclosing(mod_ast, b.line)
+            env = _local_probes(fn) if fn is not None else {}
+            try:
+                node = _Sub(env).visit(ast.parse(b.test.strip(), mode="eval"))
+            except SyntaxError:
+                continue
+            src = ast.unparse(node)
+            if not _PROBE_CALL.search(src):
+                continue
+            here = eval_test(ctx, path, f.module, b.scope, src, None)
+            if not isinstance(here, bool):
+                continue
+            vals = {sm: eval_test(ctx, path, f.module, b.scope, src, d) for sm, d in others.items()}
+            # left out of its own design: the device differs from the design's first member (sm_121 from sm_120)
+            base = min([sm for sm, d in others.items() if _design(d) == mine] + [dev.sm], key=_sm_order)
+            split = sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here and _design(others[sm]) == mine) \
+                if base != dev.sm else []
+            ops_here = ops_by_file[path]
+            bad = [r for r in ops_here if r["support"].runs is False]
+            lump = sorted(sm for sm, v in vals.items() if v is here and _design(others[sm]) != mine
+                          and any(sm in r["support"].archs for r in bad)) if here and bad else []
+            if not split and not lump:
+                continue
+            kind = "split" if split else "lump"
+            names = sorted({r["leaf"]["name"] for r in (bad or ops_here)})[:4]
+            if split:
+                msg = (f"`{b.test.strip()}` is {here} on {dev.sm} but {not here} on {', '.join(split)}, the same SM design "
+                       f"(features and shared memory): the gate leaves {dev.sm if not here else ', '.join(split)} out of the family, in front of "
+                       f"{', '.join(names)} on the mapped step ({dev.name})")
+            else:
+                msg = (f"`{b.test.strip()}` is true on {dev.sm} and on {', '.join(lump)}, different SM designs, in front of "
+                       f"{', '.join(names)}, built for {', '.join(sorted({a for r in bad for a in r['support'].archs}))} but not {dev.sm}")
+            out.append(Finding(rule.id, msg, rule.severity,
+                               [Evidence(path, b.line, None, "the gate", ctx.snippet(path, b.line))],
+                               {"test": b.test.strip(), "arch": dev.sm, "kind": kind,
+                                "same_value_on": sorted([dev.sm] + [sm for sm, v in vals.items() if v is here]),
+                                "other_value_on": sorted(sm for sm, v in vals.items() if isinstance(v, bool) and v != here),
+                                "ops": names}))
     return out

@@ -175,9 +175,7 @@ class GateModel:
                     names = tuple(n.names) * 2  # rebound from inside a function: never a flag
                 for x in names:
                     binds[x] = binds.get(x, 0) + 1
-            for st in tree.body:
-                if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
-                    continue
+            for st in _top_level_binds(tree.body):
                 v = st.value
                 if binds.get(st.targets[0].id) == 1 and (
                         isinstance(v, (ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.Tuple, ast.Constant))
@@ -460,3 +458,17 @@ def gate_sites(ctx, path_pattern: str, discovery: Optional[GateDiscovery] = None
                             "value": eval_test(ctx, path, f.module, b.scope, b.test, None, discovery), "facts": f})
     ctx.cache[key] = out
     return out
+
+
+def _top_level_binds(body):
+    """The module's top-level single-name assignments, and those of a top-level ``if`` with no else
+    (``if _is_cuda: CUDA_CAPABILITY = torch.cuda.get_device_capability()``) as the conditional
+    value ``value if test else <unbound>``: read where the test is false, the name is unknown."""
+    for st in body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            yield st
+        elif isinstance(st, ast.If) and not st.orelse:
+            for sub in st.body:
+                if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+                    cond = ast.IfExp(test=st.test, body=sub.value, orelse=ast.Name(id="__recon_unbound__", ctx=ast.Load()))
+                    yield ast.Assign(targets=sub.targets, value=ast.copy_location(cond, sub.value), lineno=sub.lineno)

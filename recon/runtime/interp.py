@@ -97,6 +97,7 @@ class _Ref:
 _SAFE_BUILTINS = {"tuple": bounded.copy(tuple), "map": map, "int": int, "list": bounded.copy(list), "len": len,
                   "str": bounded.str_, "any": any, "all": all, "min": min, "max": max, "bool": bool, "float": float,
                   "set": bounded.copy(set), "sorted": bounded.copy(sorted), "frozenset": bounded.copy(frozenset)}
+_TRITON_MATH = {"next_power_of_2": lambda n: 1 if n <= 1 else 1 << (n - 1).bit_length(), "cdiv": lambda a, b: -(-a // b) if b else UNKNOWN}
 _STR_METHODS = {"split", "startswith", "endswith", "strip", "lower", "upper", "count", "index", "replace"}
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
         ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
@@ -510,6 +511,10 @@ class Interpreter:
             probe = self._probe(target.tail, target.dotted, args)
             if probe is not KeyError:
                 return probe
+            pure = _TRITON_MATH.get(target.tail) if target.dotted.split(".")[0] == "triton" else None
+            if pure is not None:  # triton.next_power_of_2 / triton.cdiv: host arithmetic, no device
+                ints = [a for a in args if isinstance(a, int) and not isinstance(a, bool) and 0 <= a.bit_length() <= 62]
+                return pure(*args) if len(ints) == len(args) and not kwargs else UNKNOWN
             if target.qual:
                 return self.call_function(target.qual, args, kwargs, depth + 1)
         return UNKNOWN
