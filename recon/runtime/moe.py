@@ -351,6 +351,9 @@ class PathWalker:
         self.tops = {m.module.split(".", 1)[0] for m in world.tree.index.files.values() if m.module}
         self._local_cache: dict = {}
         self.primary_seen: set = set()  # functions walked on the primary path (undecided tests false)
+        # every function entered, with the undecided tests taken as true on the way in (an empty
+        # tuple: entered on the primary path): the engine-decided reach, function by function
+        self.walked: dict = {}
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
@@ -406,6 +409,9 @@ class PathWalker:
         node = self.G.nodes.get(qual, {})
         if fn is None or not node.get("path"):
             return
+        taken = tuple(sorted({t for t, holds in when if holds}))
+        if taken not in self.walked.setdefault(qual, []):
+            self.walked[qual].append(taken)
         path = node["path"]
         mod, scope = self.ev.model.module_scope(qual)
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
@@ -579,4 +585,11 @@ def apply_path(world, ev, inst: Instance) -> dict:
     w = PathWalker(world, ev, inst)
     w.walk(apply, inst, [], (), 0)
     world.writes_of(world.path_of(inst.cls) or "", world._module_of(inst.cls), "__init__")  # index the class's file
-    return {"apply": apply, "leaves": w.leaves, "switches": w.switches, "construction": construction(world, ev, inst)}
+    return {"apply": apply, "leaves": w.leaves, "switches": w.switches, "construction": construction(world, ev, inst),
+            "walked": walked_list(w.walked)}
+
+
+def walked_list(walked: dict) -> list[dict]:
+    """A walker's functions as data: each with the undecided tests each way in took as true
+    (``[[]]``: entered on the primary path)."""
+    return [{"node": q, "when": [list(t) for t in sorted(ws)]} for q, ws in sorted(walked.items())]
