@@ -250,3 +250,34 @@ def elsewhere_message(title: str, G, fn: Optional[str], p) -> str:
 
 def undecided_note(tests: list) -> str:
     return "reached only if " + " and ".join(f"`{t}`" for t in tests) + " (recon could not decide)"
+
+
+GROUP_TITLES = {ON_STEP: "On the mapped step", UNDECIDED: "Reached only under a test recon could not decide",
+                ELSEWHERE: "Elsewhere in the tree (not on the mapped step; no model sizes applied)"}
+
+
+def groups(findings) -> list:
+    """[(title, findings)] in the order a reader wants them: on the step, undecided, elsewhere;
+    findings without a placement (no map) in one untitled group."""
+    unplaced = [f for f in findings if f.data.get("placement") not in PLACEMENTS]
+    out = [(None, unplaced)] if unplaced else []
+    for p in PLACEMENTS:
+        got = [f for f in findings if f.data.get("placement") == p]
+        if got:
+            out.append((GROUP_TITLES[p], got))
+    return out
+
+
+def on_step(findings) -> list:
+    """The findings a spec's root causes and plan may use: those on the mapped step, and those
+    never placed (no map to place them against: as before placement existed)."""
+    return [f for f in findings if f.data.get("placement") in (None, ON_STEP)]
+
+
+def placement_counts(findings) -> dict:
+    out = {p: 0 for p in PLACEMENTS}
+    for f in findings:
+        p = f.data.get("placement")
+        if p in out:
+            out[p] += 1
+    return out

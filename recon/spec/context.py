@@ -7,6 +7,7 @@ from typing import Optional
 
 from .. import notanalyzed, roofline
 from ..runtime.handoffs import describe as describe_handoff
+from ..placement import on_step, placement_counts
 from .common import TYPICAL_BATCH, _at, _by_name, _fd, _mb, _node, _short
 from .moepath import _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime, _slot_causes
 from .plan import SLOT_ANCHOR, _plan, _reference_kernel
@@ -49,6 +50,9 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     """The one object the spec is made of (JSON as is; Markdown through the templates)."""
     G = tree.graph
     titles = {r.id: r.title for r in (rules or [])}
+    # root causes, the plan and every section before the appendix read the findings on the mapped
+    # step only (recon.placement); the others are in the appendix and counted
+    all_findings, findings = findings, on_step(findings)
     roles = Roles(rules)
     rl = roofline.moe_roofline(model, device)
     gap = roofline.slot_gap(model, device, SLOT_ANCHOR)
@@ -142,9 +146,10 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             "forward_hazards": ({"message": cg_warn.message, "count": max(0, len(cg_warn.evidence) - 1), "at": _at(cg_warn.primary.path, cg_warn.primary.line)} if cg_warn else None),
         },
         "errors": [{"rule": r, "error": e} for r, e in sorted(errors)],
-        "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in findings],
-        "will_it_run": _will_it_run(findings, roles, titles),
-        "finding_counts": _counts(findings),
+        "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in all_findings],
+        "will_it_run": _will_it_run(all_findings, roles, titles),
+        "finding_counts": _counts(all_findings),
+        "placement_counts": placement_counts(all_findings),
     }
     ctx["runtime"] = _runtime(view)
     gop = view.grouped_op() if view is not None else None
