@@ -147,17 +147,20 @@ def _spans(G) -> dict:
 
 def _add_deciding_functions(s: StepSites, G) -> None:
     """The functions that ran to decide the step (where its class or method was returned, its
-    switches set) and the constructors of its chosen classes (the ``__init__`` each resolves to):
-    entered on the way to the step, so on it."""
+    switches set) and the constructors of its chosen classes (the ``__init__`` each resolves to).
+    They run, but the map read only the lines it cites in them (on the step), not their branches:
+    any other line of theirs is undecided, the branch named as the test (an ``if`` inside one may
+    hold for another backend only: measured on 0.5.16, calling them on the step was wrong)."""
+    def add(fn):
+        if fn and () not in s.functions.get(fn, ()):
+            s._add(s.functions, fn, (f"the branch of `{G.nodes[fn].get('qualname', fn) if fn in G else fn}` holding this line runs",))
     for path, line in sorted(s.deciders):
-        fn = enclosing(s, path, line)
-        if fn:
-            s._add(s.functions, fn, ())
+        add(enclosing(s, path, line))
     for init in sorted(s.constructors):
         cls = init.rsplit(".", 1)[0]
         for c in [cls] + [v for _, v, d in G.out_edges(cls, data=True) if d.get("kind") == "inherits"] if cls in G else []:
             if f"{c}.__init__" in G:
-                s._add(s.functions, f"{c}.__init__", ())
+                add(f"{c}.__init__")
                 break
 
 
