@@ -5,7 +5,9 @@ The kernel map (:mod:`recon.kernels.kmap`, decode and the prefill it maps) walks
 with the scenario's engine: a branch the engine decides is followed one way only, a call the graph
 resolves is entered. Each walker records every function it entered and the undecided tests it took
 as true on the way (:class:`recon.runtime.moe.PathWalker`); the map's hops, leaves, switches and
-construction add the lines it read. A finding's site (its first evidence, file:line, and the
+construction add the lines it read; each call site a walker met is recorded live (with the tests
+taken) or dead (in a branch the engine decided does not run), so a site that is a call is placed
+at its line, not by its function. A finding's site (its first evidence, file:line, and the
 innermost function holding it) is then
 
 * ``on-step``: a function (or line) the map entered on the path it decided, every undecided test
@@ -40,6 +42,8 @@ class StepSites:
     steps: tuple = ("decode",)
     deciders: set = field(default_factory=set)  # (path, line) the map read deciding a layer's path
     constructors: set = field(default_factory=set)  # Class.__init__ of the layers' chosen classes
+    call_lines: dict = field(default_factory=dict)  # (path, line) of a call met live -> taken tests per way
+    dead: set = field(default_factory=set)  # (path, line) of calls in branches decided not to run
     callees: dict = field(default_factory=dict)  # node -> the call from an on-step function that reaches it
     spans: dict = field(default_factory=dict)  # path -> sorted [(line, end_line, node)]
 
@@ -68,6 +72,13 @@ def sites_from_map(m: dict) -> StepSites:
         if step not in steps:
             steps.append(step)
         moe = lay.get("kind") == "moe" and step == "decode"
+        calls = lay.get("calls") or {}
+        for path, line, ways in calls.get("live", []):
+            for t in ways or [[]]:
+                s._add(s.call_lines, (path, line), t)
+                if moe and not t:
+                    s.moe_lines.add((path, line))
+        s.dead |= {(p, ln) for p, ln in calls.get("dead", [])}
         for w in lay.get("walked", []):
             for t in w.get("when") or [[]]:
                 s._add(s.functions, w["node"], t)
@@ -198,7 +209,11 @@ def place(s: StepSites, path: Optional[str], line: Optional[int]) -> dict:
     if not path or not line:
         return {"placement": ELSEWHERE, "function": None, "tests": []}
     fn = enclosing(s, path, line)
-    ways = set(s.lines.get((path, line), set())) | set(s.functions.get(fn, set()) if fn else set())
+    # a call site the walkers met decides at the line (its own branch), before its function does
+    here = s.call_lines.get((path, line))
+    if here is None and (path, line) in s.dead and (path, line) not in s.lines:
+        return {"placement": ELSEWHERE, "function": fn, "tests": []}
+    ways = set(s.lines.get((path, line), set())) | set(here if here is not None else (s.functions.get(fn, set()) if fn else set()))
     if () in ways:
         return {"placement": ON_STEP, "function": fn, "tests": []}
     if ways:
