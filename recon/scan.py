@@ -111,8 +111,8 @@ def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
         ph.advance(len(rules), note=f"{len(rules)} rules, {len(findings)} findings" + (f", {len(errors)} crashed" if errors else ""))
     try:  # each finding against the mapped step (recon.placement): on it, undecided, or elsewhere
         from .placement import place_findings
-        with phase("placement"):
-            placed = place_findings(ctx, findings, {r.id: r for r in rules})
+        # the map is the one op-arch-support built (ctx.cache): no phase of its own
+        placed = place_findings(ctx, findings, {r.id: r for r in rules})
     except Exception as e:  # the map must not take the findings down with it
         tb = traceback.extract_tb(e.__traceback__)[-1]
         errors.append(("placement", f"{type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"))
