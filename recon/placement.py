@@ -44,6 +44,7 @@ class StepSites:
     constructors: set = field(default_factory=set)  # Class.__init__ of the layers' chosen classes
     call_lines: dict = field(default_factory=dict)  # (path, line) of a call met live -> taken tests per way
     dead: set = field(default_factory=set)  # (path, line) of calls in branches decided not to run
+    assumed: dict = field(default_factory=dict)  # (path, line) on the step -> undecided tests taken as false there
     callees: dict = field(default_factory=dict)  # node -> the call from an on-step function that reaches it
     spans: dict = field(default_factory=dict)  # path -> sorted [(line, end_line, node)]
 
@@ -91,6 +92,10 @@ def sites_from_map(m: dict) -> StepSites:
             if not taken and not lf.get("primary") and (lf.get("name"), lf.get("path"), lf.get("line")) not in on:
                 continue  # reached only where an `if` without an else holds: optional work, left out
             s._add(s.functions, lf["name"], taken)
+            # the decided way still takes some tests as false that recon could not decide: said
+            assumed = sorted(w for w in lf.get("when") or () if w.startswith("not ")) if lf.get("primary") else []
+            for key in ([(lf.get("path"), lf.get("line"))] + [(h["path"], h["line"]) for h in lf.get("via", [])]) if assumed else ():
+                s.assumed.setdefault(key, set()).update(assumed)
             if lf.get("path"):
                 s._add(s.lines, (lf["path"], lf.get("line")), taken)
             for h in lf.get("via", []):
@@ -215,7 +220,7 @@ def place(s: StepSites, path: Optional[str], line: Optional[int]) -> dict:
         return {"placement": ELSEWHERE, "function": fn, "tests": []}
     ways = set(s.lines.get((path, line), set())) | set(here if here is not None else (s.functions.get(fn, set()) if fn else set()))
     if () in ways:
-        return {"placement": ON_STEP, "function": fn, "tests": []}
+        return {"placement": ON_STEP, "function": fn, "tests": [], "assumed": sorted(s.assumed.get((path, line), ()))}
     if ways:
         fewest = min(ways, key=lambda t: (len(t), t))
         return {"placement": UNDECIDED, "function": fn, "tests": list(fewest)}
@@ -248,6 +253,8 @@ def place_findings(ctx, findings, rules_by_id: dict) -> bool:
             f.data["placement"] = got["placement"]
             if got["tests"]:
                 f.data["placement_tests"] = got["tests"]
+            if got.get("assumed"):
+                f.data["placement_assumed"] = got["assumed"]
             fn = got["function"]
         else:
             fn = enclosing(s, p.path, p.line) if p else None
@@ -299,3 +306,7 @@ def placement_counts(findings) -> dict:
         if p in out:
             out[p] += 1
     return out
+
+
+def assumed_note(tests: list) -> str:
+    return "on the step as mapped, which takes " + " and ".join(f"`{t}`" for t in tests) + " (recon could not decide these)"

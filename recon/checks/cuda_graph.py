@@ -312,11 +312,17 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "path_to_apply": [{"node": h[0], "path": h[2], "line": h[3], "how": h[4], "inferred": h[5]} for h in path_hops],
             "constraints": constraints,
             # the method the view decided runs inside the capture is on the step, whatever its first line
-            **({"placement": "on-step"} if in_capture and view is not None and q == view.moe.get("apply") else {}),
+            **({"placement": "on-step", **_assumed(view)} if in_capture and view is not None and q == view.moe.get("apply") else {}),
         }))
     if unresolved and not any("quant_method" in f.data for f in findings):
         findings.append(_unresolved_finding(ctx, rule, chain, unresolved, params.kernel_depth))
     return findings
+
+
+def _assumed(view) -> dict:
+    """The undecided tests the view's primary MoE path takes as false (said beside the placement)."""
+    got = sorted({w for lf in view.primary_leaves() for w in lf.get("when", []) if w.startswith("not ")})
+    return {"placement_assumed": got} if got else {}
 
 
 def _placed(ctx, live: list, by_fn: list) -> tuple:
