@@ -50,9 +50,10 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     """The one object the spec is made of (JSON as is; Markdown through the templates)."""
     G = tree.graph
     titles = {r.id: r.title for r in (rules or [])}
-    # root causes, the plan and every section before the appendix read the findings on the mapped
-    # step only (recon.placement); the others are in the appendix and counted
-    all_findings, findings = findings, on_step(findings)
+    # the root causes and what the plan reads (tensor-core paths, dense tuning) come from the
+    # findings on the mapped step only (recon.placement); the device-wide sections (gates, backend
+    # choice) and the appendix read them all, and the appendix counts them by placement
+    all_findings, step_findings = findings, on_step(findings)
     roles = Roles(rules)
     rl = roofline.moe_roofline(model, device)
     gap = roofline.slot_gap(model, device, SLOT_ANCHOR)
@@ -63,7 +64,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     quant_class = apply_q.rsplit(".", 1)[0] if apply_q else None
     apply_node = _node(G, apply_q)
     path_files = {h["at"].rsplit(":", 1)[0] for h in hops if h.get("qualname")} | {h["defined_at"].rsplit(":", 1)[0] for h in hops if h.get("defined_at")}
-    causes = _root_causes(findings, kernels, path_files, rl, model, roles)
+    causes = _root_causes(step_findings, kernels, path_files, rl, model, roles)
     for c in causes:
         c["title"] = c["title"] or titles.get(c["rule"], c["rule"])
     slot = next(iter(_slot_causes(causes, roles)), None)
@@ -134,8 +135,8 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}, roles),
         },
         "gates": _gates(findings, roles),
-        "tensor_core_paths": _tensor_core_paths(findings, device, roles),
-        "dense_fp8": _dense(findings, device, roles),
+        "tensor_core_paths": _tensor_core_paths(step_findings, device, roles),
+        "dense_fp8": _dense(step_findings, device, roles),
         "integration": {
             "swap_in": {"symbol": _short(apply_q), "qualname": apply_q, "at": _at(apply_node.get("path"), apply_node.get("line"))} if apply_q else None,
             "in_capture": cg.data.get("in_capture") if cg else None,
