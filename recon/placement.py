@@ -142,7 +142,8 @@ def step_sites(ctx, prefill_m: int = PREFILL_M) -> Optional[StepSites]:
     from .checks.oparch import _map
 
     m = _map(ctx, prefill_m)
-    s = sites_from_map(m) if m else None
+    # a map that entered no code (a tree without the model's classes or ServerArgs) places nothing
+    s = sites_from_map(m) if m and any(lay.get("walked") for _, lay in _layers(m)) else None
     if s is not None:
         s.spans = _spans(ctx.tree.graph)
         _add_deciding_functions(s, ctx.tree.graph)

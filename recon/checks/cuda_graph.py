@@ -374,4 +374,16 @@ def _unresolved_finding(ctx, rule, chain: dict, unresolved: list[str], depth: in
         "capture_site": f"{chain['site_path']}:{chain['site_line']}",
         "unresolved_quant_methods": list(unresolved),
         "handoffs": {q: offs[q] for q in unresolved},
+        **_placed_methods(ctx, unresolved),
     })
+
+
+def _placed_methods(ctx, methods: list) -> dict:
+    """A finding about quant methods is placed where the methods are (the best of them), not at
+    the capture site its first evidence cites."""
+    from ..placement import PLACEMENTS, place, step_sites
+
+    s = step_sites(ctx)
+    G = ctx.tree.graph
+    got = [place(s, G.nodes[q].get("path"), G.nodes[q].get("line"))["placement"] for q in methods if q in G] if s else []
+    return {"placement": min(got, key=PLACEMENTS.index)} if got else {}
