@@ -50,9 +50,10 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     """The one object the spec is made of (JSON as is; Markdown through the templates)."""
     G = tree.graph
     titles = {r.id: r.title for r in (rules or [])}
-    # the root causes and what the plan reads (tensor-core paths, dense tuning) come from the
-    # findings on the mapped step only (recon.placement); the device-wide sections (gates, backend
-    # choice) and the appendix read them all, and the appendix counts them by placement
+    # the root causes and the dense tuning the plan reads come from the findings on the mapped step
+    # only (recon.placement); the device-wide sections (gates, backend choice, the grouped
+    # tensor-core candidates a rewrite may use) and the appendix read them all, and the appendix
+    # counts them by placement
     all_findings, step_findings = findings, on_step(findings)
     roles = Roles(rules)
     rl = roofline.moe_roofline(model, device)
@@ -135,7 +136,8 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}, roles),
         },
         "gates": _gates(findings, roles),
-        "tensor_core_paths": _tensor_core_paths(step_findings, device, roles),
+        # grouped tensor-core entry points anywhere in the tree: the candidates a rewrite can use
+        "tensor_core_paths": _tensor_core_paths(all_findings, device, roles),
         "dense_fp8": _dense(step_findings, device, roles),
         "integration": {
             "swap_in": {"symbol": _short(apply_q), "qualname": apply_q, "at": _at(apply_node.get("path"), apply_node.get("line"))} if apply_q else None,
