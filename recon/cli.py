@@ -447,7 +447,7 @@ def scan(
             "target": {"label": tree.target.label, "version": tree.target.version, "revision": tree.target.revision},
             "device": dev.name,
             "model": mdl.name,
-            "findings": [f.to_dict() for f in result.findings],
+            "findings": [{**f.to_dict(), "placement": f.data.get("placement")} for f in result.findings],
             "errors": [{"rule": r, "message": m} for r, m in result.errors],
             "diagnostics": [{"path": p, "message": m} for p, m in tree.index.diagnostics],
             "not_analyzed": notanalyzed.entries(tree),
@@ -463,17 +463,31 @@ def scan(
             sys.stdout.write(text)
     else:
         out.print(f"[bold]{len(result.findings)} findings[/bold] for {esc(dev.name)} + {esc(mdl.name)} on {esc(tree.target.label)}", highlight=False)
-        for f in result.findings:
-            colour = {"error": "red", "warning": "yellow"}.get(f.severity, "cyan")
-            p = f.primary
-            where_ = f"{p.path}:{p.line}" if p else ""
-            out.print(f"[{colour}]{f.severity:<7}[/{colour}] [bold]{esc(f.rule_id)}[/bold] {esc(where_)}\n        {esc(f.message)}", highlight=False)
-            for ev in f.evidence[1:6]:
-                out.print(f"        [dim]{esc(ev.path)}:{ev.line}[/dim] {esc(ev.note or '')}", highlight=False)
-            if len(f.evidence) > 6:
-                out.print(f"        [dim]… {len(f.evidence) - 6} more places (see --format json)[/dim]", highlight=False)
+        from .placement import groups
+        for title, group in groups(result.findings):
+            if title:
+                out.print(f"\n[bold]{esc(title)}[/bold] ({len(group)})", highlight=False)
+            _print_findings(group)
     if result.errors:
         raise typer.Exit(3)
+
+
+def _print_findings(findings) -> None:
+    from .placement import UNDECIDED, assumed_note, undecided_note
+
+    for f in findings:
+        colour = {"error": "red", "warning": "yellow"}.get(f.severity, "cyan")
+        p = f.primary
+        where_ = f"{p.path}:{p.line}" if p else ""
+        out.print(f"[{colour}]{f.severity:<7}[/{colour}] [bold]{esc(f.rule_id)}[/bold] {esc(where_)}\n        {esc(f.message)}", highlight=False)
+        if f.data.get("placement") == UNDECIDED and f.data.get("placement_tests"):
+            out.print(f"        [dim]{esc(undecided_note(f.data['placement_tests']))}[/dim]", highlight=False)
+        if f.data.get("placement_assumed"):
+            out.print(f"        [dim]{esc(assumed_note(f.data['placement_assumed']))}[/dim]", highlight=False)
+        for ev in f.evidence[1:6]:
+            out.print(f"        [dim]{esc(ev.path)}:{ev.line}[/dim] {esc(ev.note or '')}", highlight=False)
+        if len(f.evidence) > 6:
+            out.print(f"        [dim]… {len(f.evidence) - 6} more places (see --format json)[/dim]", highlight=False)
 
 
 @app.command("apply")

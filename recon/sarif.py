@@ -85,9 +85,11 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], tool_version: s
     uri_base = "SRCROOT"
     results = []
     for f in findings:
+        placement = f.data.get("placement")
         res: dict[str, Any] = {
             "ruleId": f.rule_id,
-            "level": _level(f.severity),
+            # off the mapped step: a note, whatever the rule's level (its costs were not bound here)
+            "level": "note" if placement == "elsewhere" else _level(f.severity),
             "message": {"text": f.message},
             "partialFingerprints": {"reconFingerprint/v1": f.fingerprint},
         }
@@ -104,6 +106,8 @@ def to_sarif(findings: Iterable[Finding], rules: Iterable[Rule], tool_version: s
                 res["relatedLocations"] = related
         if f.data:
             res["properties"] = _jsonable(f.data)
+        if placement:
+            res.setdefault("properties", {})["onMappedStep"] = placement == "on-step"
         results.append(res)
     errors = sorted(errors)
     notifications = notanalyzed.sarif_notifications(list(not_analyzed), uri_base) + [

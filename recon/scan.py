@@ -109,18 +109,31 @@ def _run(ctx: CheckContext, rules: list[Rule]) -> ScanResult:
                     f.rule_id = rule.id
                 findings.append(f)
         ph.advance(len(rules), note=f"{len(rules)} rules, {len(findings)} findings" + (f", {len(errors)} crashed" if errors else ""))
-    if getattr(ctx.model, "num_experts", 0):
-        try:  # the scenario's view (ctx.view, cached on its own): which findings sit on the MoE path
-            from .runtime import runtime_view
-            with phase("runtime view"):
-                view = runtime_view(ctx)
-            files = view.on_path_files()
-            files |= {ctx.tree.graph.nodes[n]["path"] for n in list(files) if n in ctx.tree.graph and ctx.tree.graph.nodes[n].get("path")}
-            for f in findings:  # scoped to the path: is the finding's site in code the MoE path runs?
-                p = f.primary
-                f.data["on_moe_path"] = bool(p and p.path in files)
-        except Exception as e:  # the view must not take the findings down with it
-            tb = traceback.extract_tb(e.__traceback__)[-1]
-            errors.append(("runtime-view", f"{type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"))
+    try:  # each finding against the mapped step (recon.placement): on it, undecided, or elsewhere
+        from .placement import place_findings
+        # the map is the one op-arch-support built (ctx.cache): no phase of its own
+        placed = place_findings(ctx, findings, {r.id: r for r in rules})
+    except Exception as e:  # the map must not take the findings down with it
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        errors.append(("placement", f"{type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"))
+        placed = False
+    if not placed and getattr(ctx.model, "num_experts", 0):
+        _moe_files(ctx, findings, errors)
     findings.sort(key=Finding.sort_key)
     return ScanResult(findings, errors, ctx)
+
+
+def _moe_files(ctx, findings, errors) -> None:
+    """Without a map to place against: which findings sit in a file the MoE path runs code in."""
+    try:
+        from .runtime import runtime_view
+        with phase("runtime view"):
+            view = runtime_view(ctx)
+        files = view.on_path_files()
+        files |= {ctx.tree.graph.nodes[n]["path"] for n in list(files) if n in ctx.tree.graph and ctx.tree.graph.nodes[n].get("path")}
+        for f in findings:
+            p = f.primary
+            f.data["on_moe_path"] = bool(p and p.path in files)
+    except Exception as e:  # the view must not take the findings down with it
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        errors.append(("runtime-view", f"{type(e).__name__}: {e} (at {tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"))

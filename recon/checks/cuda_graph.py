@@ -142,6 +142,7 @@ class CaptureHazardsData:
     functions: list
     guarded: list
     constraints: list
+    elsewhere: list  # hazards in code the mapped step does not enter (recon.placement): not counted
 
 
 @dataclass
@@ -216,14 +217,19 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             live_all += live
             by_fn.append({"function": n, "hazards": [{k: h[k] for k in ("path", "line", "call", "kind")} for h in live],
                           "reached_by": [{"node": h[0], "from": h[1], "path": h[2], "line": h[3], "how": h[4], "inferred": h[5]} for h in hops]})
+    # against the mapped step: a sync in code the step never enters is not blamed on the step
+    live_all, by_fn, elsewhere, placement = _placed(ctx, live_all, by_fn)
     if live_all:
         cap = params.max_findings
         ev = [_ev(ctx, chain["site_path"], chain["site_line"], "CUDA-graph capture site")]
         ev += [_ev(ctx, h["path"], h["line"], f"{h['kind']}: {h['call']} in {G.nodes[h['function']]['qualname']}") for h in live_all[:cap]]
         kinds = sorted({h["kind"] for h in live_all})
         msg = (f"{len(live_all)} host sync(s)/data-dependent shape(s) in {len(by_fn)} function(s) statically reachable from the "
-               f"CUDA-graph-captured forward of {ctx.model.name} ({', '.join(kinds)}); branches are not evaluated, so some may only "
-               f"run outside decode capture (prefill, logprobs, warmup): each is a hazard if its branch runs while capturing")
+               f"CUDA-graph-captured forward of {ctx.model.name} ({', '.join(kinds)}); branches inside a function are not evaluated, "
+               f"so some may only run outside decode capture (prefill, logprobs, warmup): each is a hazard if its branch runs "
+               f"while capturing")
+        if elsewhere:
+            msg += f"; {len(elsewhere)} more in functions the mapped step does not enter are not counted"
         findings.append(Finding(rule.id, msg, "warning", ev, {
             "capture_site": f"{chain['site_path']}:{chain['site_line']}",
             "model_forward": fwd,
@@ -231,6 +237,8 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "functions": by_fn,
             "guarded": [{k: h[k] for k in ("path", "line", "call", "guarded_by")} for h in guarded],
             "constraints": constraints,
+            "elsewhere": elsewhere,
+            **placement,
         }))
     # the MoE kernel paths: inside capture? capture-safe?
     unresolved = []  # quant methods run inside the capture whose kernels the graph does not reach
@@ -250,6 +258,9 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             libraries = [{"op": lf["name"], "path": lf["path"], "line": lf["line"]} for lf in leaves if lf["kind"] == "library"]
             sub = _reach(ctx, [q], dataclasses.replace(params, max_depth=params.kernel_depth), []) if not kernels else \
                 {k: v for k, v in sub.items() if k == q or k in kernels or not (G.nodes[k].get("kind") == "triton_kernel")}
+            walked = {w["node"] for w in view.moe.get("walked", []) if [] in (w.get("when") or [[]])}
+            if walked:  # the functions the view entered on the path taken, not all the graph reaches
+                sub = {k: v for k, v in sub.items() if k == q or k in walked or k in kernels}
         if not kernels and not natives and not libraries:
             unresolved.append(q)
             continue
@@ -300,10 +311,43 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "capture_chain": [{k: h[k] for k in ("what", "path", "line", "inferred")} for h in capture_hops],
             "path_to_apply": [{"node": h[0], "path": h[2], "line": h[3], "how": h[4], "inferred": h[5]} for h in path_hops],
             "constraints": constraints,
+            # the method the view decided runs inside the capture is on the step, whatever its first line
+            **({"placement": "on-step", **_assumed(view)} if in_capture and view is not None and q == view.moe.get("apply") else {}),
         }))
     if unresolved and not any("quant_method" in f.data for f in findings):
         findings.append(_unresolved_finding(ctx, rule, chain, unresolved, params.kernel_depth))
     return findings
+
+
+def _assumed(view) -> dict:
+    """The undecided tests the view's primary MoE path takes as false (said beside the placement)."""
+    got = sorted({w for lf in view.primary_leaves() for w in lf.get("when", []) if w.startswith("not ")})
+    return {"placement_assumed": got} if got else {}
+
+
+def _placed(ctx, live: list, by_fn: list) -> tuple:
+    """The hazards split by where they sit against the mapped step (recon.placement): those on it
+    or under undecided tests are kept (the finding is placed by the best of them); those the step
+    never enters are listed apart. Without a map: all kept, unplaced."""
+    from ..placement import ELSEWHERE, ON_STEP, UNDECIDED, place, step_sites
+
+    s = step_sites(ctx)
+    if s is None:
+        return live, by_fn, [], {}
+    kept, away, where = [], [], set()
+    for h in live:
+        got = place(s, h["path"], h["line"])
+        if got["placement"] == ELSEWHERE:
+            away.append({k: h[k] for k in ("path", "line", "call", "kind")})
+        else:
+            kept.append(h)
+            where.add(got["placement"])
+    keep_fns = {h["function"] for h in kept}
+    fns = [{**b, "hazards": [x for x in b["hazards"] if any(x["path"] == h["path"] and x["line"] == h["line"] for h in kept)]}
+           for b in by_fn if b["function"] in keep_fns]
+    if not kept:  # every one is off the step: one finding placed elsewhere says so
+        return live, by_fn, [], ({"placement": ELSEWHERE} if live else {})
+    return kept, fns, away, {"placement": ON_STEP if ON_STEP in where else UNDECIDED}
 
 
 def _unresolved_finding(ctx, rule, chain: dict, unresolved: list[str], depth: int) -> Finding:
@@ -330,4 +374,16 @@ def _unresolved_finding(ctx, rule, chain: dict, unresolved: list[str], depth: in
         "capture_site": f"{chain['site_path']}:{chain['site_line']}",
         "unresolved_quant_methods": list(unresolved),
         "handoffs": {q: offs[q] for q in unresolved},
+        **_placed_methods(ctx, unresolved),
     })
+
+
+def _placed_methods(ctx, methods: list) -> dict:
+    """A finding about quant methods is placed where the methods are (the best of them), not at
+    the capture site its first evidence cites."""
+    from ..placement import PLACEMENTS, place, step_sites
+
+    s = step_sites(ctx)
+    G = ctx.tree.graph
+    got = [place(s, G.nodes[q].get("path"), G.nodes[q].get("line"))["placement"] for q in methods if q in G] if s else []
+    return {"placement": min(got, key=PLACEMENTS.index)} if got else {}

@@ -28,7 +28,7 @@ import re
 from typing import Optional
 
 from ..runtime.interp import UNKNOWN
-from ..runtime.moe import PathWalker, _from_config, registrations, registry
+from ..runtime.moe import PathWalker, _from_config, calls_list, registrations, registry, walked_list
 from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
 from .dispatch import choices, resolve_held
 
@@ -91,7 +91,8 @@ class Step:
             w.launched_locals()
         return {"entry": qual, "leaves": [_leaf(self, lf, w.extra_tests) for lf in w.leaves if _is_op(lf)],
                 "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
-                "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()}}
+                "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()},
+                "walked": walked_list(w.walked), "calls": calls_list(w)}
 
     def _held_calls(self, cls: str) -> set:
         """Attributes the class's methods call as ``self.attr(...)``."""
@@ -455,6 +456,7 @@ def moe(view) -> dict:
             "gates": m.get("assumed", []),
             "leaves": [{k: v for k, v in lf.items()} for lf in m.get("leaves", [])],
             "switches": m.get("switches", []), "construction": m.get("construction", []),
+            "walked": m.get("walked", []), "calls": m.get("calls", {}),
             "backend": view.server_args.get("moe_runner_backend"),
             "alternatives": view.alternatives}
 

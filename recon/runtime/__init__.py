@@ -221,6 +221,8 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
             moe["mro"] = world.mro(primary["method"])
             moe["apply_path"] = world.path_of(got["apply"]) if got["apply"] else None
             moe["leaves"] = [_leaf_dict(lf) for lf in got["leaves"]]
+            moe["walked"] = got.get("walked", [])
+            moe["calls"] = got.get("calls", {})
             for lf in moe["leaves"]:
                 lf.update(classify(ctx.tree, lf))
                 lf.update(_package_of(ctx.tree, lf))

@@ -351,6 +351,13 @@ class PathWalker:
         self.tops = {m.module.split(".", 1)[0] for m in world.tree.index.files.values() if m.module}
         self._local_cache: dict = {}
         self.primary_seen: set = set()  # functions walked on the primary path (undecided tests false)
+        # every function entered, with the undecided tests taken as true on the way in (an empty
+        # tuple: entered on the primary path): the engine-decided reach, function by function
+        self.walked: dict = {}
+        # every call site met in a walked body: the tests taken as true where it runs, or (in
+        # ``dead``) that the engine decided the branch holding it does not run
+        self.call_lines: dict = {}
+        self.dead: set = set()
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
@@ -406,6 +413,9 @@ class PathWalker:
         node = self.G.nodes.get(qual, {})
         if fn is None or not node.get("path"):
             return
+        taken = tuple(sorted({t for t, holds in when if holds}))
+        if taken not in self.walked.setdefault(qual, []):
+            self.walked[qual].append(taken)
         path = node["path"]
         mod, scope = self.ev.model.module_scope(qual)
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
@@ -434,8 +444,12 @@ class PathWalker:
                 else:
                     self._switch(test, v, path, mod, scope, env)
             if not runs:
+                self.dead.add((path, call.lineno))
                 continue
             cwhen = when + tuple(left)
+            taken_here = tuple(sorted({t for t, holds in cwhen if holds}))
+            if taken_here not in self.call_lines.setdefault((path, call.lineno), []):
+                self.call_lines[(path, call.lineno)].append(taken_here)
             name = _dotted(call.func)
             hop = Hop(f"{node.get('qualname', qual)} calls {name or ast.unparse(call.func)[:60]}", path, call.lineno, qual, tuple(left))
             head = name.split(".", 1)[0] if name else ""
@@ -579,4 +593,18 @@ def apply_path(world, ev, inst: Instance) -> dict:
     w = PathWalker(world, ev, inst)
     w.walk(apply, inst, [], (), 0)
     world.writes_of(world.path_of(inst.cls) or "", world._module_of(inst.cls), "__init__")  # index the class's file
-    return {"apply": apply, "leaves": w.leaves, "switches": w.switches, "construction": construction(world, ev, inst)}
+    return {"apply": apply, "leaves": w.leaves, "switches": w.switches, "construction": construction(world, ev, inst),
+            "walked": walked_list(w.walked), "calls": calls_list(w)}
+
+
+def calls_list(w) -> dict:
+    """A walker's call sites as data: ``live`` [path, line, [taken tests per way]], ``dead`` [path, line]
+    (decided not to run, and never met live)."""
+    return {"live": [[p, ln, [list(t) for t in sorted(ws)]] for (p, ln), ws in sorted(w.call_lines.items())],
+            "dead": [[p, ln] for p, ln in sorted(w.dead - set(w.call_lines))]}
+
+
+def walked_list(walked: dict) -> list[dict]:
+    """A walker's functions as data: each with the undecided tests each way in took as true
+    (``[[]]``: entered on the primary path)."""
+    return [{"node": q, "when": [list(t) for t in sorted(ws)]} for q, ws in sorted(walked.items())]

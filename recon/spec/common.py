@@ -32,7 +32,7 @@ def _ev(f) -> list[dict]:
 
 def _fd(f) -> dict:
     return {"rule": f.rule_id, "severity": f.severity, "message": f.message, "evidence": _ev(f), "fingerprint": f.fingerprint,
-            "on_moe_path": f.data.get("on_moe_path")}
+            "on_moe_path": f.data.get("on_moe_path"), "placement": f.data.get("placement")}
 
 
 def _mb(b: float) -> float:

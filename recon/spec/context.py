@@ -7,6 +7,7 @@ from typing import Optional
 
 from .. import notanalyzed, roofline
 from ..runtime.handoffs import describe as describe_handoff
+from ..placement import on_step, placement_counts
 from .common import TYPICAL_BATCH, _at, _by_name, _fd, _mb, _node, _short
 from .moepath import _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime, _slot_causes
 from .plan import SLOT_ANCHOR, _plan, _reference_kernel
@@ -49,6 +50,11 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     """The one object the spec is made of (JSON as is; Markdown through the templates)."""
     G = tree.graph
     titles = {r.id: r.title for r in (rules or [])}
+    # the root causes and the dense tuning the plan reads come from the findings on the mapped step
+    # only (recon.placement); the device-wide sections (gates, backend choice, the grouped
+    # tensor-core candidates a rewrite may use) and the appendix read them all, and the appendix
+    # counts them by placement
+    all_findings, step_findings = findings, on_step(findings)
     roles = Roles(rules)
     rl = roofline.moe_roofline(model, device)
     gap = roofline.slot_gap(model, device, SLOT_ANCHOR)
@@ -59,7 +65,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     quant_class = apply_q.rsplit(".", 1)[0] if apply_q else None
     apply_node = _node(G, apply_q)
     path_files = {h["at"].rsplit(":", 1)[0] for h in hops if h.get("qualname")} | {h["defined_at"].rsplit(":", 1)[0] for h in hops if h.get("defined_at")}
-    causes = _root_causes(findings, kernels, path_files, rl, model, roles)
+    causes = _root_causes(step_findings, kernels, path_files, rl, model, roles)
     for c in causes:
         c["title"] = c["title"] or titles.get(c["rule"], c["rule"])
     slot = next(iter(_slot_causes(causes, roles)), None)
@@ -130,8 +136,9 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}, roles),
         },
         "gates": _gates(findings, roles),
-        "tensor_core_paths": _tensor_core_paths(findings, device, roles),
-        "dense_fp8": _dense(findings, device, roles),
+        # grouped tensor-core entry points anywhere in the tree: the candidates a rewrite can use
+        "tensor_core_paths": _tensor_core_paths(all_findings, device, roles),
+        "dense_fp8": _dense(step_findings, device, roles),
         "integration": {
             "swap_in": {"symbol": _short(apply_q), "qualname": apply_q, "at": _at(apply_node.get("path"), apply_node.get("line"))} if apply_q else None,
             "in_capture": cg.data.get("in_capture") if cg else None,
@@ -142,9 +149,10 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             "forward_hazards": ({"message": cg_warn.message, "count": max(0, len(cg_warn.evidence) - 1), "at": _at(cg_warn.primary.path, cg_warn.primary.line)} if cg_warn else None),
         },
         "errors": [{"rule": r, "error": e} for r, e in sorted(errors)],
-        "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in findings],
-        "will_it_run": _will_it_run(findings, roles, titles),
-        "finding_counts": _counts(findings),
+        "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in all_findings],
+        "will_it_run": _will_it_run(all_findings, roles, titles),
+        "finding_counts": _counts(all_findings),
+        "placement_counts": placement_counts(all_findings),
     }
     ctx["runtime"] = _runtime(view)
     gop = view.grouped_op() if view is not None else None

@@ -1,0 +1,37 @@
+"""Draw the graded sample: the on-step findings of `recon scan --format json` for each scenario on
+a release outside the tests, a seeded random sample of at most N (all when there are fewer).
+
+    RECON_CACHE_DIR=/work/cache python bench/findings_precision/sample.py 0.5.16 > bench/findings_precision/sample.tsv
+"""
+
+import json
+import random
+import subprocess
+import sys
+
+SEED, N = 16, 30
+SCENARIOS = [("h200", "gpt-oss-120b"), ("rtx-pro-6000", "gpt-oss-120b"), ("h200", "qwen3-30b-a3b"), ("b200", "deepseek-v3")]
+
+
+def main(version: str) -> None:
+    rows = []
+    for dev, model in SCENARIOS:
+        out = subprocess.run([sys.executable, "-m", "recon", "scan", "--sglang", version, "--device", dev, "--model", model,
+                              "--format", "json"], capture_output=True, text=True, check=True).stdout
+        doc = json.loads(out)
+        counts = {}
+        for f in doc["findings"]:
+            counts[f["placement"]] = counts.get(f["placement"], 0) + 1
+            if f["placement"] == "on-step":
+                p = f["evidence"][0]
+                rows.append((dev, model, f["rule_id"], f"{p['path']}:{p['line']}", f["message"]))
+        print(f"# {dev} {model}: {counts}", file=sys.stderr)
+    rnd = random.Random(SEED)
+    pick = rows if len(rows) <= N else rnd.sample(rows, N)
+    print("device\tmodel\trule\tsite\tmessage")
+    for r in pick:
+        print("\t".join(r))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,142 @@
+"""Findings placed against the mapped step (recon.placement) on real SGLang wheels: a finding whose
+site the map entered on its decided path is on-step, one in code the step never enters (diffusion,
+speculative decoding) is elsewhere and binds no model sizes; SARIF and the spec follow."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from recon.placement import ELSEWHERE, ON_STEP, PLACEMENTS, UNDECIDED, place, step_sites
+
+# the rules whose findings the issue found off the path (kernels, gates, host syncs), run on their own
+RULES = ("triton-cuda-core-reduction", "low-occupancy-launch", "arch-gate", "cuda-graph-host-sync")
+
+
+def _scan(tree, device, model):
+    from recon.profiles import load_device, load_model
+    from recon.rules import load_rules
+    from recon.scan import run_rules
+
+    rules = [r for r in load_rules() if r.id in RULES]
+    return run_rules(tree, load_device(device), load_model(model), rules), rules
+
+
+@pytest.fixture(scope="module")
+def dsv4_h200(tree_new):
+    return _scan(tree_new, "h200", "dsv4")
+
+
+def _sizes(model) -> list[str]:
+    """Model numbers a message could bind (hidden, intermediate, experts, heads)."""
+    vals = {model.hidden_size, model.moe_intermediate_size, model.num_experts}
+    return sorted(str(v) for v in vals if isinstance(v, int) and v > 64)
+
+
+def test_every_finding_is_placed_and_off_path_kernels_are_elsewhere(dsv4_h200):
+    from recon.profiles import load_model
+
+    res, _ = dsv4_h200
+    assert not res.errors
+    assert res.findings and all(f.data.get("placement") in PLACEMENTS for f in res.findings)
+    off = [f for f in res.findings if re.search(r"/(speculative|diffusion|lora|mamba)/", "/" + f.primary.path)]
+    assert off, "0.5.23 has speculative/diffusion kernels the rules flag"
+    assert all(f.data["placement"] == ELSEWHERE for f in off)
+    model = load_model("dsv4")
+    for f in (f for f in res.findings if f.data["placement"] == ELSEWHERE):
+        assert model.name not in f.message and "elsewhere in the tree" in f.message
+        assert not any(re.search(rf"\b{s}\b", f.message) for s in _sizes(model)), f.message
+
+
+def test_a_site_the_step_reaches_is_on_step(dsv4_h200):
+    res, _ = dsv4_h200
+    s = step_sites(res.context)
+    m = res.context.cache[("kernel_map", 8192)]
+    att = next(lay for lay in m["layers"] if lay["kind"] == "attention")
+    # the call that launches an op the map decided (primary: every undecided test false) is on the step
+    prim = [o for lay in m["layers"] for o in lay.get("ops", []) if o.get("primary")]
+    assert prim
+    for op in prim:
+        assert place(s, op["via"][-1]["path"], op["via"][-1]["line"])["placement"] == ON_STEP
+    # an op the map chose only under a test it could not decide is undecided, the test named
+    for op in (o for o in att["ops"] if not o.get("primary")):
+        got = place(s, op["via"][-1]["path"], op["via"][-1]["line"])
+        assert got["placement"] == UNDECIDED and set(got["tests"]) <= set(op["when"])
+    # the chosen backend's constructor runs, but the map does not walk its branches: undecided,
+    # the branch named; a backend class the map did not choose is elsewhere
+    G = res.context.tree.graph
+    init = f"{att['backend_class']}.__init__"
+    got = place(s, G.nodes[init]["path"], G.nodes[init]["line"] + 1)
+    assert got["placement"] == UNDECIDED and "branch" in got["tests"][0]
+    fi = "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend.__init__"
+    assert place(s, G.nodes[fi]["path"], G.nodes[fi]["line"] + 1)["placement"] == ELSEWHERE
+    # the findings on the step are the view's MoE path in the capture, or sit in walked functions
+    for f in res.findings:
+        if f.data["placement"] == ON_STEP and "quant_method" not in f.data:
+            assert place(s, f.primary.path, f.primary.line)["placement"] == ON_STEP
+
+
+def test_host_sync_blames_only_syncs_the_step_reaches(dsv4_h200):
+    res, _ = dsv4_h200
+    s = step_sites(res.context)
+    view = res.context.view
+    walked = {w["node"] for w in view.moe.get("walked", [])}
+    for f in res.findings:
+        if f.rule_id != "cuda-graph-host-sync":
+            continue
+        if "quant_method" in f.data:  # the MoE path: syncs in functions the view entered only
+            assert all(any(n for n in walked if s.spans and h["path"] == res.context.tree.graph.nodes[n].get("path")) for h in f.data["hazards"])
+            assert not any("deep_gemm" in h["path"] for h in f.data["hazards"]) or "deep_gemm" in (view.moe.get("apply") or "")
+        elif "functions" in f.data and f.data.get("placement") != ELSEWHERE:
+            for fn in f.data["functions"]:
+                for h in fn["hazards"]:
+                    assert place(s, h["path"], h["line"])["placement"] in (ON_STEP, UNDECIDED)
+
+
+def test_sarif_marks_elsewhere_results(dsv4_h200):
+    from recon.sarif import to_sarif
+
+    res, rules = dsv4_h200
+    log = to_sarif(res.findings, rules, "t", "sglang==0.5.23")
+    results = log["runs"][0]["results"]
+    levels = {r.id: r.severity for r in rules}
+    away = [r for r in results if r["properties"].get("placement") == ELSEWHERE]
+    assert away and all(r["level"] == "note" and r["properties"]["onMappedStep"] is False for r in away)
+    on = [r for r in results if r["properties"].get("placement") == ON_STEP]
+    assert on and all(r["properties"]["onMappedStep"] is True for r in on)
+    for r, f in zip(results, sorted(res.findings, key=type(res.findings[0]).sort_key)):
+        if f.data["placement"] == ON_STEP:
+            assert r["level"] == f.severity and f.severity in ("error", "warning", "note") and r["ruleId"] in levels
+
+
+def test_spec_root_causes_come_from_on_step_findings_only(dsv4_h200):
+    from recon.profiles import load_device, load_model
+    from recon.spec.context import build_context
+
+    res, rules = dsv4_h200
+    ctx = build_context(res.context.tree, load_device("h200"), load_model("dsv4"), res.findings, res.errors, rules=rules,
+                        view=res.context.view)
+    placed = {f.message: f.data["placement"] for f in res.findings}
+    causes = ctx["moe_path"]["root_causes"] if "moe_path" in ctx and "root_causes" in ctx["moe_path"] else ctx.get("root_causes", [])
+    assert all(placed.get(c["message"], ON_STEP) == ON_STEP for c in causes)
+    counts = ctx["placement_counts"]
+    assert counts[ELSEWHERE] == sum(1 for f in res.findings if f.data["placement"] == ELSEWHERE) > 0
+    assert len(ctx["findings"]) == len(res.findings)  # the appendix keeps every finding
+
+
+def test_unseen_release_places_findings():
+    """A release outside the fixtures (0.5.16): the seed's MoE kernel path for gpt-oss on H200 is
+    placed on the step, the diffusion and speculative-decoding kernels elsewhere."""
+    from recon.target import from_version
+    from recon.tree import load
+
+    tree = load(from_version("0.5.16"))
+    res, _ = _scan(tree, "h200", "gpt-oss-120b")
+    assert not res.errors
+    by = {p: [f for f in res.findings if f.data["placement"] == p] for p in PLACEMENTS}
+    assert by[ON_STEP] and by[ELSEWHERE]
+    moe = [f for f in by[ON_STEP] if f.rule_id == "cuda-graph-host-sync" and "quant_method" in f.data]
+    assert moe and moe[0].data["resolved_by"] == "runtime view"
+    spec = [f for f in res.findings if re.search(r"/(speculative|diffusion)/", f.primary.path)]
+    assert spec and all(f.data["placement"] == ELSEWHERE for f in spec)
