@@ -630,6 +630,11 @@ def runtime(
         _print_json(view.to_dict())
     else:
         _lines(render_text(view).rstrip("\n").split("\n"))
+    if getattr(view, "no_moe", ""):
+        # the server arguments are printed, but the MoE layer this command is about does not exist:
+        # nothing to do (exit 1), said on stderr for scripts that read only the code
+        err.print(f"no MoE layer: {view.no_moe}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(NOTHING)
 
 
 class KernelsFmt(str, Enum):
