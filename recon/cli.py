@@ -616,7 +616,7 @@ def runtime(
     env: Optional[list[str]] = EnvOpt,
     fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."),
 ) -> None:
-    """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches."""
+    """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches. A dense model (no routed experts) has no MoE layer: its server arguments are printed and the exit code is 1 (nothing to do)."""
     from .progress import phase
     from .runtime_text import render_text
 
