@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from recon.kernels.budget import step_budget
+from recon.profiles import load_device, load_model
 from scenarios import kernel_map
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,9 +57,10 @@ def test_dense_kernel_map_on_real_wheels(request, models, which):
     tree = request.getfixturevalue(which)
     for kind, path in models.items():
         m = kernel_map(tree, "h200", path)
+        budget = step_budget(m, load_model(path), load_device("h200"))  # as map_for adds it
         kinds = [lay["kind"] for lay in m["layers"]]
         assert "moe" not in kinds and "attention" in kinds and "dense_gemm" in kinds, (kind, kinds)
-        assert all(r["kind"] != "moe" for r in m["budget"]["rows"])
+        assert all(r["kind"] != "moe" for r in budget["rows"])
         # attention: SGLang's own resolution picks fa3 on H200 for these releases (bench/oracle: the
         # llama cells agree); the registry builds FlashAttentionBackend, whose decode calls FA3
         att = _layer(m, "attention")
@@ -81,8 +84,8 @@ def test_dense_kernel_map_on_real_wheels(request, models, which):
             else:  # per-tensor: the apply_fp8_linear path, never the block GEMM
                 assert sw.get("block_quant") != "True"
                 assert all("w8a8_block_fp8" not in _via(o) for o in dg["ops"]) and any("apply_fp8_linear" in _via(o) for o in dg["ops"])
-        floor = m["budget"]["total"]["1"]["floor_us"]
-        assert floor > 0 and any(r["kind"] == "dense_gemm" and r["points"][0]["floor_us"] for r in m["budget"]["rows"])
+        floor = budget["total"]["1"]["floor_us"]
+        assert floor > 0 and any(r["kind"] == "dense_gemm" and r["points"][0]["floor_us"] for r in budget["rows"])
 
 
 def _recon(*args, timeout=1800):
