@@ -630,7 +630,7 @@ def runtime(
     env: Optional[list[str]] = EnvOpt,
     fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."),
 ) -> None:
-    """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches."""
+    """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches. A dense model (no routed experts) has no MoE layer: its server arguments are printed and the exit code is 1 (nothing to do)."""
     from .progress import phase
     from .runtime_text import render_text
 
@@ -644,6 +644,11 @@ def runtime(
         _print_json(view.to_dict())
     else:
         _lines(render_text(view).rstrip("\n").split("\n"))
+    if getattr(view, "no_moe", ""):
+        # the server arguments are printed, but the MoE layer this command is about does not exist:
+        # nothing to do (exit 1), said on stderr for scripts that read only the code
+        err.print(f"no MoE layer: {view.no_moe}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(NOTHING)
 
 
 class KernelsFmt(str, Enum):

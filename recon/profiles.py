@@ -147,9 +147,16 @@ class ModelProfile:
     # at most that many tokens). Empty when the profile does not give it.
     kv_cache: dict = field(default_factory=dict)
 
+    @property
+    def is_moe(self) -> bool:
+        """Whether the model routes tokens to experts; a dense model (no experts in its config.json)
+        has ``num_experts`` 0 and no MoE layer, and every product leaves the MoE out for it."""
+        return self.num_experts > 0
+
     def to_dict(self) -> dict:
         return {
             "name": self.name, "short": self.short, "num_attention_heads": self.num_attention_heads, "aliases": list(self.aliases),
+            "moe": self.is_moe, "notes": self.notes,
             "architectures": list(self.architectures), "num_experts": self.num_experts,
             "hidden_size": self.hidden_size, "moe_intermediate_size": self.moe_intermediate_size,
             "top_k": self.top_k, "num_layers": self.num_layers, "num_moe_layers": self.num_moe_layers,
@@ -393,13 +400,15 @@ def _check_hf(cfg: dict, where: str) -> None:
                 _bounded_int(where, "quantization_config.weight_block_size", b, 1, MAX_DIM)
 
 
-def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None) -> "ModelProfile":
+def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None, dense: bool = False) -> "ModelProfile":
     """Refuse a model no checkpoint can have (a spec of it would be all zeros): every size positive
     and within :data:`MAX_SIZES`, top-k within the experts. ``names`` maps a profile field to the
-    key the file used for it."""
+    key the file used for it; ``dense`` allows no experts at all (a config.json that names none)."""
     names = names or {}
     key = lambda f: names.get(f, f)
-    for f in ("num_experts", "top_k", "hidden_size", "moe_intermediate_size", "num_layers", "num_moe_layers"):
+    # a dense model (experts 0: only a config.json without experts gives one) has no MoE sizes to check
+    moe = m.is_moe or not dense  # a dense model (a config.json without experts) has no MoE sizes to check
+    for f in ("num_experts", "top_k", "hidden_size", "moe_intermediate_size", "num_layers", "num_moe_layers") if moe else ("hidden_size", "num_layers"):
         v = getattr(m, f)
         if v < 1:
             after = " MoE layers after first_k_dense_replace and mlp_only_layers" if f == "num_moe_layers" and names else ""
@@ -413,7 +422,7 @@ def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None) ->
             _bounded_int(where, f"dense_gemm_shapes[{i}]", v, 1, MAX_DIM)
     for b in m.decode_batches:
         _bounded_int(where, "decode_batches", b, 1, MAX_DIM)
-    if m.top_k > m.num_experts:
+    if m.is_moe and m.top_k > m.num_experts:
         raise ProfileError(f"{where}: field '{key('top_k')}' is {m.top_k}, more than the {m.num_experts} experts ('{key('num_experts')}')")
     if m.num_moe_layers > m.num_layers:
         raise ProfileError(f"{where}: field '{key('num_moe_layers')}' is {m.num_moe_layers}, more than the {m.num_layers} layers ('{key('num_layers')}')")
@@ -552,9 +561,12 @@ def load_model(spec: Union[str, Path, ModelProfile, None] = None) -> ModelProfil
         if not path.exists() or path.is_dir():
             raise ProfileError(f"model profile or config.json not found: {path}")
         data = _read_mapping(path)
-        if "architectures" in data and ("hidden_size" in data and "name" not in data):
+        # a Hugging Face config.json names its architectures and no profile name (a profile file has
+        # "name"); one without hidden_size is refused below with that field named
+        if "architectures" in data and "name" not in data:
             _check_hf(data, str(path))
-            return _check_sizes(model_from_hf_config(data, str(path)), str(path), _hf_names(data))
+            m = model_from_hf_config(data, str(path))
+            return _check_sizes(m, str(path), _hf_names(data), dense=not m.is_moe)
         return _check_sizes(model_from_mapping(data, str(path)), str(path))
     return _find(str(spec), _shipped_models(), "model")
 
@@ -618,56 +630,67 @@ def _dense_shapes(cfg: dict, hidden: int) -> list[tuple[int, int]]:
 
 
 def model_from_hf_config(cfg: dict, where: str) -> ModelProfile:
-    """A profile from a Hugging Face config.json; fields it lacks raise with the file and field."""
+    """A profile from a Hugging Face config.json; fields it lacks raise with the file and field.
+    A config that names no routed experts (no n_routed_experts / num_local_experts / num_experts)
+    is a dense model: experts, top-k and MoE layers 0, every layer's MLP a dense GEMM, as SGLang
+    serves Llama, Qwen3 dense, Mistral or Gemma."""
     f = _Fields(cfg, where)
     archs = f.strs("architectures")  # may be empty: the runtime view says what that leaves undecided
     hidden = f.get("hidden_size", int)
     experts = _first(cfg, "n_routed_experts", "num_local_experts", "num_experts")
+    layers = f.get("num_hidden_layers", int)
+    qc = cfg.get("quantization_config") or {}
+    if not isinstance(qc, dict):
+        f._bad("quantization_config", "must be a mapping")
+    eq, group, scale, dq, block = _quant_of(qc)
+    name = str(cfg.get("_name_or_path") or cfg.get("name") or Path(where).parent.name or archs[0]).rstrip("/").rsplit("/", 1)[-1]
+    common = dict(name=name, architectures=archs, hidden_size=hidden, num_layers=layers, dense_quant=dq,
+                  dense_block_shape=_as_list(block), source=where,
+                  num_attention_heads=cfg.get("num_attention_heads") if isinstance(cfg.get("num_attention_heads"), int) else None,
+                  hf_config=_hf_view(cfg), kv_cache=_kv_of_config(cfg, layers))
+    if experts is None:
+        inter = f.get("intermediate_size", int)  # the dense MLP's width: gate_up is 2 x this by hidden
+        return ModelProfile(
+            num_experts=0, moe_intermediate_size=0, top_k=0, num_moe_layers=0,
+            expert_quant="none", expert_group_size=None, expert_scale_dtype=None,
+            # every linear of every layer is a dense GEMM: attention's and the MLP's
+            dense_gemm_shapes=[list(s) for s in _dense_shapes(cfg, hidden) + [(2 * inter, hidden), (hidden, inter)]],
+            notes=(f"dense model: config.json names no routed experts (no n_routed_experts, num_local_experts or "
+                   f"num_experts), so there is no MoE layer; each of the {layers} layers runs attention and a dense "
+                   f"MLP (intermediate_size {inter})" + (f", linears quantized {dq}" if dq != "bf16" else "")),
+            **common)
     if not isinstance(experts, int):
-        f._bad("n_routed_experts", "(or num_local_experts / num_experts) is missing: not a MoE config")
+        f._bad("n_routed_experts", "(or num_local_experts / num_experts) must be an integer")
     inter = _first(cfg, "moe_intermediate_size", "intermediate_size")
     if not isinstance(inter, int):
         f._bad("moe_intermediate_size", "(or intermediate_size) is missing")
     top_k = _first(cfg, "num_experts_per_tok", "experts_per_token", "num_experts_per_token")
     if not isinstance(top_k, int):
         f._bad("num_experts_per_tok", "(or experts_per_token) is missing")
-    layers = f.get("num_hidden_layers", int)
     dense_first = cfg.get("first_k_dense_replace") or 0
     mlp_only = cfg.get("mlp_only_layers") or []
-    qc = cfg.get("quantization_config") or {}
-    if not isinstance(qc, dict):
-        f._bad("quantization_config", "must be a mapping")
-    eq, group, scale, dq, block = _quant_of(qc)
-    name = cfg.get("_name_or_path") or cfg.get("name") or Path(where).parent.name or archs[0]
     return ModelProfile(
-        name=str(name).rstrip("/").rsplit("/", 1)[-1],
-        architectures=archs,
         num_experts=experts,
-        hidden_size=hidden,
         moe_intermediate_size=inter,
         top_k=top_k,
-        num_layers=layers,
         num_moe_layers=max(0, layers - dense_first - len(mlp_only)),
         expert_quant=eq,
         expert_group_size=group,
         expert_scale_dtype=scale,
-        dense_quant=dq,
-        dense_block_shape=_as_list(block),
         dense_gemm_shapes=[list(s) for s in _dense_shapes(cfg, hidden)] if dq == "fp8" else [],
-        source=where,
-        num_attention_heads=cfg.get("num_attention_heads") if isinstance(cfg.get("num_attention_heads"), int) else None,
-        hf_config=_hf_view(cfg),
-        kv_cache=_kv_of_config(cfg, layers),
-    )
+        **common)
 
 
 def _kv_of_config(cfg: dict, layers: int) -> dict:
     """KV bytes per token and layer for standard (non-latent) attention in 16-bit storage, from
     config.json's num_key_value_heads and head_dim; empty for other layouts (latent/compressed)."""
-    kvh, hd = cfg.get("num_key_value_heads"), cfg.get("head_dim")
+    kvh, hd, heads = cfg.get("num_key_value_heads"), cfg.get("head_dim"), cfg.get("num_attention_heads")
+    if hd is None and isinstance(heads, int) and isinstance(cfg.get("hidden_size"), int):
+        hd = cfg["hidden_size"] // heads  # SGLang's ModelConfig: head_dim absent -> hidden_size // num_attention_heads
     if cfg.get("kv_lora_rank") or not (isinstance(kvh, int) and isinstance(hd, int)):
         return {}
-    out = {"bytes_per_token_layer": 2 * kvh * hd * 2, "basis": "config.json num_key_value_heads x head_dim, K and V, 16-bit"}
+    out = {"bytes_per_token_layer": 2 * kvh * hd * 2, "basis": "config.json num_key_value_heads x head_dim"
+           + ("" if "head_dim" in cfg else " (hidden_size // num_attention_heads)") + ", K and V, 16-bit"}
     win, types = cfg.get("sliding_window"), cfg.get("layer_types")
     if isinstance(win, int) and isinstance(types, list):
         out.update(sliding_window=win, sliding_window_layers=sum(1 for t in types if "sliding" in str(t)))

@@ -36,6 +36,9 @@ def render_text(view) -> str:
         out.append(f"  otherwise, if {_cond(f['assumptions'], 100)}: " + ", ".join(f"{k} = {v}" for k, v in f["changes"].items())
                    + (f"   [{sites}]" if sites else ""))
     moe = view.moe
+    if getattr(view, "no_moe", ""):
+        out.append("")
+        out.append(f"MoE layer: none. {view.no_moe}")
     if moe:
         out.append("")
         out.append(f"MoE quant method: {moe.get('quant_method')!r} ({moe.get('source')})")

@@ -255,10 +255,54 @@ def test_hf_config_json_fp8_block_mla(tmp_path):
 
 def test_hf_config_missing_field_names_file_and_field(tmp_path):
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({"architectures": ["X"], "hidden_size": 8, "num_hidden_layers": 1}))
+    # experts named but no top-k: a MoE config missing a field it needs
+    p.write_text(json.dumps({"architectures": ["X"], "hidden_size": 8, "num_hidden_layers": 1, "num_local_experts": 4, "intermediate_size": 8}))
     with pytest.raises(ReconError) as e:
         load_model(str(p))
-    assert str(p) in str(e.value) and "n_routed_experts" in str(e.value)
+    assert str(p) in str(e.value) and "num_experts_per_tok" in str(e.value)
+    # no experts: a dense model, whose MLP width it must give
+    p.write_text(json.dumps({"architectures": ["X"], "hidden_size": 8, "num_hidden_layers": 1}))
+    with pytest.raises(ReconError, match="field 'intermediate_size' is missing"):
+        load_model(str(p))
+
+
+_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256}
+
+
+def test_hf_config_without_experts_is_a_dense_model(tmp_path):
+    p = tmp_path / "llama" / "config.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps(_LLAMA))
+    m = load_model(str(p))
+    assert not m.is_moe and (m.num_experts, m.top_k, m.num_moe_layers, m.moe_intermediate_size) == (0, 0, 0, 0)
+    assert m.expert_quant == "none" and m.dense_quant == "bf16" and m.dense_block_shape is None
+    assert "dense model" in m.notes and "no MoE layer" in m.notes
+    # every linear of a layer: qkv (32 + 2 x 8 heads of 128), o, gate_up, down; at bf16 too
+    assert m.dense_gemm_shapes == [[6144, 4096], [4096, 4096], [28672, 4096], [4096, 14336]]
+    # head_dim absent: SGLang's ModelConfig takes hidden_size // num_attention_heads (128): 8 KV heads x 128 x K,V x 2 B
+    assert m.kv_cache["bytes_per_token_layer"] == 2 * 8 * 128 * 2
+    assert m.to_dict()["moe"] is False
+    fp8 = load_model_json(tmp_path, {**_LLAMA, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})
+    assert (fp8.dense_quant, fp8.dense_block_shape, fp8.is_moe) == ("fp8", [128, 128], False)
+    assert "linears quantized fp8" in fp8.notes
+
+
+def load_model_json(tmp_path, cfg: dict):
+    d = tmp_path / f"m{abs(hash(json.dumps(cfg, sort_keys=True)))}"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return load_model(str(d))
+
+
+def test_config_with_neither_experts_nor_hidden_size_exits_2_naming_the_field(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "intermediate_size": 64}))
+    with pytest.raises(ReconError, match="field 'hidden_size' is missing"):
+        load_model(str(p))
+    import subprocess, sys
+    r = subprocess.run([sys.executable, "-m", "recon", "runtime", "--model", str(p)], capture_output=True, text=True)
+    assert r.returncode == 2 and "field 'hidden_size'" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_model_classes_exist_in_real_tree(tree_0513):

@@ -397,12 +397,17 @@ def dense(step: Step) -> dict:
         out["note"] = "no LinearBase class in this tree"
         return out
     if name is None:
-        cls = step.classes("UnquantizedLinearMethod")
-        if not cls:
-            out["note"] = "the checkpoint is not quantized and the tree has no UnquantizedLinearMethod"
+        # without a quant config LinearBase picks its method itself (`if quant_config is None:
+        # self.quant_method = UnquantizedLinearMethod()`): that write, its tests evaluated
+        from ..runtime.moe import _unquantized_outcomes
+        got = _unquantized_outcomes(w, step.ev, LayerObj(lin[0], frozenset(w.mro(lin[0]))))
+        if not got:
+            out["note"] = "the checkpoint is not quantized and LinearBase's own choice of method could not be read"
             return out
-        inst = Instance(cls[0])
-        out["method"] = cls[0]
+        inst = got[0]["instance"]
+        out["method"] = got[0]["method"]
+        out["gates"] = [{"test": a["test"], "holds": a["holds"], "path": a["path"], "line": a["line"]} for a in got[0]["assumptions"]]
+        out["method_returned_at"] = {"path": got[0]["path"], "line": got[0]["line"], "how": "LinearBase sets it when quant_config is None"}
     else:
         reg = registry(w).get(name)
         if reg is None:

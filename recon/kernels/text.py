@@ -43,7 +43,8 @@ def _head(lay: dict) -> list[str]:
         out = [f"quant method {lay.get('quant_method')!r} ({lay.get('quant_source')})"]
         if lay.get("method"):
             r = lay.get("method_returned_at") or {}
-            out.append(f"linear method {_short(lay['method'])}  [get_quant_method returns it at {_at(r.get('path'), r.get('line'))}]")
+            how = r.get("how") or "get_quant_method returns it"
+            out.append(f"linear method {_short(lay['method'])}  [{how} at {_at(r.get('path'), r.get('line'))}]")
             for o in lay.get("other_methods", []):
                 out.append(f"  or {_short(o['method'])} if " + "; ".join(_cond(a) for a in o["assumptions"]))
         for attr, d in sorted((lay.get("dispatchers") or {}).items()):

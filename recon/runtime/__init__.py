@@ -44,12 +44,14 @@ class RuntimeView:
     # and its quantization registry read. False only where the tree has no ServerArgs to evaluate;
     # a product may then fall back to what the graph alone shows, saying so. Not part of to_dict.
     moe_decided: bool = False
+    # why the model has no MoE layer (a dense model: its config.json names no experts); empty for a MoE model
+    no_moe: str = ""
 
     def to_dict(self) -> dict:
         return {"device": self.device, "model": self.model, "flags": self.flags, "env": self.env,
                 "server_args": self.server_args, "forks": self.forks, "moe": self.moe, "notes": self.notes,
                 "alternatives": self.alternatives,
-                "diagnostics": self.diagnostics}
+                "diagnostics": self.diagnostics, "no_moe": self.no_moe or None}
 
     def primary_leaves(self) -> list:
         return [lf for lf in self.moe.get("leaves", []) if lf.get("primary")]
@@ -236,6 +238,12 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
         view.moe = moe
         view.moe_decided = world.schema is not None
         view.alternatives = _alternatives(ctx, world, ev, forks_states, view)
+    else:
+        # a dense model: no layer routes to experts, so there is no MoE quant method to ask for
+        view.no_moe = (f"{ctx.model.name} is a dense model: its config.json names no routed experts, so no layer "
+                       "builds a MoE layer (no MoE quant method, runner or kernels); `recon kernels` maps its attention "
+                       "and dense GEMMs")
+        view.moe_decided = world.schema is not None
     view.notes = sorted(world.notes.values())
     return view
 

@@ -70,6 +70,8 @@ def model_value(model, attr: str) -> Optional[int]:
     if attr == "num_attention_heads":  # profiles name it either way
         return getattr(model, "num_attention_heads", None) or getattr(model, "num_heads", None)
     v = getattr(model, attr, None)
+    if attr in ("num_experts", "top_k", "moe_intermediate_size", "num_moe_layers") and v == 0:
+        return None  # a dense model has no experts: a MoE size is no size of it, never bound as 0
     return v if isinstance(v, int) else None
 
 

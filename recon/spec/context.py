@@ -292,6 +292,13 @@ def spec_of(ctx, rules=None, target_reason: Optional[str] = None) -> dict:
 
     rules = load_rules() if rules is None else rules
     res = run_scenario(ctx, rules)
+    if not ctx.model.is_moe:
+        # a dense model: the spec of its attention and dense GEMMs, read from the kernel map
+        from ..kernels.kmap import map_for
+        from ..runtime import runtime_view
+        from .dense import build_dense_context
+        return build_dense_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules,
+                                   runtime_view(ctx), map_for(ctx))
     view = _view_of(res)
     return build_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules, view, _budget_of(res))
 

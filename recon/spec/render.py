@@ -26,8 +26,9 @@ def render_markdown(ctx: dict, templates_dir: Optional[Path] = None) -> str:
     import jinja2
 
     d = Path(templates_dir or TEMPLATES_DIR)
-    if not (d / "spec.md.j2").is_file():
-        raise ReconError(f"spec template not found: {d / 'spec.md.j2'}")
+    name = "spec-dense.md.j2" if ctx.get("dense") else "spec.md.j2"  # a dense model's spec has no MoE sections
+    if not (d / name).is_file():
+        raise ReconError(f"spec template not found: {d / name}")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(d)), undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters["mb"] = lambda b: f"{b / 1e6:,.2f} MB" if b is not None else "?"
     env.filters["us"] = lambda x: "—" if x is None else f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
@@ -41,7 +42,7 @@ def render_markdown(ctx: dict, templates_dir: Optional[Path] = None) -> str:
     env.filters["code_cell"] = lambda s: _Md(md_code(s, cell=True)) if s or s == 0 else "—"
     env.filters["trusted"] = lambda s: _Md(s)
     env.filters["fenced"] = lambda s: _Md(" " + inert(s) if inert(s).startswith(("`", "~")) else inert(s))
-    text = env.get_template("spec.md.j2").render(**ctx)
+    text = env.get_template(name).render(**ctx)
     # headings set off by one blank line, one blank line between blocks, one newline at the end
     out: list[str] = []
     fenced = False
