@@ -319,7 +319,7 @@ _REFUSAL_TREE = {
         "            else:\n"
         "                self.attention_backend = 'flashinfer'\n"
         "    def _check(self):\n"
-        "        assert self.tp_size >= 1, 'tp_size must be positive'\n"
+        "        assert self.tp_size < 1, 'an assert is not read as a refusal'\n"
         "        if self.attention_backend == 'trtllm_mha':\n"
         "            if not is_sm100_supported():\n"
         "                raise ValueError('trtllm_mha needs SM100')\n"

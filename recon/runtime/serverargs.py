@@ -378,7 +378,8 @@ def _called(world, w, state, evaluator, strict: bool = False) -> bool:
     if not w.scope:
         return True
     qual = f"{w.module}.{w.scope}"
-    # strict (a refusal): each call's tests must be decided and hold; an undecided one does not call
+    # strict (a refusal): each call's tests are taken the primary way, an undecided one as false (a
+    # call under `if <undecided>:` does not run; one after `if <undecided>: return` does)
     cache = world.__dict__.setdefault("_called_strict" if strict else "_called", {})
     if qual in cache:
         return cache[qual]
@@ -405,7 +406,7 @@ def _called(world, w, state, evaluator, strict: bool = False) -> bool:
             probe = Write(path, mod, scope, call.lineno, "", "", call, tuple(guards), fn, (), _locals(fn))
             env = world.write_env(probe, ServerArgsObj(state), evaluator)
             if all((evaluator.eval(t, env, mod, scope) is not UNKNOWN and bool(evaluator.eval(t, env, mod, scope)) == want)
-                   or (not strict and evaluator.eval(t, env, mod, scope) is UNKNOWN) for t, want in guards):
+                   or (evaluator.eval(t, env, mod, scope) is UNKNOWN and (not strict or not want)) for t, want in guards):
                 runs = True
                 # the arguments this call passes (`self._set_default_dsa_kv_cache_dtype(major, ...)`)
                 callee = evaluator.model.function_ast(qual)
@@ -446,7 +447,11 @@ def refusals(world, schema: Schema, state: State, evaluator) -> list[dict]:
         for path, module in hook_modules(world, schema):
             tree = world.module_ast(path)
             if tree is not None:
-                sites += [w for w in writes_in_module(tree, path, module, None, raises=True) if w.scope]
+                # `raise` only: an assert is mostly a postcondition on what its own function just
+                # wrote (`assert self.kv_cache_dtype in [...]` after setting it), which a reading
+                # of the resolved state cannot place in sequence
+                sites += [w for w in writes_in_module(tree, path, module, None, raises=True)
+                          if w.scope and isinstance(_stmt_at(tree, w.line), ast.Raise)]
         memo["hook_raises"] = sites
     archs = list(world.model.architectures)
     classes = _class_names(world)
@@ -459,7 +464,8 @@ def refusals(world, schema: Schema, state: State, evaluator) -> list[dict]:
             continue
         if _arch_guard(w.decorators, archs, classes, evaluator, w.module) is False:
             continue
-        if not _reached(world, schema, f"{w.module}.{w.scope}") or not _called(world, w, state, evaluator, strict=True):
+        path = _reached(world, schema, f"{w.module}.{w.scope}")
+        if path is None or not _chain_runs(world, path, state, evaluator):
             continue
         env = world.write_env(w, ServerArgsObj(state), evaluator,
                               world.__dict__.get("_callsite_args", {}).get(f"{w.module}.{w.scope}"))
@@ -469,28 +475,63 @@ def refusals(world, schema: Schema, state: State, evaluator) -> list[dict]:
     return out
 
 
-def _reached(world, schema: Schema, qual: str, depth: int = 6) -> bool:
-    """Whether in-tree calls lead from the resolution's entry (:data:`_ENTRIES` of ServerArgs) to
-    ``qual``; a function of the hook package nothing in the tree calls is a hook run by a registry
-    (as for writes). A helper only other code calls (``ServerArgs.url``) is not reached."""
+def _stmt_at(tree: ast.Module, line: int):
+    return next((n for n in ast.walk(tree) if isinstance(n, (ast.Raise, ast.Assert)) and n.lineno == line), None)
+
+
+def _reached(world, schema: Schema, qual: str, depth: int = 6) -> Optional[list]:
+    """The chain of in-tree calls from the resolution's entry (:data:`_ENTRIES` of ServerArgs) to
+    ``qual`` ([qual, its caller, ..., the entry]), or None; a function of the hook package nothing
+    in the tree calls is a hook run by a registry (as for writes). A helper only other code calls
+    (``ServerArgs.url``) is not reached."""
     G = world.G
     hooks_pkg = schema.module.rsplit(".", 1)[0] + ".arg_groups."
-    seen, frontier = {qual}, [qual]
+    parent = {qual: None}
+    frontier = [qual]
+
+    def chain(q):
+        out = []
+        while q is not None:
+            out.append(q)
+            q = parent[q]
+        return out
+
     for _ in range(depth):
         nxt = []
         for q in frontier:
             if q.rsplit(".", 1)[-1] in _ENTRIES and ".ServerArgs." in f".{q}":
-                return True
+                return chain(q)
             callers = [u for u, _, d in G.in_edges(q, data=True) if d.get("kind") == "calls"] if q in G else []
             callers += [u for u, _ in world.reference_sites(q)]
             if not callers and q.startswith(hooks_pkg):
-                return True
+                return chain(q)
             for u in callers:
-                if u not in seen:
-                    seen.add(u)
+                if u not in parent:
+                    parent[u] = q
                     nxt.append(u)
         frontier = nxt
-    return False
+    return None
+
+
+def _chain_runs(world, chain: list, state: State, evaluator) -> bool:
+    """Every function on the chain is called with its call's tests holding (the strict rule of
+    :func:`_called`): a check inside ``_handle_mamba_radix_cache`` counts only where that hook
+    itself runs for this model."""
+    from types import SimpleNamespace
+    for q in chain[:-1]:
+        node = world.G.nodes.get(q, {})
+        mod = next((m for m in _module_prefixes(q) if world.G.nodes.get(m, {}).get("kind") == "module"), None)
+        if mod is None or not node:
+            return False
+        probe = SimpleNamespace(module=mod, scope=q[len(mod) + 1:], path=node.get("path", ""))
+        if not _called(world, probe, state, evaluator, strict=True):
+            return False
+    return True
+
+
+def _module_prefixes(qual: str) -> list:
+    parts = qual.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
 
 
 def _message(node, env, evaluator, w) -> str:
