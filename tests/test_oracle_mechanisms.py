@@ -293,3 +293,88 @@ def test_page_size_is_resolved_with_the_attention_backend(tree_unseen):
     h200 = build(CheckContext(tree_unseen, load_device("h200"), load_model("deepseek-v3")), {})
     assert h200.server_args["page_size"]["value"] == "1"
     assert not any("page_size" in f["changes"] for v in (b200, h200) for f in v.forks)
+
+
+_REFUSAL_TREE = {
+    "sglang/srt/utils.py": (
+        "import torch\n"
+        "def is_blackwell():\n"
+        "    return torch.cuda.get_device_capability()[0] in [10, 12]\n"
+        "def is_sm100_supported():\n"
+        "    return torch.cuda.get_device_capability()[0] == 10\n"
+    ),
+    "sglang/srt/server_args.py": (
+        "from typing import Optional\n"
+        "from sglang.srt.utils import is_blackwell, is_sm100_supported\n"
+        "class ServerArgs:\n"
+        "    attention_backend: Optional[str] = None\n"
+        "    tp_size: int = 1\n"
+        "    def __post_init__(self):\n"
+        "        self._handle_backend()\n"
+        "        self._check()\n"
+        "    def _handle_backend(self):\n"
+        "        if self.attention_backend is None:\n"
+        "            if is_blackwell():\n"
+        "                self.attention_backend = 'trtllm_mha'\n"
+        "            else:\n"
+        "                self.attention_backend = 'flashinfer'\n"
+        "    def _check(self):\n"
+        "        assert self.tp_size < 1, 'an assert is not read as a refusal'\n"
+        "        if self.attention_backend == 'trtllm_mha':\n"
+        "            if not is_sm100_supported():\n"
+        "                raise ValueError('trtllm_mha needs SM100')\n"
+        "        try:\n"
+        "            raise RuntimeError('caught below')\n"
+        "        except RuntimeError:\n"
+        "            pass\n"
+        "        for _ in []:\n"
+        "            raise RuntimeError('a loop that may not run')\n"
+        "    def url(self):\n"
+        "        raise NotImplementedError('not part of the resolution')\n"
+    ),
+}
+
+
+def test_a_raise_the_resolved_arguments_reach_is_a_refusal(synthetic):
+    # SGLang 0.5.6.x: the default MHA backend on any Blackwell (SM100 and SM120) is trtllm_mha, and
+    # the compatibility check then raises unless SM100: the server refuses to start on SM120 with
+    # its own default. A raise in a helper the resolution does not call, in a try body or in a loop
+    # body, or behind a test that does not hold, is no refusal.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+
+    tree = synthetic(_REFUSAL_TREE)
+    sm120 = build(CheckContext(tree, load_device("rtx-pro-6000-server"), load_model("qwen3-30b-a3b")), {})
+    assert sm120.server_args["attention_backend"]["value"] == "'trtllm_mha'"
+    assert [(r["path"], r["line"], r["message"]) for r in sm120.refusals] == [("sglang/srt/server_args.py", 19, "trtllm_mha needs SM100")]
+    assert any("SGLang refuses" in d for d in sm120.diagnostics) and "refusals" in sm120.to_dict()
+    for device in ("b200", "h200"):
+        view = build(CheckContext(tree, load_device(device), load_model("qwen3-30b-a3b")), {})
+        assert view.refusals == [] and "refusals" not in view.to_dict(), device
+    # the user's own backend on SM120 passes the check
+    ok = build(CheckContext(tree, load_device("rtx-pro-6000-server"), load_model("qwen3-30b-a3b")), {"attention_backend": "triton"})
+    assert ok.refusals == []
+
+
+@pytest.mark.network
+def test_sglang_0_5_6_post2_refuses_its_own_default_on_sm120():
+    # The oracle's answer (bench/oracle, 0.5.6.post2 on the RTX PRO 6000): ValueError from
+    # _handle_attention_backend_compatibility for MHA models; 0.5.7 picks another backend there.
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime import build
+    from recon.target import from_version
+    from recon.tree import load
+
+    for version, refuses in (("0.5.6.post2", True), ("0.5.7", False)):
+        tree = load(from_version(version))
+        for model, mha in (("qwen3-30b-a3b", True), ("deepseek-v3", False)):
+            view = build(CheckContext(tree, load_device("rtx-pro-6000-server"), load_model(model)), {})
+            got = [r["message"] for r in view.refusals]
+            if refuses and mha:
+                assert len(got) == 1 and "only supported on Blackwell GPUs (SM100)" in got[0], (version, model, got)
+            else:
+                assert got == [], (version, model, got)
+        triton = build(CheckContext(tree, load_device("rtx-pro-6000-server"), load_model("qwen3-30b-a3b")), {"attention_backend": "triton"})
+        assert triton.refusals == []

@@ -28,6 +28,9 @@ def answers(tree, device: str, model_dir: str, flags: list, env: dict) -> dict:
         view = server_args_view(CheckContext(tree, dev, mdl, server_flags=parsed, env=env), parsed, env)
     except ReconError as e:
         return {"__error__": str(e)}
+    if view.refusals:  # SGLang's own resolution raises on these arguments, and recon says so
+        r = view.refusals[0]
+        return {"__error__": f"SGLang refuses: {r['message']} ({r['path']}:{r['line']})"}
     out = {}
     forked = _forked_fields(view)
     for name, rec in view.server_args.items():
@@ -70,7 +73,7 @@ def server_args_view(ctx, flags: dict, env: dict):
     from recon.runtime.evaluator import Evaluator
     from recon.runtime.gatemodel import _model
     from recon.runtime.interp import Dev
-    from recon.runtime.serverargs import load_schema, open_later_writers, resolve
+    from recon.runtime.serverargs import load_schema, open_later_writers, refusals, resolve
     from recon.runtime.values import plain
     from recon.runtime.world import World
 
@@ -79,11 +82,12 @@ def server_args_view(ctx, flags: dict, env: dict):
     world.shared_asts = gm._module_ast
     world.schema = load_schema(world)
     ev = Evaluator(world, Dev.of(ctx.device), gm)
-    view = SimpleNamespace(server_args={}, forks=[])
+    view = SimpleNamespace(server_args={}, forks=[], refusals=[])
     if world.schema is None:
         return view
     states = resolve(world, world.schema, dict(flags), ev)
     world.state = states[0]
+    view.refusals = refusals(world, world.schema, world.state, ev)
     for k, d in sorted(world.state.decisions.items()):
         if k.startswith("_"):
             continue

@@ -30,11 +30,23 @@ def _cause(causes: list, field: str, key: str) -> str:
     return ""
 
 
+def _version(v: str):
+    from packaging.version import Version
+    try:
+        return Version(v)
+    except Exception:
+        return Version("0")
+
+
+def _short(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")[:240]
+
+
 def _key(r: dict) -> str:
     return f"{r['field']}: sglang={r['sglang']!r} recon={r['recon']!r}"
 
 
-def markdown(rows: list, cmd: str) -> str:
+def markdown(rows: list, cmd: str, notes: dict = None) -> str:
     causes = _causes()
     failed = [r for r in rows if r["verdict"] == "oracle-failed"]
     rows = [r for r in rows if r["verdict"] != "oracle-failed"]
@@ -49,13 +61,22 @@ def markdown(rows: list, cmd: str) -> str:
              f"{_pct(total['disagree'], n - total['missing'])} disagree, {_pct(total['undecided'], n - total['missing'])} undecided.", "",
              "`__cell__` rows are cells SGLang itself rejects (or recon rejects): they agree when both refuse.", "",
              f"Cells the oracle's own environment could not run (left out above): {len(failed)}"
-             + (f" — {sorted({r['release'] for r in failed})}: {str(failed[0]['sglang'])[:160]}" if failed else "") + ".", "",
+             + (f" in {len({r['release'] for r in failed})} releases (see the table below)" if failed else "") + ".", "",
              "## By release", "", "| release | values | agree | disagree | undecided | missing |", "|---|---|---|---|---|---|"]
     by = defaultdict(Counter)
     for r in rows:
         by[r["release"]][r["verdict"]] += 1
-    for k, c in by.items():
+    for r in failed:
+        by.setdefault(r["release"], Counter())
+    why = dict(notes or {})
+    for r in failed:
+        why.setdefault(r["release"], str(r["sglang"]))
+    for k in sorted(set(by) | set(why), key=_version):
+        c = by.get(k, Counter())
         s = sum(c.values())
+        if not s:
+            lines.append(f"| {k} | not run: {_short(why.get(k, ''))} | | | | |")
+            continue
         lines.append(f"| {k} | {s} | {c['agree']} ({_pct(c['agree'], s)}) | {c['disagree']} | {c['undecided']} | {c['missing']} |")
     lines += ["", "## By field", "", "| field | values | agree | disagree | undecided | missing |", "|---|---|---|---|---|---|"]
     byf = defaultdict(Counter)

@@ -135,14 +135,20 @@ def main() -> None:
     t0 = time.time()
     cmd = "RECON_CACHE_DIR=... python bench/oracle/run.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     for version in a.releases.split(","):
+        t_sg = t_rc = 0.0
+        t = time.time()
         root = fetch_wheel(version)
         tree = recon_side.load_tree(version)
+        t_rc += time.time() - t
         for device in a.devices.split(","):
             cells = [{"id": f"{m}|{fs}", "model_dir": str(HERE / "models" / m), "flags": FLAG_SETS[fs], "env": {}}
                      for m in models for fs in a.flags.split(",")]
             have = reused is not None and any(k[0] == version and k[1] == device for k in reused)
+            t = time.time()
             sg = {c["id"]: reused.get((version, device, c["id"]), {"ok": False, "error": "no answer"}) for c in cells} \
                 if have else oracle(version, root, work, device, cells)
+            t_sg += time.time() - t
+            t = time.time()
             for c in cells:
                 raw.append({"release": version, "device": device, "id": c["id"], "answer": sg.get(c["id"])})
                 m, fs = c["id"].split("|")
@@ -150,13 +156,15 @@ def main() -> None:
                 for field, (verdict, want, got, src) in compare(sg.get(c["id"], {"ok": False, "error": "no answer"}), rc).items():
                     rows.append({"release": version, "device": device, "model": m, "flags": fs, "field": field,
                                  "verdict": verdict, "sglang": want, "recon": got, "recon_source": src})
-        print(f"oracle: {version} done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+            t_rc += time.time() - t
+        print(f"oracle: {version} done ({time.time() - t0:.0f}s; SGLang's side {t_sg:.0f}s, recon's side {t_rc:.0f}s)",
+              file=sys.stderr, flush=True)
         write(rows, Path(a.out), cmd, raw)  # after each release, so a long run can be read while it goes
 
 
 def _oracle_rows(path: Path) -> dict:
     """(release, device, cell id) -> SGLang's answer, rebuilt from an earlier table's rows."""
-    data = json.loads(path.read_text())
+    data = load(path)
     if data.get("oracle"):
         return {(o["release"], o["device"], o["id"]): o["answer"] for o in data["oracle"] if o.get("answer")}
     out: dict = {}
@@ -172,11 +180,62 @@ def _oracle_rows(path: Path) -> dict:
     return out
 
 
-def write(rows: list, out: Path, cmd: str, raw: list = ()) -> None:
+# The table's JSON keeps every field SGLang resolved (so a later table can compare a field this one
+# does not, without rerunning SGLang), compactly: rows as lists under one column header, and each
+# release's SGLang fields that are the same in all its cells written once (``oracle_common``).
+COLUMNS = ["release", "device", "model", "flags", "field", "verdict", "sglang", "recon", "recon_source"]
+
+
+def load(path: Path) -> dict:
+    """A table's JSON as {"command", "rows": [dict], "oracle": [{release, device, id, answer}]},
+    from either layout (rows as dicts and full answers, or the compact one ``write`` makes)."""
+    data = json.loads(path.read_text())
+    if data.get("columns"):
+        data["rows"] = [dict(zip(data["columns"], r)) for r in data["rows"]]
+    common = data.get("oracle_common") or {}
+    for o in data.get("oracle") or []:
+        ans = o.get("answer")
+        if ans and ans.get("ok") and o["release"] in common:
+            ans["fields"] = {**common[o["release"]], **ans["fields"]}
+    return data
+
+
+def _compact_oracle(raw: list) -> tuple:
+    by_release: dict = defaultdict(list)
+    for o in raw:
+        if o.get("answer") and o["answer"].get("ok"):
+            by_release[o["release"]].append(o["answer"]["fields"])
+    common = {}
+    for version, answers in by_release.items():
+        first = answers[0]
+        common[version] = {k: v for k, v in first.items()
+                           if all(k in a and a[k] == v for a in answers[1:])}
+    out = []
+    for o in raw:
+        ans = o.get("answer")
+        if ans and ans.get("ok") and o["release"] in common:
+            shared = common[o["release"]]
+            ans = {**ans, "fields": {k: v for k, v in ans["fields"].items() if k not in shared or shared[k] != v}}
+        out.append({**o, "answer": ans})
+    return common, out
+
+
+def write(rows: list, out: Path, cmd: str, raw: list = (), notes: dict = None) -> None:
+    """``notes``: release -> why the oracle's environment could not run it (shown in the table)."""
     import report
 
-    out.with_suffix(".json").write_text(json.dumps({"command": cmd, "rows": rows, "oracle": list(raw)}, indent=0, default=str) + "\n")
-    out.with_suffix(".md").write_text(report.markdown(rows, cmd))
+    common, oracle_ = _compact_oracle(list(raw))
+    data = {"command": cmd, "columns": COLUMNS, "rows": [[r.get(c) for c in COLUMNS] for r in rows],
+            "oracle_common": common, "oracle": oracle_}
+    if notes:
+        data["not_run"] = notes
+    # one row (one oracle answer) a line: small diffs when a table is rerun
+    enc = lambda v: json.dumps(v, separators=(",", ":"), default=str)  # noqa: E731
+    parts = [f'"{k}":{enc(v)}' for k, v in data.items() if k not in ("rows", "oracle")]
+    parts.append('"rows":[\n' + ",\n".join(enc(r) for r in data["rows"]) + "]")
+    parts.append('"oracle":[\n' + ",\n".join(enc(o) for o in data["oracle"]) + "]")
+    out.with_suffix(".json").write_text("{" + ",\n".join(parts) + "}\n")
+    out.with_suffix(".md").write_text(report.markdown(rows, cmd, notes or {}))
 
 
 if __name__ == "__main__":

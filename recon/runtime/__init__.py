@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .moe import apply_path, quant_methods
-from .serverargs import ServerArgsError, load_schema, open_later_writers, parse_flags
+from .serverargs import ServerArgsError, load_schema, open_later_writers, parse_flags, refusals
 from .values import plain
 from .world import World
 
@@ -40,6 +40,8 @@ class RuntimeView:
     notes: list = field(default_factory=list)  # assumptions the view made (env defaults, ...)
     alternatives: list = field(default_factory=list)  # what the MoE runs in the forks that change its backend
     diagnostics: list = field(default_factory=list)
+    # raise/assert sites of SGLang's resolution that fire on these arguments: it refuses to start
+    refusals: list = field(default_factory=list)
     # the MoE method (or that there is none) is the tree's own answer: its ServerArgs were evaluated
     # and its quantization registry read. False only where the tree has no ServerArgs to evaluate;
     # a product may then fall back to what the graph alone shows, saying so. Not part of to_dict.
@@ -51,7 +53,8 @@ class RuntimeView:
         return {"device": self.device, "model": self.model, "flags": self.flags, "env": self.env,
                 "server_args": self.server_args, "forks": self.forks, "moe": self.moe, "notes": self.notes,
                 "alternatives": self.alternatives,
-                "diagnostics": self.diagnostics, "no_moe": self.no_moe or None}
+                "diagnostics": self.diagnostics, "no_moe": self.no_moe or None,
+                **({"refusals": self.refusals} if self.refusals else {})}
 
     def primary_leaves(self) -> list:
         return [lf for lf in self.moe.get("leaves", []) if lf.get("primary")]
@@ -189,6 +192,10 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
     else:
         states = engine.states
         forks_states = states[1:]
+        view.refusals = refusals(world, world.schema, world.state, ev)
+        for r in view.refusals:
+            view.diagnostics.append(f"SGLang refuses these server arguments here: {r['message']} ({r['path']}:{r['line']}); "
+                                    "what follows is what its resolution had picked when it raised")
         for k, d in sorted(world.state.decisions.items()):
             if k.startswith("_"):  # a private attribute hooks pass on: it shows in the tests it decides
                 continue

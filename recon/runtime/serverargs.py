@@ -370,7 +370,7 @@ def resolve(world, schema: Schema, flags: dict, evaluator) -> list[State]:
     return _apply(world, again, states, evaluator) if again else states
 
 
-def _called(world, w, state, evaluator) -> bool:
+def _called(world, w, state, evaluator, strict: bool = False) -> bool:
     """False when every in-tree call of the write's function sits under a test that fails here
     (a model-specific hook called only under ``elif model_arch in [...]``; a pass handed to a runner,
     ``run_post_process_pass(args, fn)``, counts as called where it is handed); True otherwise, also
@@ -378,7 +378,9 @@ def _called(world, w, state, evaluator) -> bool:
     if not w.scope:
         return True
     qual = f"{w.module}.{w.scope}"
-    cache = world.__dict__.setdefault("_called", {})
+    # strict (a refusal): each call's tests are taken the primary way, an undecided one as false (a
+    # call under `if <undecided>:` does not run; one after `if <undecided>: return` does)
+    cache = world.__dict__.setdefault("_called_strict" if strict else "_called", {})
     if qual in cache:
         return cache[qual]
     cache[qual] = True  # recursion guard
@@ -404,7 +406,7 @@ def _called(world, w, state, evaluator) -> bool:
             probe = Write(path, mod, scope, call.lineno, "", "", call, tuple(guards), fn, (), _locals(fn))
             env = world.write_env(probe, ServerArgsObj(state), evaluator)
             if all((evaluator.eval(t, env, mod, scope) is not UNKNOWN and bool(evaluator.eval(t, env, mod, scope)) == want)
-                   or evaluator.eval(t, env, mod, scope) is UNKNOWN for t, want in guards):
+                   or (evaluator.eval(t, env, mod, scope) is UNKNOWN and (not strict or not want)) for t, want in guards):
                 runs = True
                 # the arguments this call passes (`self._set_default_dsa_kv_cache_dtype(major, ...)`)
                 callee = evaluator.model.function_ast(qual)
@@ -423,6 +425,121 @@ def _called(world, w, state, evaluator) -> bool:
         break
     cache[qual] = runs
     return runs
+
+
+# Where SGLang's resolution starts: ServerArgs' construction and (arg_groups releases) the launcher's
+# resolve step. A raise counts only in a function these reach through in-tree calls.
+_ENTRIES = ("__post_init__", "resolve_once", "check_server_args")
+
+
+def refusals(world, schema: Schema, state: State, evaluator) -> list[dict]:
+    """The ``raise``/``assert`` sites of the resolution (ServerArgs and its hook package) that fire
+    on the resolved arguments: every test on the way to one decided and holding, in a function the
+    resolution calls (:func:`_reached`) where each call's own tests hold. SGLang refuses to start
+    with such arguments (``TRTLLM MHA backend is only supported on Blackwell GPUs (SM100)`` on an
+    SM120 device where its own default picked trtllm_mha). An undecided test never refuses:
+    the primary outcome is that the resolution goes through. [{path, line, message}]."""
+    from .asts import tree_memo
+    from .writes import writes_in_module
+    memo = tree_memo(world.tree)
+    if "hook_raises" not in memo:
+        sites = []
+        for path, module in hook_modules(world, schema):
+            tree = world.module_ast(path)
+            if tree is not None:
+                # `raise` only: an assert is mostly a postcondition on what its own function just
+                # wrote (`assert self.kv_cache_dtype in [...]` after setting it), which a reading
+                # of the resolved state cannot place in sequence
+                sites += [w for w in writes_in_module(tree, path, module, None, raises=True)
+                          if w.scope and isinstance(_stmt_at(tree, w.line), ast.Raise)]
+        memo["hook_raises"] = sites
+    archs = list(world.model.architectures)
+    classes = _class_names(world)
+    out = []
+    for w in memo["hook_raises"]:
+        # a compatibility check of ServerArgs on a dispatch field the resolution decided: other
+        # raises (input formats, a read-only view's __setattr__, scheduler options this view does
+        # not resolve) read values recon does not hold and are left to the user's run
+        if not w.scope.startswith("ServerArgs.") or not _reads(w, set(TRACKED)):
+            continue
+        if _arch_guard(w.decorators, archs, classes, evaluator, w.module) is False:
+            continue
+        path = _reached(world, schema, f"{w.module}.{w.scope}")
+        if path is None or not _chain_runs(world, path, state, evaluator):
+            continue
+        env = world.write_env(w, ServerArgsObj(state), evaluator,
+                              world.__dict__.get("_callsite_args", {}).get(f"{w.module}.{w.scope}"))
+        tests = [(evaluator.eval(t, env, w.module, w.scope), want) for t, want in w.guards]
+        if all(v is not UNKNOWN and bool(v) == want for v, want in tests):
+            out.append({"path": w.path, "line": w.line, "message": _message(w.value, env, evaluator, w)})
+    return out
+
+
+def _stmt_at(tree: ast.Module, line: int):
+    return next((n for n in ast.walk(tree) if isinstance(n, (ast.Raise, ast.Assert)) and n.lineno == line), None)
+
+
+def _reached(world, schema: Schema, qual: str, depth: int = 6) -> Optional[list]:
+    """The chain of in-tree calls from the resolution's entry (:data:`_ENTRIES` of ServerArgs) to
+    ``qual`` ([qual, its caller, ..., the entry]), or None; a function of the hook package nothing
+    in the tree calls is a hook run by a registry (as for writes). A helper only other code calls
+    (``ServerArgs.url``) is not reached."""
+    G = world.G
+    hooks_pkg = schema.module.rsplit(".", 1)[0] + ".arg_groups."
+    parent = {qual: None}
+    frontier = [qual]
+
+    def chain(q):
+        out = []
+        while q is not None:
+            out.append(q)
+            q = parent[q]
+        return out
+
+    for _ in range(depth):
+        nxt = []
+        for q in frontier:
+            if q.rsplit(".", 1)[-1] in _ENTRIES and ".ServerArgs." in f".{q}":
+                return chain(q)
+            callers = [u for u, _, d in G.in_edges(q, data=True) if d.get("kind") == "calls"] if q in G else []
+            callers += [u for u, _ in world.reference_sites(q)]
+            if not callers and q.startswith(hooks_pkg):
+                return chain(q)
+            for u in callers:
+                if u not in parent:
+                    parent[u] = q
+                    nxt.append(u)
+        frontier = nxt
+    return None
+
+
+def _chain_runs(world, chain: list, state: State, evaluator) -> bool:
+    """Every function on the chain is called with its call's tests holding (the strict rule of
+    :func:`_called`): a check inside ``_handle_mamba_radix_cache`` counts only where that hook
+    itself runs for this model."""
+    from types import SimpleNamespace
+    for q in chain[:-1]:
+        node = world.G.nodes.get(q, {})
+        mod = next((m for m in _module_prefixes(q) if world.G.nodes.get(m, {}).get("kind") == "module"), None)
+        if mod is None or not node:
+            return False
+        probe = SimpleNamespace(module=mod, scope=q[len(mod) + 1:], path=node.get("path", ""))
+        if not _called(world, probe, state, evaluator, strict=True):
+            return False
+    return True
+
+
+def _module_prefixes(qual: str) -> list:
+    parts = qual.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
+def _message(node, env, evaluator, w) -> str:
+    """The exception's message where it is a string the evaluator can give, else its source."""
+    arg = node.args[0] if isinstance(node, ast.Call) and node.args else node
+    got = evaluator.eval(arg, env, w.module, w.scope)
+    text = got if isinstance(got, str) else ast.unparse(node)
+    return text[:240]
 
 
 def _reads(w, fields: set) -> bool:
@@ -606,4 +723,4 @@ def _values(w, env, evaluator) -> list:
     return [(value, ())]
 
 
-__all__ = ["Schema", "State", "Decision", "load_schema", "parse_flags", "resolve", "ServerArgsError", "HFConfig"]
+__all__ = ["Schema", "State", "Decision", "load_schema", "parse_flags", "resolve", "refusals", "ServerArgsError", "HFConfig"]

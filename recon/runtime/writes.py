@@ -111,11 +111,21 @@ def _locals(fn: ast.AST) -> list:
     return out
 
 
-def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_literals: bool = False) -> list[Write]:
+# The key a raise is recorded under by ``writes_in_module(..., raises=True)``.
+RAISE = "<raise>"
+# A test no evaluation decides: what sits under it (a loop body that may run zero times, a ``try``
+# body whose exception a handler may catch) never counts as certain.
+_NEVER_CERTAIN = ast.Constant(value=None)
+
+
+def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_literals: bool = False,
+                     raises: bool = False) -> list[Write]:
     """Every guarded write of a key in ``keys`` (None: any attribute) in a parsed module.
 
     ``dict_literals`` also counts ``{"key": value}`` literals (a function returning its overrides
-    as a dict), guarded like a statement at that place."""
+    as a dict), guarded like a statement at that place. ``raises`` gives instead each ``raise X``
+    and ``assert test, msg`` (key ``RAISE``, value the exception or message; an assert's test is a
+    guard that must be false), those in a ``try`` body guarded by a test nothing decides."""
     out: list[Write] = []
 
     def walk(stmts, guards, scope, fn, decos, local_list):
@@ -128,14 +138,20 @@ def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_l
                 q = f"{scope}.{st.name}" if scope else st.name
                 walk(st.body, (), q, None, (), [])
                 continue
-            for key, recv, value in _stores(st, keys):
+            if raises:
+                if isinstance(st, ast.Raise) and st.exc is not None:
+                    out.append(Write(path, module, scope, st.lineno, RAISE, "", st.exc, guards, fn, decos, local_list))
+                elif isinstance(st, ast.Assert):
+                    msg = st.msg if st.msg is not None else ast.Constant(value=ast.unparse(st.test)[:160])
+                    out.append(Write(path, module, scope, st.lineno, RAISE, "", msg, guards + ((st.test, False),), fn, decos, local_list))
+            for key, recv, value in ([] if raises else _stores(st, keys)):
                 out.append(Write(path, module, scope, st.lineno, key, recv, value, guards, fn, decos, local_list))
-            if dict_literals and isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and st.value.args:
+            if dict_literals and not raises and isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and st.value.args:
                 # declare(server_args, "why", field=value): a resolution declared by keyword
                 for k in st.value.keywords:
                     if k.arg and (keys is None or k.arg in keys):
                         out.append(Write(path, module, scope, k.value.lineno, k.arg, _receiver(st.value.args[0]), k.value, guards, fn, decos, local_list))
-            if dict_literals and isinstance(st, (ast.Assign, ast.Return, ast.AnnAssign)) and getattr(st, "value", None) is not None:
+            if dict_literals and not raises and isinstance(st, (ast.Assign, ast.Return, ast.AnnAssign)) and getattr(st, "value", None) is not None:
                 for key, value in _dict_keys(st.value, keys):
                     out.append(Write(path, module, scope, value.lineno, key, "<dict>", value, guards, fn, decos, local_list))
             if isinstance(st, ast.If):
@@ -148,12 +164,13 @@ def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_l
                     guards = guards + ((st.test, True),)
             elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
                 # a loop body may run zero times: its writes are guarded by "the loop runs"
-                walk(st.body, guards + ((ast.Constant(value=None), True),), scope, fn, decos, local_list)
+                walk(st.body, guards + ((_NEVER_CERTAIN, True),), scope, fn, decos, local_list)
                 walk(st.orelse, guards, scope, fn, decos, local_list)
             elif isinstance(st, (ast.With, ast.AsyncWith)):
                 walk(st.body, guards, scope, fn, decos, local_list)
             elif isinstance(st, ast.Try):
-                walk(st.body, guards, scope, fn, decos, local_list)
+                caught = guards + ((_NEVER_CERTAIN, True),) if raises else guards
+                walk(st.body, caught, scope, fn, decos, local_list)
                 walk(st.orelse, guards, scope, fn, decos, local_list)
                 walk(st.finalbody, guards, scope, fn, decos, local_list)
     walk(tree.body, (), "", None, (), [])
