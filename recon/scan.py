@@ -74,17 +74,35 @@ def run_scenario(ctx: CheckContext, rules: list[Rule], use_cache: bool = True) -
 _MAX_SHARED_BYTES = 1 << 20
 
 
+class _TooBig(Exception):
+    pass
+
+
+class _SizeSink:
+    """A file that only counts what is written to it, and stops the pickler past the bound: a large
+    value (the gate model's tables, tens of MB) is not pickled whole just to be dropped."""
+
+    def __init__(self):
+        self.n = 0
+
+    def write(self, b) -> int:
+        self.n += len(b)
+        if self.n > _MAX_SHARED_BYTES:
+            raise _TooBig
+        return len(b)
+
+
 def _picklable(cache: dict) -> dict:
     out = {}
     for k, v in cache.items():
         if isinstance(v, ast.AST):
             continue
+        sink = _SizeSink()
         try:
-            blob = pickle.dumps(v)
-        except Exception:
+            pickle.Pickler(sink).dump(v)  # the same bytes as pickle.dumps, counted as they are framed
+        except Exception:  # too big, or not picklable
             continue
-        if len(blob) <= _MAX_SHARED_BYTES:
-            out[k] = v
+        out[k] = v
     return out
 
 

@@ -256,9 +256,15 @@ class _Sub(ast.NodeTransformer):
 
 
 def _enclosing(tree_ast, line: int):
+    # the module's functions, listed once per parsed module (kept on it): a walk of the whole
+    # module for every call site made this check quadratic on large files
+    funcs = getattr(tree_ast, "_recon_functions", None)
+    if funcs is None:
+        funcs = [n for n in ast.walk(tree_ast) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        tree_ast._recon_functions = funcs
     best = None
-    for n in ast.walk(tree_ast):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or n.lineno):
+    for n in funcs:
+        if n.lineno <= line <= (n.end_lineno or n.lineno):
             if best is None or n.lineno > best.lineno:
                 best = n
     return best

@@ -287,20 +287,50 @@ def spec_for(tree, device, model, rules=None, target_reason: Optional[str] = Non
 def spec_of(ctx, rules=None, target_reason: Optional[str] = None) -> dict:
     """The spec of a scenario's context (:attr:`recon.scenario.Scenario.ctx`): its findings (cached)
     and its one runtime view, the one its checks read."""
+    from ..cache import cache_dir, load_pickle, save_pickle
+    from ..progress import phase
     from ..rules import load_rules
     from ..scan import run_scenario
 
     rules = load_rules() if rules is None else rules
+    key = _spec_key(ctx, rules, target_reason)
+    store = cache_dir() / "spec" / f"{key}.pkl" if key else None
+    if store is not None:
+        hit = load_pickle(store)
+        if hit is not None:  # a warm spec: neither the findings nor the tree's graph are read
+            with phase("spec") as ph:
+                ph.note = "cached"
+            return hit
     res = run_scenario(ctx, rules)
     if not ctx.model.is_moe:
         # a dense model: the spec of its attention and dense GEMMs, read from the kernel map
         from ..kernels.kmap import map_for
         from ..runtime import runtime_view
         from .dense import build_dense_context
-        return build_dense_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules,
-                                   runtime_view(ctx), map_for(ctx))
-    view = _view_of(res)
-    return build_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules, view, _budget_of(res))
+        out = build_dense_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules,
+                                  runtime_view(ctx), map_for(ctx))
+    else:
+        view = _view_of(res)
+        out = build_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules, view, _budget_of(res))
+    if store is not None and not out.get("errors"):  # a crashed check is retried next time, as the findings are
+        save_pickle(store, out)
+    return out
+
+
+def _spec_key(ctx, rules, target_reason: Optional[str]) -> Optional[str]:
+    """The spec's cache key: its findings' key (tree content, recon's code and data, scenario,
+    rules) and what the spec shows of this tree beyond its content (its label, the reason it was
+    chosen, the files not analyzed)."""
+    import hashlib
+
+    from ..scan import _cache_key
+
+    base = _cache_key(ctx, rules)
+    if base is None:
+        return None
+    h = hashlib.sha1(base.encode())
+    h.update(json.dumps([_target(ctx.tree, target_reason), notanalyzed.entries(ctx.tree)], sort_keys=True, default=str).encode())
+    return h.hexdigest()
 
 
 def _budget_of(res) -> Optional[dict]:
