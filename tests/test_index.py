@@ -83,6 +83,28 @@ def test_warm_patch_and_rebuild(tmp_path, cache):
     assert "sglang.srt.b.more" in rebuilt.graph
 
 
+def test_a_cached_graph_is_read_on_first_use(tmp_path, cache):
+    import copy
+
+    from recon.cache import wait_for_writers
+
+    target = _tree(tmp_path, {"sglang/srt/a.py": "def helper():\n    pass\n",
+                              "sglang/srt/b.py": "from sglang.srt.a import helper\ndef run():\n    helper()\n"})
+    cold = load(target)
+    wait_for_writers()
+    warm = load(target)
+    assert warm.timings["graph"] == "cached" and "graph" not in vars(warm)  # not unpickled yet
+    twin = copy.copy(warm)  # a copy (the tests' tree memo) shares the one load
+    assert sorted(warm.graph.edges(keys=True)) == sorted(cold.graph.edges(keys=True))
+    assert twin.graph is warm.graph
+    assert warm.resolver is not None
+    # the entry gone between the check and the first use: rebuilt from the facts, same graph
+    again = load(target)
+    for p in (cache / "graph").glob("*.graph.pkl"):
+        p.unlink()
+    assert sorted(again.graph.nodes) == sorted(cold.graph.nodes) and again.timings["graph"] == "built"
+
+
 def test_corrupt_cache_entries_are_rebuilt(tmp_path, cache):
     target = _tree(tmp_path, {"sglang/srt/a.py": "def helper():\n    pass\n"})
     load(target)

@@ -211,6 +211,28 @@ def test_synthetic_tree_without_moe(synthetic):
     assert "No dispatch chain" in md and "## 7. Appendix" in md
 
 
+def test_a_warm_spec_is_read_from_the_cache_as_it_was_built(synthetic, tmp_path, monkeypatch):
+    from recon import scan
+    from recon.scenario import Scenario
+
+    monkeypatch.setenv("RECON_CACHE_DIR", str(tmp_path / "cache"))
+    tree = synthetic({"sglang/srt/models/tiny.py": "class TinyForCausalLM:\n    def forward(self, x):\n        return x\n\nEntryClass = TinyForCausalLM\n"})
+    dev, mdl = load_device(None), load_model(None)
+    cold = spec.spec_of(Scenario(tree, dev, mdl).ctx, target_reason="first")
+    real = scan.run_scenario
+
+    def no_scan(*a, **k):
+        raise AssertionError("a warm spec ran the checks")
+
+    monkeypatch.setattr(scan, "run_scenario", no_scan)
+    warm = spec.spec_of(Scenario(tree, dev, mdl).ctx, target_reason="first")
+    assert spec.render(warm, "json") == spec.render(cold, "json") and spec.render(warm, "md") == spec.render(cold, "md")
+    # what the spec shows beyond the tree's content is in the key: another reason is another entry
+    monkeypatch.setattr(scan, "run_scenario", real)
+    other = spec.spec_of(Scenario(tree, dev, mdl).ctx, target_reason="second")
+    assert other["target"]["reason"] == "second" and cold["target"]["reason"] == "first"
+
+
 # --- the command ----------------------------------------------------------------------------------
 
 
