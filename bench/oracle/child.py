@@ -7,7 +7,7 @@ probes answer as on a real install), and ``torch.cuda`` / NVML / ``nvidia-smi`` 
 device. Input is one JSON object on stdin::
 
     {"device": {"name", "capability": [M, m], "sm_count", "memory_mib", "cuda": "12.8"},
-     "stubs": ["sgl_kernel", ...], "fields": [...],
+     "stubs": ["sgl_kernel", ...], "hide": ["kernels"], "fields": [...],
      "cells": [{"id", "model_dir", "flags": [...], "env": {...}}]}
 
 Output: one JSON line per cell on stdout, ``{"id", "ok", "fields": {...}}`` or ``{"id", "ok": false,
@@ -118,6 +118,39 @@ def _stub_metadata(dists, stubbed) -> None:
         with open(os.path.join(info, "top_level.txt"), "w") as f:
             f.write("\n".join(mods) + "\n")
     sys.path.append(d)
+
+
+class _HidingPathFinder:
+    """The path finder, blind to some top-level modules and their distributions' metadata: what the
+    base venv holds for its own packages' sake and the release would not have installed."""
+
+    def __init__(self, finder, tops):
+        self.finder, self.tops = finder, set(tops)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".", 1)[0] in self.tops:
+            return None
+        return self.finder.find_spec(fullname, path, target)
+
+    def find_distributions(self, context=None, **kw):
+        import importlib.metadata as md
+        context = context or md.DistributionFinder.Context(**kw)
+        for dist in self.finder.find_distributions(context):
+            top = (dist.read_text("top_level.txt") or dist.metadata["Name"] or "").split()
+            if not self.tops & {t.replace("-", "_") for t in top} and \
+                    (dist.metadata["Name"] or "").replace("-", "_") not in self.tops:
+                yield dist
+
+    def invalidate_caches(self):
+        self.finder.invalidate_caches()
+
+
+def _hide(tops) -> None:
+    if not tops:
+        return
+    sys.meta_path[:] = [_HidingPathFinder(f, tops) if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+    for name in [m for m in sys.modules if m.split(".", 1)[0] in tops]:
+        del sys.modules[name]
 
 
 # --- the device ----------------------------------------------------------------------------------
@@ -302,6 +335,7 @@ def main() -> None:
     job = json.load(sys.stdin)
     import importlib.util
     # Stub what the release requires and this environment lacks; what it has stays real.
+    _hide(job.get("hide") or [])
     missing = [m for m in job["stubs"] if importlib.util.find_spec(m) is None]
     sys.meta_path.insert(0, _StubFinder(missing))
     _stub_metadata(job.get("stub_dists") or [], set(missing))

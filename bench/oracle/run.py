@@ -67,8 +67,9 @@ def device_json(short: str) -> dict:
 def oracle(version: str, root: Path, work: Path, device: str, cells: list) -> dict:
     reqs = rel.requirements(rel.metadata(root, version))
     py = venvs.base_python(work)
-    ov = venvs.overlay(work, py, rel.transformers_pin(reqs), rel.overlay_requirements(reqs))
-    job = {"device": device_json(device), "stubs": rel.required_modules(reqs), "stub_dists": rel.stub_distributions(reqs), "fields": None, "cells": cells}
+    ov = venvs.overlay(work, py, rel.transformers_pin(reqs), rel.overlay_requirements(reqs, version))
+    job = {"device": device_json(device), "stubs": rel.required_modules(reqs), "stub_dists": rel.stub_distributions(reqs),
+           "hide": rel.hidden_modules(reqs), "fields": None, "cells": cells}
     (work / "home").mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([str(py), str(HERE / "child.py")], input=json.dumps(job), capture_output=True,
                           text=True, env=venvs.env_for(work, root, ov), timeout=1800)
