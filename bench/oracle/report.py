@@ -49,7 +49,8 @@ def _key(r: dict) -> str:
 def markdown(rows: list, cmd: str, notes: dict = None) -> str:
     causes = _causes()
     failed = [r for r in rows if r["verdict"] == "oracle-failed"]
-    rows = [r for r in rows if r["verdict"] != "oracle-failed"]
+    unprobed = [r for r in rows if r["verdict"] == "probe-not-run"]
+    rows = [r for r in rows if r["verdict"] not in ("oracle-failed", "probe-not-run")]
     total = Counter(r["verdict"] for r in rows)
     n = len(rows)
     lines = ["# Oracle agreement: SGLang's own server-argument resolution vs recon", "",
@@ -85,6 +86,15 @@ def markdown(rows: list, cmd: str, notes: dict = None) -> str:
     for k, c in sorted(byf.items()):
         s = sum(c.values())
         lines.append(f"| {k} | {s} | {c['agree']} ({_pct(c['agree'], s)}) | {c['disagree']} | {c['undecided']} | {c['missing']} |")
+    if unprobed:
+        lines += ["", "## Probe steps SGLang's code could not run here (left out above)", "",
+                  "| count | field | why (first seen) | cells (first 2) |", "|---|---|---|---|"]
+        whys = defaultdict(list)
+        for r in unprobed:
+            whys[(r["field"], str(r["sglang"]).split(" at ")[0][:120])].append(r)
+        for (field, why), rs in sorted(whys.items(), key=lambda kv: -len(kv[1])):
+            cells = "; ".join(f"{r['release']} {r['device']} {r['model']} {r['flags']}" for r in rs[:2])
+            lines.append(f"| {len(rs)} | {field} | {_short(str(rs[0]['sglang']))} | {cells} |")
     lines += ["", "## Disagreement classes", "",
               "| count | field: SGLang vs recon | recon took it from | cells (first 4) | cause |", "|---|---|---|---|---|"]
     classes = defaultdict(list)

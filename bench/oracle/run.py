@@ -49,6 +49,10 @@ FIELDS = ["moe_runner_backend", "attention_backend", "decode_attention_backend",
           "prefill_attention_backend", "quantization", "kv_cache_dtype", "fp8_gemm_runner_backend",
           "fp4_gemm_runner_backend", "moe_a2a_backend", "speculative_algorithm", "page_size",
           "disable_cuda_graph", "enable_dp_attention", "ep_size"]
+# Beyond the arguments (child.py ``probe``): what the loader builds from them -- the quant config
+# from config.json, its get_quant_method for a MoE and a linear layer, the attention backend class.
+PROBE_FIELDS = ["oracle_quantization", "oracle_quant_config", "oracle_moe_method", "oracle_linear_method",
+                "oracle_attention_class"]
 # GPU memory as nvidia-smi reports it (MiB); recon's profiles carry no memory size.
 MEMORY_MIB = {"h200": 143771, "b200": 183359, "rtx-pro-6000-server": 97887, "h100-sxm": 81559,
               "a100-80gb": 81920, "h20": 97871, "l40s": 46068, "rtx-5090": 32607,
@@ -94,10 +98,16 @@ def compare(sg: dict, rc: dict) -> dict:
     if "__error__" in rc:
         return {"__cell__": ("disagree", "accepted", rc["__error__"], "")}
     out = {}
-    for f in FIELDS:
+    probe_errors = sg["fields"].get("oracle_probe_errors") or {}
+    for f in FIELDS + PROBE_FIELDS:
         if f not in sg["fields"]:
             continue
         want = sg["fields"][f]
+        step = f[len("oracle_"):]
+        if f in PROBE_FIELDS and step in probe_errors:
+            # that step of SGLang's code could not run here (CPU, faked device): no answer to compare
+            out[f] = ("probe-not-run", probe_errors[step], None, "")
+            continue
         got = rc.get(f)
         if got is None:
             out[f] = ("missing", want, None, "")
@@ -153,7 +163,9 @@ def main() -> None:
             for c in cells:
                 raw.append({"release": version, "device": device, "id": c["id"], "answer": sg.get(c["id"])})
                 m, fs = c["id"].split("|")
-                rc = recon_side.answers(tree, device, c["model_dir"], c["flags"], {})
+                ans = sg.get(c["id"]) or {}
+                probes = any(f in (ans.get("fields") or {}) for f in PROBE_FIELDS)
+                rc = recon_side.answers(tree, device, c["model_dir"], c["flags"], {}, probes=probes)
                 for field, (verdict, want, got, src) in compare(sg.get(c["id"], {"ok": False, "error": "no answer"}), rc).items():
                     rows.append({"release": version, "device": device, "model": m, "flags": fs, "field": field,
                                  "verdict": verdict, "sglang": want, "recon": got, "recon_source": src})
@@ -235,8 +247,9 @@ def write(rows: list, out: Path, cmd: str, raw: list = (), notes: dict = None) -
     parts = [f'"{k}":{enc(v)}' for k, v in data.items() if k not in ("rows", "oracle")]
     parts.append('"rows":[\n' + ",\n".join(enc(r) for r in data["rows"]) + "]")
     parts.append('"oracle":[\n' + ",\n".join(enc(o) for o in data["oracle"]) + "]")
-    out.with_suffix(".json").write_text("{" + ",\n".join(parts) + "}\n")
-    out.with_suffix(".md").write_text(report.markdown(rows, cmd, notes or {}))
+    # appended, not with_suffix: `parts/0.5.10.post1` is a name, not a stem and a suffix
+    Path(f"{out}.json").write_text("{" + ",\n".join(parts) + "}\n")
+    Path(f"{out}.md").write_text(report.markdown(rows, cmd, notes or {}))
 
 
 if __name__ == "__main__":
