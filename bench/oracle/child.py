@@ -316,6 +316,12 @@ MOE_PREFIX = "model.layers.3.mlp.experts"
 LINEAR_PREFIX = "model.layers.3.self_attn.o_proj"
 
 
+PROBE_MODULES = ["sglang.srt.configs.model_config", "sglang.srt.configs.load_config",
+                 "sglang.srt.model_loader.weight_utils", "sglang.srt.layers.linear",
+                 "sglang.srt.layers.moe.fused_moe_triton.layer", "sglang.srt.layers.quantization",
+                 "sglang.srt.layers.attention.attention_registry"]
+
+
 def _call(fn, args):
     """``fn(args)`` or ``fn()``: the same initializer took the arguments in older releases."""
     import inspect
@@ -523,6 +529,14 @@ def main() -> None:
         for cell in job["cells"]:
             print(json.dumps({"id": cell["id"], "ok": False, "error": err}), flush=True)
         return
+    if os.environ.get("ORACLE_PROBE", "1") != "0":
+        # what the probe imports, imported once here rather than in every cell's process (a module
+        # that does not import is left to the probe, which reports it)
+        for mod in PROBE_MODULES:
+            try:
+                importlib.import_module(mod)
+            except BaseException:  # noqa: BLE001
+                pass
     for cell in job["cells"]:
         print(json.dumps(run_cell(cell, job.get("fields"))), flush=True)
 

@@ -75,7 +75,7 @@ def probe_answers(engine, ctx) -> dict:
         qm = quant_methods(world, ev)
         methods = [o for o in qm["outcomes"] if o["method"] and not o["raises"]]
         kinds = {o["method"] for o in methods}
-        put("oracle_moe_method", _short(methods[0]["method"]) if methods else "None", len(kinds) == 1,
+        put("oracle_moe_method", _short(methods[0]["method"]) if methods else "(no method recon can name)", len(kinds) == 1,
             "get_quant_method (MoE layer)", f"{methods[0]['path']}:{methods[0]['line']}" if methods else qm.get("note", ""))
     step = Step(ctx, engine)
     d, _ = dense_method(step)
