@@ -115,6 +115,28 @@ class World:
                 q = nxt
         return UNKNOWN
 
+    def const_node(self, node, module: str):
+        """The expression a module-level name is bound to, and the module it is in (following the
+        imports that bind it, as :meth:`const`); (None, None) when there is none."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None, None
+        dotted = ast.unparse(node)
+        q = (self.R.resolve(module, "", dotted) if module else None) or f"{module}.{dotted}"
+        for _hop in range(4):
+            mod, _, name = q.rpartition(".")
+            path = self.G.nodes.get(mod, {}).get("path")
+            tree = self.module_ast(path) if path else None
+            for st in tree.body if tree is not None else ():
+                if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None:
+                    targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+                    if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                        return st.value, mod
+            nxt = self.imported_as(mod, "", name) if mod else None
+            if not nxt or nxt == q:
+                break
+            q = nxt
+        return None, None
+
     def _module_constant(self, mod: str, name: str):
         path = self.G.nodes.get(mod, {}).get("path")
         tree = self.module_ast(path) if path else None
