@@ -10,7 +10,9 @@ device. Input is one JSON object on stdin::
      "stubs": ["sgl_kernel", ...], "hide": ["kernels"], "fields": [...],
      "cells": [{"id", "model_dir", "flags": [...], "env": {...}}]}
 
-Output: one JSON line per cell on stdout, ``{"id", "ok", "fields": {...}}`` or ``{"id", "ok": false,
+After the arguments, each cell probes what the loader builds from them (``probe``: quant config,
+``get_quant_method`` for a MoE and a linear layer, the attention backend class), reported as
+``oracle_*`` fields (``ORACLE_PROBE=0`` skips it). Output: one JSON line per cell on stdout, ``{"id", "ok", "fields": {...}}`` or ``{"id", "ok": false,
 "error": "..."}``. Each cell runs in a forked child so one cell's writes (environment, globals that
 ``ServerArgs.__post_init__`` sets) never leak into the next.
 """

@@ -53,13 +53,24 @@ def markdown(rows: list, cmd: str, notes: dict = None) -> str:
     rows = [r for r in rows if r["verdict"] not in ("oracle-failed", "probe-not-run")]
     total = Counter(r["verdict"] for r in rows)
     n = len(rows)
-    lines = ["# Oracle agreement: SGLang's own server-argument resolution vs recon", "",
+    def part(sel):
+        rs = [r for r in rows if sel(r["field"])]
+        c = Counter(r["verdict"] for r in rs)
+        return (f"{c['agree']} of {len(rs)} agree ({_pct(c['agree'], len(rs))}), {c['disagree']} disagree, "
+                f"{c['undecided']} recon-undecided")
+    probes = any(r["field"].startswith("oracle_") for r in rows)
+    lines = ["# Oracle agreement: SGLang's own server-argument resolution (and what its loader builds) vs recon", "",
              f"Made by: `{cmd}`", "",
              f"{n} (release, device, model, flags, field) values: **{total['agree']} agree "
              f"({_pct(total['agree'], n)})**, {total['disagree']} disagree, {total['undecided']} recon-undecided, "
              f"{total['missing']} not tracked by recon.", "",
              f"Of the {n - total['missing']} values recon reports: **{_pct(total['agree'], n - total['missing'])} agree**, "
              f"{_pct(total['disagree'], n - total['missing'])} disagree, {_pct(total['undecided'], n - total['missing'])} undecided.", "",
+             *([f"Server-argument fields: {part(lambda f: not f.startswith('oracle_'))}. "
+                f"Past the arguments (`oracle_*`: the quant config SGLang's loader builds from config.json, the "
+                f"method its `get_quant_method` returns for a MoE and a linear layer, the decode attention backend "
+                f"class the registry's factory constructs; run where the table says): "
+                f"{part(lambda f: f.startswith('oracle_'))}.", ""] if probes else []),
              "`__cell__` rows are cells SGLang itself rejects (or recon rejects): they agree when both refuse.", "",
              f"Cells the oracle's own environment could not run (left out above): {len(failed)}"
              + (f" in {len({r['release'] for r in failed})} releases (see the table below)" if failed else "") + ".", "",

@@ -11,7 +11,14 @@ fields compare as ``agree``, ``disagree`` (recon decided a different value) or `
 (recon says it cannot decide the value: a fork or a field decided later); ``missing`` is a field
 SGLang resolves that recon's view does not track. A cell SGLang rejects (it raises or exits) is
 compared on that alone: recon must refuse it too.
-"""
+
+Past the arguments (fields ``oracle_*``, unless ``ORACLE_PROBE=0``): in each cell the child then
+builds what SGLang's loader builds from them -- ``ModelConfig``, the quant config from config.json
+(``get_quant_config``), the class ``get_quant_method`` returns for a MoE layer and for a linear
+layer, and the decode attention backend class the registry's factory constructs -- as far as that
+runs on a CPU with the device faked; a step that cannot run is ``probe-not-run`` with SGLang's
+error, not compared. recon's side names the same from its runtime view and kernel-map steps.
+
 
 from __future__ import annotations
 
