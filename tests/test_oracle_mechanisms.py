@@ -4,6 +4,8 @@ rest of the suite does not read (``tree_unseen``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -477,3 +479,69 @@ def test_a_stand_in_answers_what_its_constructor_derives_from_what_it_holds(synt
         assert world.instance_attr(runner, "use_mla_backend", ev, 0) == want
         # a write that reads a constructor parameter stays unknown
         assert world.instance_attr(runner, "other", ev, 0) is UNKNOWN
+
+
+# --- get_quant_method that hands the choice to another function (compressed-tensors, 0.5.5-0.5.8) --
+_DELEGATING_QUANT = {
+    "sglang/srt/layers/moe/fused_moe_triton/layer.py": "class FusedMoE:\n    pass\n",
+    "sglang/srt/layers/quantization/__init__.py": (
+        "from sglang.srt.layers.quantization.ct import CTConfig\n"
+        "QUANTIZATION_METHODS = {'compressed-tensors': CTConfig}\n"
+    ),
+    "sglang/srt/layers/quantization/ct_moe.py": (
+        "import os\n"
+        "class CTMoEMethod:\n"
+        "    @staticmethod\n"
+        "    def get_moe_method(quant_config, layer, prefix):\n"
+        "        if quant_config.use_int4 or os.cpu_count() > 1000:\n"
+        "            return CTInt4MoEMethod(quant_config)\n"
+        "        return CTFp8MoEMethod(quant_config)\n"
+        "class CTInt4MoEMethod(CTMoEMethod):\n"
+        "    def __init__(self, quant_config):\n"
+        "        self.quant_config = quant_config\n"
+        "    def apply(self, layer, x):\n"
+        "        return x\n"
+        "class CTFp8MoEMethod(CTMoEMethod):\n"
+        "    def __init__(self, quant_config):\n"
+        "        self.quant_config = quant_config\n"
+        "    def apply(self, layer, x):\n"
+        "        return x\n"
+    ),
+    "sglang/srt/layers/quantization/ct.py": (
+        "from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE\n"
+        "from sglang.srt.layers.quantization.ct_moe import CTMoEMethod\n"
+        "class CTConfig:\n"
+        "    def __init__(self, use_int4):\n"
+        "        self.use_int4 = use_int4\n"
+        "    @classmethod\n"
+        "    def from_config(cls, config):\n"
+        "        return cls(config.get('use_int4', False))\n"
+        "    def get_quant_method(self, layer, prefix):\n"
+        "        if isinstance(layer, FusedMoE):\n"
+        "            return CTMoEMethod.get_moe_method(self, layer, prefix)\n"
+        "        return None\n"
+    ),
+}
+
+
+def test_get_quant_method_that_returns_another_functions_choice_is_followed(synthetic, tmp_path):
+    # the classes the delegate constructs are the MoE layer's candidate methods, each with its test
+    import json
+
+    from recon.checks import CheckContext
+    from recon.profiles import load_device, load_model
+    from recon.runtime.engine import Engine
+    from recon.runtime.moe import quant_methods
+
+    tree = synthetic(_DELEGATING_QUANT)
+    cfg = json.loads((Path(__file__).resolve().parent.parent / "bench" / "oracle" / "models" / "qwen3-30b-a3b" /
+                      "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "compressed-tensors"}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    eng = Engine(CheckContext(tree, load_device("h200"), load_model(str(tmp_path / "m"))), {}, {})
+    got = quant_methods(eng.world, eng.ev)
+    methods = [o["method"].rsplit(".", 1)[-1] for o in got["outcomes"] if o["method"]]
+    # use_int4 is False from config.json; the other test is open: both classes, the open test named
+    assert methods == ["CTFp8MoEMethod", "CTInt4MoEMethod"], got["outcomes"]
+    assert all(any("cpu_count" in a["test"] for a in o["assumptions"]) for o in got["outcomes"] if o["method"])
