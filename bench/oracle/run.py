@@ -18,7 +18,7 @@ builds what SGLang's loader builds from them -- ``ModelConfig``, the quant confi
 layer, and the decode attention backend class the registry's factory constructs -- as far as that
 runs on a CPU with the device faked; a step that cannot run is ``probe-not-run`` with SGLang's
 error, not compared. recon's side names the same from its runtime view and kernel-map steps.
-
+"""
 
 from __future__ import annotations
 
