@@ -7,10 +7,12 @@ probes answer as on a real install), and ``torch.cuda`` / NVML / ``nvidia-smi`` 
 device. Input is one JSON object on stdin::
 
     {"device": {"name", "capability": [M, m], "sm_count", "memory_mib", "cuda": "12.8"},
-     "stubs": ["sgl_kernel", ...], "fields": [...],
+     "stubs": ["sgl_kernel", ...], "hide": ["kernels"], "fields": [...],
      "cells": [{"id", "model_dir", "flags": [...], "env": {...}}]}
 
-Output: one JSON line per cell on stdout, ``{"id", "ok", "fields": {...}}`` or ``{"id", "ok": false,
+After the arguments, each cell probes what the loader builds from them (``probe``: quant config,
+``get_quant_method`` for a MoE and a linear layer, the attention backend class), reported as
+``oracle_*`` fields (``ORACLE_PROBE=0`` skips it). Output: one JSON line per cell on stdout, ``{"id", "ok", "fields": {...}}`` or ``{"id", "ok": false,
 "error": "..."}``. Each cell runs in a forked child so one cell's writes (environment, globals that
 ``ServerArgs.__post_init__`` sets) never leak into the next.
 """
@@ -118,6 +120,39 @@ def _stub_metadata(dists, stubbed) -> None:
         with open(os.path.join(info, "top_level.txt"), "w") as f:
             f.write("\n".join(mods) + "\n")
     sys.path.append(d)
+
+
+class _HidingPathFinder:
+    """The path finder, blind to some top-level modules and their distributions' metadata: what the
+    base venv holds for its own packages' sake and the release would not have installed."""
+
+    def __init__(self, finder, tops):
+        self.finder, self.tops = finder, set(tops)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".", 1)[0] in self.tops:
+            return None
+        return self.finder.find_spec(fullname, path, target)
+
+    def find_distributions(self, context=None, **kw):
+        import importlib.metadata as md
+        context = context or md.DistributionFinder.Context(**kw)
+        for dist in self.finder.find_distributions(context):
+            top = (dist.read_text("top_level.txt") or dist.metadata["Name"] or "").split()
+            if not self.tops & {t.replace("-", "_") for t in top} and \
+                    (dist.metadata["Name"] or "").replace("-", "_") not in self.tops:
+                yield dist
+
+    def invalidate_caches(self):
+        self.finder.invalidate_caches()
+
+
+def _hide(tops) -> None:
+    if not tops:
+        return
+    sys.meta_path[:] = [_HidingPathFinder(f, tops) if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+    for name in [m for m in sys.modules if m.split(".", 1)[0] in tops]:
+        del sys.modules[name]
 
 
 # --- the device ----------------------------------------------------------------------------------
@@ -249,6 +284,9 @@ def _jsonable(v):
     return repr(v)
 
 
+_ARGS: list = []  # the cell's ServerArgs, for the probe after the fields are read
+
+
 def resolve(cell, fields):
     import dataclasses
     from sglang.srt import server_args as sa
@@ -256,6 +294,7 @@ def resolve(cell, fields):
     os.environ.update(cell.get("env") or {})
     argv = ["--model-path", cell["model_dir"], *cell.get("flags", [])]
     args = sa.prepare_server_args(argv)
+    _ARGS[:] = [args]
     # Newer releases leave construction unresolved; launchers call resolve_once() and read the
     # resolved record (resolved_dict), which is what the server then runs with.
     if hasattr(args, "resolve_once"):
@@ -272,6 +311,176 @@ def resolve(cell, fields):
     return {n: _jsonable(getattr(args, n, None)) for n in want if hasattr(args, n)}
 
 
+# --- beyond the arguments: what the model loader builds from them --------------------------------
+# Prefixes of one MoE layer and one dense linear layer (a decoder layer past DeepSeek-V3's three
+# dense ones); they matter only to a quant config's ignore list.
+MOE_PREFIX = "model.layers.3.mlp.experts"
+LINEAR_PREFIX = "model.layers.3.self_attn.o_proj"
+
+
+PROBE_MODULES = ["sglang.srt.configs.model_config", "sglang.srt.configs.load_config",
+                 "sglang.srt.model_loader.weight_utils", "sglang.srt.layers.linear",
+                 "sglang.srt.layers.moe.fused_moe_triton.layer", "sglang.srt.layers.quantization",
+                 "sglang.srt.layers.attention.attention_registry"]
+
+
+def _call(fn, args):
+    """``fn(args)`` or ``fn()``: the same initializer took the arguments in older releases."""
+    import inspect
+    try:
+        n = len(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        n = 1
+    return fn(args) if n else fn()
+
+
+def _why(e) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    where = next((f"{fr.filename.split('/sglang/')[-1]}:{fr.lineno}" for fr in reversed(tb) if "/sglang/" in fr.filename), "")
+    return f"{type(e).__name__}: {e}"[:300] + (f" at {where}" if where else "")
+
+
+def probe(args, model_dir, fields) -> dict:
+    """The quant config SGLang's loader builds from config.json, the method its ``get_quant_method``
+    returns for a MoE layer and for a linear layer, and the attention backend class the registry's
+    factory constructs: each step as far as it runs on a CPU with the device faked; a step that
+    cannot run says why (``oracle_probe_errors``) instead of answering."""
+    import importlib
+    out, errors = {}, {}
+
+    def step(name, fn):
+        try:
+            return fn()
+        except BaseException as e:  # noqa: BLE001 -- reported, not hidden
+            errors[name] = _why(e)
+            return None
+
+    sa = importlib.import_module("sglang.srt.server_args")
+    # what the scheduler does before it builds the model: the process-wide arguments, then the MoE
+    # and GEMM backend globals the quant methods read
+    if hasattr(sa, "set_global_server_args_for_scheduler"):
+        step("global_server_args", lambda: sa.set_global_server_args_for_scheduler(args))
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    is_moe = any(k in cfg for k in ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k_experts"))
+    for mod, fn in (("sglang.srt.layers.moe.utils", "initialize_moe_config"),
+                    ("sglang.srt.layers.quantization.fp8_utils", "initialize_fp8_gemm_config"),
+                    ("sglang.srt.layers.quantization.fp4_utils", "initialize_fp4_gemm_config")):
+        if fn == "initialize_moe_config" and not is_moe:
+            continue
+        try:
+            f = getattr(importlib.import_module(mod), fn, None)
+        except ModuleNotFoundError as e:  # a release before that module: nothing to initialize
+            f = None
+            if e.name != mod:
+                errors[fn] = _why(e)
+        except BaseException as e:  # noqa: BLE001
+            f, errors[fn] = None, _why(e)
+        if f is not None:
+            step(fn, lambda: _call(f, args))
+    from sglang.srt.configs.model_config import ModelConfig
+    mc = step("model_config", lambda: ModelConfig.from_server_args(args))
+    if mc is None:
+        out["oracle_probe_errors"] = errors
+        return out
+    out["oracle_quantization"] = mc.quantization
+    qc = None
+    out["oracle_quant_config"] = None
+    if mc.quantization is not None:
+        def quant_config():
+            from sglang.srt.configs.load_config import LoadConfig
+            from sglang.srt.model_loader.weight_utils import get_quant_config
+            return get_quant_config(mc, LoadConfig(), {})
+        qc = step("quant_config", quant_config)
+        out["oracle_quant_config"] = type(qc).__name__ if qc is not None else None
+    import torch
+
+    def moe_method():
+        from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+        layer = FusedMoE.__new__(FusedMoE)  # isinstance is what get_quant_method asks of the layer
+        torch.nn.Module.__init__(layer)
+        m = qc.get_quant_method(layer, prefix=MOE_PREFIX)
+        return type(m).__name__ if m is not None else None
+
+    def linear_method():
+        from sglang.srt.layers.linear import LinearBase, ReplicatedLinear
+        if qc is not None:  # what get_quant_method returns for a linear layer (None: it leaves it unquantized)
+            layer = LinearBase.__new__(LinearBase)
+            torch.nn.Module.__init__(layer)
+            m = qc.get_quant_method(layer, prefix=LINEAR_PREFIX)
+        else:  # without a quant config a real layer's constructor picks its own method
+            m = ReplicatedLinear(256, 256, bias=False, quant_config=None, prefix=LINEAR_PREFIX).quant_method
+        return type(m).__name__ if m is not None else None
+
+    if is_moe and qc is not None:
+        out["oracle_moe_method"] = step("moe_method", moe_method)
+    if mc.quantization is None or qc is not None:  # (a quant config that failed to build: no answer)
+        out["oracle_linear_method"] = step("linear_method", linear_method)
+    name = fields.get("decode_attention_backend") or fields.get("attention_backend")
+    out["oracle_attention_class"] = step("attention_class", lambda: attention_class(args, mc, name))
+    if errors:
+        out["oracle_probe_errors"] = errors
+    return {k: _jsonable(v) for k, v in out.items()}
+
+
+class _Built(Exception):
+    pass
+
+
+def attention_class(args, mc, name):
+    """The class the attention registry's factory for the decode backend constructs: the factory is
+    called with a model runner holding only the resolved arguments and the model config; the first
+    constructor it enters is stopped there and named (nothing is built)."""
+    import importlib
+    import sys as _sys
+    try:
+        reg = importlib.import_module("sglang.srt.layers.attention.attention_registry")
+    except ImportError:
+        return None  # releases before the registry built backends in ModelRunner itself
+    factory = reg.ATTENTION_BACKENDS.get(name)
+    if factory is None:
+        raise LookupError(f"no factory registered for {name!r}")
+    from sglang.srt.configs.model_config import AttentionArch
+    try:  # releases that resolve into declarations read the arguments through a resolved view
+        from sglang.srt.arg_groups.model_override_base import resolved_view
+        view = resolved_view(args)
+    except ImportError:
+        view = args
+
+    class Runner:
+        server_args = view
+        model_config = mc
+        use_mla_backend = mc.attention_arch == AttentionArch.MLA
+        device = "cuda"
+        init_new_workspace = False
+
+        def __getattr__(self, attr):
+            raise AttributeError(f"the probe's model runner has no {attr!r}")
+
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+    built = []
+
+    def tracer(frame, event, arg):
+        # the first attention backend whose constructor is entered (imports, views and helpers
+        # the factory makes on the way are let through)
+        if event == "call" and frame.f_code.co_name == "__init__" and \
+                isinstance(frame.f_locals.get("self"), AttentionBackend):
+            built.append(type(frame.f_locals["self"]).__name__)
+            raise _Built()
+        return None
+
+    _sys.setprofile(None)
+    _sys.settrace(tracer)
+    try:
+        factory(Runner())
+    except _Built:
+        pass
+    finally:
+        _sys.settrace(None)
+    if not built:
+        raise RuntimeError("the factory returned without constructing a class")
+    return built[0]
+
+
 def run_cell(cell, fields):
     r, w = os.pipe()
     pid = os.fork()
@@ -279,6 +488,8 @@ def run_cell(cell, fields):
         os.close(r)
         try:
             out = {"id": cell["id"], "ok": True, "fields": resolve(cell, fields)}
+            if os.environ.get("ORACLE_PROBE", "1") != "0":
+                out["fields"].update(probe(_ARGS[0], cell["model_dir"], out["fields"]))
         except SystemExit as e:
             out = {"id": cell["id"], "ok": False, "error": f"exit {e.code}", "exit": e.code}
         except BaseException as e:  # SGLang raised: that is its answer for the cell
@@ -302,6 +513,7 @@ def main() -> None:
     job = json.load(sys.stdin)
     import importlib.util
     # Stub what the release requires and this environment lacks; what it has stays real.
+    _hide(job.get("hide") or [])
     missing = [m for m in job["stubs"] if importlib.util.find_spec(m) is None]
     sys.meta_path.insert(0, _StubFinder(missing))
     _stub_metadata(job.get("stub_dists") or [], set(missing))
@@ -319,6 +531,14 @@ def main() -> None:
         for cell in job["cells"]:
             print(json.dumps({"id": cell["id"], "ok": False, "error": err}), flush=True)
         return
+    if os.environ.get("ORACLE_PROBE", "1") != "0":
+        # what the probe imports, imported once here rather than in every cell's process (a module
+        # that does not import is left to the probe, which reports it)
+        for mod in PROBE_MODULES:
+            try:
+                importlib.import_module(mod)
+            except BaseException:  # noqa: BLE001
+                pass
     for cell in job["cells"]:
         print(json.dumps(run_cell(cell, job.get("fields"))), flush=True)
 

@@ -1,5 +1,6 @@
 """One agreement table from several: the rows and SGLang's answers of each input table, releases in
-version order (a release in more than one input: the later input's). Run one release at a time
+version order (a cell -- release, device, model, flags -- in more than one input: the later
+input's rows and answer for it, so a rerun of some models of a release replaces only those). Run one release at a time
 with ``run.py --releases X --out parts/X`` (CPU is scarce), then merge:
 
     python bench/oracle/merge.py bench/oracle/AGREEMENT.json parts/*.json --out bench/oracle/AGREEMENT
@@ -37,20 +38,24 @@ def main() -> None:
         data = run.load(Path(path))
         cmds.append(data.get("command", ""))
         notes.update(data.get("not_run") or {})
-        mine = {r["release"] for r in data["rows"]} | {o["release"] for o in data.get("oracle") or []}
-        for v in mine:  # a later input replaces a release wholesale
-            rows[v], oracle[v] = [], []
+        cells: dict = {}
         for r in data["rows"]:
-            rows[r["release"]].append(r)
-        for o in data.get("oracle") or []:
-            oracle[o["release"]].append(o)
+            cells.setdefault((r["release"], r["device"], f"{r['model']}|{r['flags']}"), []).append(r)
+        answers = {(o["release"], o["device"], o["id"]): o for o in data.get("oracle") or []}
+        for key in set(cells) | set(answers):  # a later input replaces a cell wholesale
+            rows[key] = cells.get(key, [])
+            if key in answers:
+                oracle[key] = answers[key]
+            else:
+                oracle.pop(key, None)
     for item in a.not_run:
         v, _, why = item.partition("=")
         notes[v] = why
-    order = sorted(rows, key=_version)
+    order = sorted(rows, key=lambda k: _version(k[0]))  # stable: a release's cells keep their order
+    have = {k[0] for k, rs in rows.items() if any(r["verdict"] != "oracle-failed" for r in rs)}
     cmd = a.command or ("python bench/oracle/merge.py " + " ".join(a.tables) + f" --out {a.out}")
-    run.write([r for v in order for r in rows[v]], Path(a.out), cmd, [o for v in order for o in oracle[v]],
-              {v: w for v, w in notes.items() if v not in rows or not rows[v]})
+    run.write([r for k in order for r in rows[k]], Path(a.out), cmd, [oracle[k] for k in order if k in oracle],
+              {v: w for v, w in notes.items() if v not in have})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ def load_tree(version: str):
     return load(from_version(version))
 
 
-def answers(tree, device: str, model_dir: str, flags: list, env: dict) -> dict:
+def answers(tree, device: str, model_dir: str, flags: list, env: dict, probes: bool = False) -> dict:
     """field -> {"value", "decided", "source"} for every field recon's view tracks; or
     {"__error__": message} when recon refuses the cell (a bad flag: exit 2)."""
     from recon.checks import CheckContext
@@ -25,7 +25,8 @@ def answers(tree, device: str, model_dir: str, flags: list, env: dict) -> dict:
         dev = load_device(device)
         mdl = load_model(model_dir)
         parsed = parse_server_args(tree, shlex.join(flags)) if flags else parse_server_args(tree, None)
-        view = server_args_view(CheckContext(tree, dev, mdl, server_flags=parsed, env=env), parsed, env)
+        ctx = CheckContext(tree, dev, mdl, server_flags=parsed, env=env)
+        view = server_args_view(ctx, parsed, env)
     except ReconError as e:
         return {"__error__": str(e)}
     if view.refusals:  # SGLang's own resolution raises on these arguments, and recon says so
@@ -42,6 +43,52 @@ def answers(tree, device: str, model_dir: str, flags: list, env: dict) -> dict:
         decided = name not in forked and not rec.get("later") and rec.get("value") not in (None, "unset")
         out[name] = {"value": rec.get("value"), "decided": decided, "source": src,
                      "where": f"{rec.get('path', '')}:{rec.get('line', '')}".strip(":")}
+    if probes:
+        out.update(probe_answers(view.engine, ctx))
+    return out
+
+
+def _short(q) -> str:
+    return repr(str(q).rsplit(".", 1)[-1]) if q else "None"
+
+
+def probe_answers(engine, ctx) -> dict:
+    """recon's side of the child's probe (child.py ``probe``): the quant method name it looks up,
+    its config class, the MoE method (the runtime view's ``get_quant_method`` outcomes), the dense
+    layers' linear method and the decode attention backend class (the kernel map's steps, without
+    walking them). Undecided where recon names more than one outcome."""
+    from recon.kernels.step import Step, attention_class, dense_method
+    from recon.runtime.moe import quant_methods, quant_method_name, registry
+
+    world, ev = engine.world, engine.ev
+    out = {}
+
+    def put(field, value, decided, source, where=""):
+        out[field] = {"value": value, "decided": decided, "source": source, "where": where}
+
+    name, src = quant_method_name(world, world.state)
+    put("oracle_quantization", repr(name) if name else "None", True, src)
+    reg = registry(world).get(name) if name else None
+    put("oracle_quant_config", _short(reg[0]) if reg else "None", name is None or reg is not None,
+        "quantization registry", f"{reg[1]}:{reg[2]}" if reg else "")
+    if getattr(ctx.model, "num_experts", 0) and name:
+        qm = quant_methods(world, ev)
+        methods = [o for o in qm["outcomes"] if o["method"] and not o["raises"]]
+        kinds = {o["method"] for o in methods}
+        put("oracle_moe_method", _short(methods[0]["method"]) if methods else "(no method recon can name)", len(kinds) == 1,
+            "get_quant_method (MoE layer)", f"{methods[0]['path']}:{methods[0]['line']}" if methods else qm.get("note", ""))
+    step = Step(ctx, engine)
+    d, _ = dense_method(step)
+    if d.get("none_from"):
+        put("oracle_linear_method", "None", True, "get_quant_method returns None (linear layer)",
+            f"{d['none_from']['path']}:{d['none_from']['line']}")
+    else:
+        put("oracle_linear_method", _short(d.get("method")), bool(d.get("method")) and not d.get("other_methods"),
+            "get_quant_method (linear layer)" if d.get("config_class") else "LinearBase without a quant config",
+            "{path}:{line}".format(**d["method_returned_at"]) if d.get("method_returned_at") else d.get("note", ""))
+    a, prim = attention_class(step, "DECODE")
+    put("oracle_attention_class", _short(a.get("backend_class")), prim is not None and not a.get("other_classes"),
+        "attention registry factory", "{path}:{line}".format(**a["registry"]) if a.get("registry") else a.get("note", ""))
     return out
 
 
@@ -82,7 +129,8 @@ def server_args_view(ctx, flags: dict, env: dict):
     world.shared_asts = gm._module_ast
     world.schema = load_schema(world)
     ev = Evaluator(world, Dev.of(ctx.device), gm)
-    view = SimpleNamespace(server_args={}, forks=[], refusals=[])
+    view = SimpleNamespace(server_args={}, forks=[], refusals=[],
+                           engine=SimpleNamespace(world=world, ev=ev, flags=dict(flags), env=dict(env)))
     if world.schema is None:
         return view
     states = resolve(world, world.schema, dict(flags), ev)

@@ -88,8 +88,36 @@ def transformers_pin(reqs: list) -> str:
 OVERLAY_PINS = {"kernels"}
 
 
-def overlay_requirements(reqs: list) -> tuple:
-    return tuple(sorted(str(r).split(";")[0].strip() for r in reqs if norm(r.name) in OVERLAY_PINS and r.specifier))
+# A release that requires one of them without a version got, on a real install, the newest final
+# release on PyPI at the time: pinned to that (PyPI upload times: sglang 0.5.11 2026-05-05, 0.5.12
+# 05-16, 0.5.12.post1 05-23; kernels 0.13.0 04-10, 0.14.0 05-06, 0.14.1 05-14). The base venv's
+# kernels (0.19.1, a dependency of its newer transformers) fails at import under their transformers.
+AT_RELEASE_DATE = {"kernels": {"0.5.11": "0.13.0", "0.5.12": "0.14.1", "0.5.12.post1": "0.14.1"}}
+
+
+def overlay_requirements(reqs: list, version: str = "") -> tuple:
+    out = []
+    for r in reqs:
+        n = norm(r.name)
+        if n not in OVERLAY_PINS:
+            continue
+        if r.specifier:
+            out.append(str(r).split(";")[0].strip())
+        elif version in AT_RELEASE_DATE.get(n, {}):
+            out.append(f"{r.name}=={AT_RELEASE_DATE[n][version]}")
+    return tuple(sorted(out))
+
+
+# Distributions the base venv holds only as dependencies of its own (newer) packages: a release
+# that does not require them (nor does its pinned transformers, which names `kernels` only under
+# extras) would not have them installed, so the child hides their modules (transformers probes
+# `kernels` at import and takes a found one as usable).
+HIDE_UNLESS_REQUIRED = {"kernels": ["kernels"]}
+
+
+def hidden_modules(reqs: list) -> list:
+    required = {norm(r.name) for r in reqs}
+    return sorted(m for d, mods in HIDE_UNLESS_REQUIRED.items() if d not in required for m in mods)
 
 
 def required_modules(reqs: list) -> list:

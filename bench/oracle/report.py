@@ -49,16 +49,28 @@ def _key(r: dict) -> str:
 def markdown(rows: list, cmd: str, notes: dict = None) -> str:
     causes = _causes()
     failed = [r for r in rows if r["verdict"] == "oracle-failed"]
-    rows = [r for r in rows if r["verdict"] != "oracle-failed"]
+    unprobed = [r for r in rows if r["verdict"] == "probe-not-run"]
+    rows = [r for r in rows if r["verdict"] not in ("oracle-failed", "probe-not-run")]
     total = Counter(r["verdict"] for r in rows)
     n = len(rows)
-    lines = ["# Oracle agreement: SGLang's own server-argument resolution vs recon", "",
+    def part(sel):
+        rs = [r for r in rows if sel(r["field"])]
+        c = Counter(r["verdict"] for r in rs)
+        return (f"{c['agree']} of {len(rs)} agree ({_pct(c['agree'], len(rs))}), {c['disagree']} disagree, "
+                f"{c['undecided']} recon-undecided")
+    probes = any(r["field"].startswith("oracle_") for r in rows)
+    lines = ["# Oracle agreement: SGLang's own server-argument resolution (and what its loader builds) vs recon", "",
              f"Made by: `{cmd}`", "",
              f"{n} (release, device, model, flags, field) values: **{total['agree']} agree "
              f"({_pct(total['agree'], n)})**, {total['disagree']} disagree, {total['undecided']} recon-undecided, "
              f"{total['missing']} not tracked by recon.", "",
              f"Of the {n - total['missing']} values recon reports: **{_pct(total['agree'], n - total['missing'])} agree**, "
              f"{_pct(total['disagree'], n - total['missing'])} disagree, {_pct(total['undecided'], n - total['missing'])} undecided.", "",
+             *([f"Server-argument fields: {part(lambda f: not f.startswith('oracle_'))}. "
+                f"Past the arguments (`oracle_*`: the quant config SGLang's loader builds from config.json, the "
+                f"method its `get_quant_method` returns for a MoE and a linear layer, the decode attention backend "
+                f"class the registry's factory constructs; run where the table says): "
+                f"{part(lambda f: f.startswith('oracle_'))}.", ""] if probes else []),
              "`__cell__` rows are cells SGLang itself rejects (or recon rejects): they agree when both refuse.", "",
              f"Cells the oracle's own environment could not run (left out above): {len(failed)}"
              + (f" in {len({r['release'] for r in failed})} releases (see the table below)" if failed else "") + ".", "",
@@ -85,6 +97,15 @@ def markdown(rows: list, cmd: str, notes: dict = None) -> str:
     for k, c in sorted(byf.items()):
         s = sum(c.values())
         lines.append(f"| {k} | {s} | {c['agree']} ({_pct(c['agree'], s)}) | {c['disagree']} | {c['undecided']} | {c['missing']} |")
+    if unprobed:
+        lines += ["", "## Probe steps SGLang's code could not run here (left out above)", "",
+                  "| count | field | why (first seen) | cells (first 2) |", "|---|---|---|---|"]
+        whys = defaultdict(list)
+        for r in unprobed:
+            whys[(r["field"], str(r["sglang"]).split(" at ")[0][:120])].append(r)
+        for (field, why), rs in sorted(whys.items(), key=lambda kv: -len(kv[1])):
+            cells = "; ".join(f"{r['release']} {r['device']} {r['model']} {r['flags']}" for r in rs[:2])
+            lines.append(f"| {len(rs)} | {field} | {_short(str(rs[0]['sglang']))} | {cells} |")
     lines += ["", "## Disagreement classes", "",
               "| count | field: SGLang vs recon | recon took it from | cells (first 4) | cause |", "|---|---|---|---|---|"]
     classes = defaultdict(list)

@@ -11,6 +11,13 @@ fields compare as ``agree``, ``disagree`` (recon decided a different value) or `
 (recon says it cannot decide the value: a fork or a field decided later); ``missing`` is a field
 SGLang resolves that recon's view does not track. A cell SGLang rejects (it raises or exits) is
 compared on that alone: recon must refuse it too.
+
+Past the arguments (fields ``oracle_*``, unless ``ORACLE_PROBE=0``): in each cell the child then
+builds what SGLang's loader builds from them -- ``ModelConfig``, the quant config from config.json
+(``get_quant_config``), the class ``get_quant_method`` returns for a MoE layer and for a linear
+layer, and the decode attention backend class the registry's factory constructs -- as far as that
+runs on a CPU with the device faked; a step that cannot run is ``probe-not-run`` with SGLang's
+error, not compared. recon's side names the same from its runtime view and kernel-map steps.
 """
 
 from __future__ import annotations
@@ -49,6 +56,10 @@ FIELDS = ["moe_runner_backend", "attention_backend", "decode_attention_backend",
           "prefill_attention_backend", "quantization", "kv_cache_dtype", "fp8_gemm_runner_backend",
           "fp4_gemm_runner_backend", "moe_a2a_backend", "speculative_algorithm", "page_size",
           "disable_cuda_graph", "enable_dp_attention", "ep_size"]
+# Beyond the arguments (child.py ``probe``): what the loader builds from them -- the quant config
+# from config.json, its get_quant_method for a MoE and a linear layer, the attention backend class.
+PROBE_FIELDS = ["oracle_quantization", "oracle_quant_config", "oracle_moe_method", "oracle_linear_method",
+                "oracle_attention_class"]
 # GPU memory as nvidia-smi reports it (MiB); recon's profiles carry no memory size.
 MEMORY_MIB = {"h200": 143771, "b200": 183359, "rtx-pro-6000-server": 97887, "h100-sxm": 81559,
               "a100-80gb": 81920, "h20": 97871, "l40s": 46068, "rtx-5090": 32607,
@@ -67,8 +78,9 @@ def device_json(short: str) -> dict:
 def oracle(version: str, root: Path, work: Path, device: str, cells: list) -> dict:
     reqs = rel.requirements(rel.metadata(root, version))
     py = venvs.base_python(work)
-    ov = venvs.overlay(work, py, rel.transformers_pin(reqs), rel.overlay_requirements(reqs))
-    job = {"device": device_json(device), "stubs": rel.required_modules(reqs), "stub_dists": rel.stub_distributions(reqs), "fields": None, "cells": cells}
+    ov = venvs.overlay(work, py, rel.transformers_pin(reqs), rel.overlay_requirements(reqs, version))
+    job = {"device": device_json(device), "stubs": rel.required_modules(reqs), "stub_dists": rel.stub_distributions(reqs),
+           "hide": rel.hidden_modules(reqs), "fields": None, "cells": cells}
     (work / "home").mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([str(py), str(HERE / "child.py")], input=json.dumps(job), capture_output=True,
                           text=True, env=venvs.env_for(work, root, ov), timeout=1800)
@@ -93,10 +105,16 @@ def compare(sg: dict, rc: dict) -> dict:
     if "__error__" in rc:
         return {"__cell__": ("disagree", "accepted", rc["__error__"], "")}
     out = {}
-    for f in FIELDS:
+    probe_errors = sg["fields"].get("oracle_probe_errors") or {}
+    for f in FIELDS + PROBE_FIELDS:
         if f not in sg["fields"]:
             continue
         want = sg["fields"][f]
+        step = f[len("oracle_"):]
+        if f in PROBE_FIELDS and step in probe_errors:
+            # that step of SGLang's code could not run here (CPU, faked device): no answer to compare
+            out[f] = ("probe-not-run", probe_errors[step], None, "")
+            continue
         got = rc.get(f)
         if got is None:
             out[f] = ("missing", want, None, "")
@@ -152,7 +170,9 @@ def main() -> None:
             for c in cells:
                 raw.append({"release": version, "device": device, "id": c["id"], "answer": sg.get(c["id"])})
                 m, fs = c["id"].split("|")
-                rc = recon_side.answers(tree, device, c["model_dir"], c["flags"], {})
+                ans = sg.get(c["id"]) or {}
+                probes = any(f in (ans.get("fields") or {}) for f in PROBE_FIELDS)
+                rc = recon_side.answers(tree, device, c["model_dir"], c["flags"], {}, probes=probes)
                 for field, (verdict, want, got, src) in compare(sg.get(c["id"], {"ok": False, "error": "no answer"}), rc).items():
                     rows.append({"release": version, "device": device, "model": m, "flags": fs, "field": field,
                                  "verdict": verdict, "sglang": want, "recon": got, "recon_source": src})
@@ -234,8 +254,9 @@ def write(rows: list, out: Path, cmd: str, raw: list = (), notes: dict = None) -
     parts = [f'"{k}":{enc(v)}' for k, v in data.items() if k not in ("rows", "oracle")]
     parts.append('"rows":[\n' + ",\n".join(enc(r) for r in data["rows"]) + "]")
     parts.append('"oracle":[\n' + ",\n".join(enc(o) for o in data["oracle"]) + "]")
-    out.with_suffix(".json").write_text("{" + ",\n".join(parts) + "}\n")
-    out.with_suffix(".md").write_text(report.markdown(rows, cmd, notes or {}))
+    # appended, not with_suffix: `parts/0.5.10.post1` is a name, not a stem and a suffix
+    Path(f"{out}.json").write_text("{" + ",\n".join(parts) + "}\n")
+    Path(f"{out}.md").write_text(report.markdown(rows, cmd, notes or {}))
 
 
 if __name__ == "__main__":

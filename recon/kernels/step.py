@@ -348,28 +348,9 @@ def attention_backend(step: Step, mode: str = "DECODE") -> dict:
 
 
 def attention(step: Step, mode: str = "DECODE") -> dict:
-    name = attention_backend(step, mode)
-    out = {"kind": "attention", "backend_name": name, "gates": list(name.get("assumed", []))}
-    if not name.get("value"):
-        out["note"] = "the attention backend is not settled statically (no write fires for this configuration)"
+    out, prim = attention_class(step, mode)
+    if prim is None:
         return out
-    regs = [r for r in registrations(step.world) if r[0] == (name["value"],) and "attention" in r[1]]
-    if not regs:
-        out["note"] = f"no attention backend registered as {name['value']!r} in this tree"
-        return out
-    keys, deco, factory, path, line, _ = regs[0]
-    out["registry"] = {"decorator": deco, "factory": factory, "path": path, "line": line}
-    fn = step.ev.model.function_ast(factory)
-    params = [a.arg for a in fn.args.posonlyargs + fn.args.args] if fn is not None else []
-    cs = [c for c in choices(step.ev, factory, {params[0]: step.runner()} if params else {}) if c.constructs]
-    if not cs:
-        out["note"] = f"the factory {_short(factory)} builds no class recon can follow"
-        return out
-    prim = cs[0]
-    out["backend_class"] = prim.qual
-    out["gates"] += [_assume(a) for a in prim.assumptions]
-    out["class_returned_at"] = [{"what": h[0], "path": h[1], "line": h[2]} for h in prim.hops]
-    out["other_classes"] = [{"class": c.qual, "assumptions": [_assume(a) for a in c.assumptions]} for c in cs[1:4]]
     inst = prim.made or Instance(prim.qual)
     meth = None
     want = "forward_decode" if mode == "DECODE" else "forward_extend"
@@ -386,8 +367,46 @@ def attention(step: Step, mode: str = "DECODE") -> dict:
     return out
 
 
+def attention_class(step: Step, mode: str = "DECODE") -> tuple:
+    """The backend class the registry's factory for the mode's backend builds (``backend_class``),
+    with the choice it was made from; nothing walked. (out, the primary choice or None)."""
+    name = attention_backend(step, mode)
+    out = {"kind": "attention", "backend_name": name, "gates": list(name.get("assumed", []))}
+    if not name.get("value"):
+        out["note"] = "the attention backend is not settled statically (no write fires for this configuration)"
+        return out, None
+    regs = [r for r in registrations(step.world) if r[0] == (name["value"],) and "attention" in r[1]]
+    if not regs:
+        out["note"] = f"no attention backend registered as {name['value']!r} in this tree"
+        return out, None
+    keys, deco, factory, path, line, _ = regs[0]
+    out["registry"] = {"decorator": deco, "factory": factory, "path": path, "line": line}
+    fn = step.ev.model.function_ast(factory)
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args] if fn is not None else []
+    cs = [c for c in choices(step.ev, factory, {params[0]: step.runner()} if params else {}) if c.constructs]
+    if not cs:
+        out["note"] = f"the factory {_short(factory)} builds no class recon can follow"
+        return out, None
+    prim = cs[0]
+    out["backend_class"] = prim.qual
+    out["gates"] += [_assume(a) for a in prim.assumptions]
+    out["class_returned_at"] = [{"what": h[0], "path": h[1], "line": h[2]} for h in prim.hops]
+    out["other_classes"] = [{"class": c.qual, "assumptions": [_assume(a) for a in c.assumptions]} for c in cs[1:4]]
+    return out, prim
+
+
 # --- dense GEMMs -----------------------------------------------------------------------------------
 def dense(step: Step) -> dict:
+    out, inst = dense_method(step)
+    if inst is not None:
+        out.update(step.walk(inst, "apply"))
+    return out
+
+
+def dense_method(step: Step) -> tuple:
+    """The linear method a dense layer gets (``method``; ``none_from`` when the quant config's
+    ``get_quant_method`` returns None for it, so the layer stays unquantized); nothing walked.
+    (out, the method object to walk, or None)."""
     w = step.world
     from ..runtime.moe import quant_method_name
     name, source = quant_method_name(w, w.state)
@@ -395,7 +414,7 @@ def dense(step: Step) -> dict:
     lin = step.classes("LinearBase", "layers/linear.py")
     if not lin:
         out["note"] = "no LinearBase class in this tree"
-        return out
+        return out, None
     if name is None:
         # without a quant config LinearBase picks its method itself (`if quant_config is None:
         # self.quant_method = UnquantizedLinearMethod()`): that write, its tests evaluated
@@ -403,7 +422,7 @@ def dense(step: Step) -> dict:
         got = _unquantized_outcomes(w, step.ev, LayerObj(lin[0], frozenset(w.mro(lin[0]))))
         if not got:
             out["note"] = "the checkpoint is not quantized and LinearBase's own choice of method could not be read"
-            return out
+            return out, None
         inst = got[0]["instance"]
         out["method"] = got[0]["method"]
         out["gates"] = [{"test": a["test"], "holds": a["holds"], "path": a["path"], "line": a["line"]} for a in got[0]["assumptions"]]
@@ -412,14 +431,14 @@ def dense(step: Step) -> dict:
         reg = registry(w).get(name)
         if reg is None:
             out["note"] = f"quant method {name!r} is not in this tree's quantization registry"
-            return out
+            return out, None
         ccls = reg[0]
         out["config_class"] = ccls
         gqm = w.method(ccls, "get_quant_method")
         fn = step.ev.model.function_ast(gqm) if gqm else None
         if fn is None:
             out["note"] = "get_quant_method could not be read"
-            return out
+            return out, None
         cfg = _from_config(w, step.ev, ccls) or Instance(ccls)
         params = [a.arg for a in fn.args.args]
         env = {params[0]: cfg}
@@ -433,22 +452,22 @@ def dense(step: Step) -> dict:
             # for layers the checkpoint leaves unquantized (its ignored layers): said, not hidden
             out["note"] = (f"{_short(gqm)} returns None for a LinearBase layer of this checkpoint "
                            f"[{w.path_of(gqm)}:{ranked[0].line}]: its dense layers are the ones it leaves unquantized")
+            out["none_from"] = {"path": w.path_of(gqm), "line": ranked[0].line}
             un = step.classes("UnquantizedLinearMethod")
             if un:
                 out["method"] = un[0]
-                out.update(step.walk(Instance(un[0]), "apply"))
-            return out
+                return out, Instance(un[0])
+            return out, None
         outs = [o for o in ranked if isinstance(o.value, Instance)]
         if not outs:
             out["note"] = f"{_short(gqm)} returns no linear method recon can follow for a LinearBase layer"
-            return out
+            return out, None
         inst = outs[0].value
         out["method"] = inst.cls
         out["gates"] = [_assume(a) for a in outs[0].assumptions]
         out["method_returned_at"] = {"path": w.path_of(gqm), "line": outs[0].line}
         out["other_methods"] = [{"method": o.value.cls, "assumptions": [_assume(a) for a in o.assumptions]} for o in outs[1:3]]
-    out.update(step.walk(inst, "apply"))
-    return out
+    return out, inst
 
 
 # --- MoE (the runtime view) ------------------------------------------------------------------------

@@ -140,15 +140,55 @@ def quant_methods(world, ev) -> dict:
     mod, scope = ev.model.module_scope(gqm)
     gpath = world.path_of(gqm)
     outcomes = ev.explore(fn.body, env, mod, scope, gpath)
+    rets = {n.lineno: n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
     for o in sorted(outcomes, key=lambda o: sum(1 for a in o.assumptions if a[1])):
         v = o.value
         method = v.cls if isinstance(v, Instance) else v.qual if isinstance(v, ClassRef) else None
+        if method is None and not o.raises and isinstance(rets.get(o.line), ast.Call):
+            # `return Helper.pick(self, layer, prefix)`: the methods the helper builds, each with
+            # the tests on its way (a quant config that delegates the choice to another function)
+            followed = _returned_call(ev, rets[o.line], o, mod, scope)
+            if followed:
+                out["outcomes"] += followed
+                continue
         out["outcomes"].append({
             "method": method, "value": None if method else repr(v), "raises": o.raises,
             "path": gpath, "line": o.line,
             "assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in o.assumptions],
             "instance": v if isinstance(v, Instance) else None,
         })
+    out["outcomes"].sort(key=lambda o: sum(1 for a in o["assumptions"] if a["holds"]))
+    return out
+
+
+def _returned_call(ev, call, o, mod: str, scope: str) -> list:
+    """Outcomes of ``get_quant_method`` for a returned call to an in-tree function: the classes
+    that function constructs (``kernels.dispatch.choices``), the arguments it is called with bound."""
+    from ..kernels.dispatch import choices
+
+    target = ev.model.resolve(mod, scope, _dotted(call.func)) if _dotted(call.func) else None
+    inner = ev.model.function_ast(target) if target and ev.model.G.nodes.get(target, {}).get("kind") == "function" else None
+    if inner is None:
+        return []
+    names = [a.arg for a in inner.args.posonlyargs + inner.args.args]
+    bound = {}
+    for p, a in zip(names, call.args):
+        v = ev._eval_raw(a, o.env, mod, scope)
+        if v is not UNKNOWN:
+            bound[p] = v
+    for k in call.keywords:
+        if k.arg:
+            v = ev._eval_raw(k.value, o.env, mod, scope)
+            if v is not UNKNOWN:
+                bound[k.arg] = v
+    out = []
+    for c in choices(ev, target, bound, tuple(o.assumptions), 1):
+        if not c.constructs:
+            continue
+        where = c.hops[-1] if c.hops else ("", None, None)
+        out.append({"method": c.qual, "value": None, "raises": False, "path": where[1], "line": where[2],
+                    "assumptions": [{"test": a[0], "holds": a[1], "path": a[2], "line": a[3]} for a in c.assumptions],
+                    "instance": c.made})
     return out
 
 

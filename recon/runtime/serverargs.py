@@ -72,9 +72,59 @@ class Schema:
         return out
 
 
-def _const_list(tree_lookup, node) -> Optional[list]:
-    v = tree_lookup(node)
-    return list(v) if isinstance(v, (list, tuple)) else None
+def _const_list(world, module: str, node, fn=None, depth: int = 0) -> Optional[list]:
+    """The values a ``choices=`` expression holds: a literal or module-level constant (list, tuple,
+    set), ``set(X)`` / ``sorted(X)`` / ``A + B`` / ``A | B`` of those, or a local of the enclosing
+    function ``fn`` built from them, with every value its ``.add`` / ``.append`` / ``.update`` /
+    ``.extend`` calls put in (also those under a test: the parser accepts them on some runs)."""
+    if node is None or depth > 8:
+        return None
+    v = world.const(node, module)
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    if isinstance(v, (set, frozenset)):
+        return sorted(v, key=str)
+    if isinstance(node, (ast.Name, ast.Attribute)) and (fn is None or not isinstance(node, ast.Name) or not _assigned_in(fn, node.id)):
+        # a module-level name bound to an expression (``set(BUILT_IN_SAMPLING_BACKENDS)``)
+        expr, mod = world.const_node(node, module)
+        if expr is not None:
+            return _const_list(world, mod, expr, None, depth + 1)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1 \
+            and node.func.id in ("set", "frozenset", "list", "tuple", "sorted"):
+        return _const_list(world, module, node.args[0], fn, depth + 1)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.BitOr)):
+        a, b = _const_list(world, module, node.left, fn, depth + 1), _const_list(world, module, node.right, fn, depth + 1)
+        return None if a is None or b is None else a + [x for x in b if x not in a]
+    if isinstance(node, ast.Name) and fn is not None:
+        base = None
+        for st in ast.walk(fn):
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                    and st.targets[0].id == node.id:
+                got = _const_list(world, module, st.value, None, depth + 1)
+                if got is None:
+                    return None  # a value recon cannot read: no choices rather than wrong ones
+                base = (base or []) + [x for x in got if x not in (base or [])]
+        if base is None:
+            return None
+        for c in ast.walk(fn):
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) \
+                    and c.func.value.id == node.id and c.args:
+                if c.func.attr in ("add", "append"):
+                    more = [world.const(c.args[0], module)]
+                elif c.func.attr in ("update", "extend"):
+                    more = _const_list(world, module, c.args[0], None, depth + 1)
+                else:
+                    continue
+                if more is None or any(m is UNKNOWN for m in more):
+                    return None
+                base += [m for m in more if m not in base]
+        return base
+    return None
+
+
+def _assigned_in(fn, name: str) -> bool:
+    return any(isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)
+               for st in ast.walk(fn))
 
 
 def load_schema(world) -> Optional[Schema]:
@@ -118,7 +168,13 @@ def _load_schema(world) -> Optional[Schema]:
                     info.options = sorted(set(info.options) | set(_declared_flags(st.annotation)))
     # add_argument("--x", "--alias", choices=..., dest=...) in the ServerArgs module
     tree = world.module_ast(cd["path"])
-    for n in ast.walk(tree) if tree is not None else ():
+    # each add_argument call with the function it is in (its choices may be a local of it)
+    calls = []
+    for f in ast.walk(tree) if tree is not None else ():
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            calls += [(n, f) for n in ast.walk(f)]
+    calls += [(n, None) for n in ast.walk(tree)] if tree is not None else []  # module level too
+    for n, fn in calls:
         if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument"):
             continue
         opts = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")]
@@ -131,7 +187,7 @@ def _load_schema(world) -> Optional[Schema]:
             continue
         fi.options = sorted(set(fi.options) | set(opts))
         if fi.choices is None and "choices" in kw:
-            fi.choices = _const_list(lambda x: world.const(x, mod), kw["choices"])
+            fi.choices = _const_list(world, mod, kw["choices"], fn)
     # argparse accepts unique prefixes unless the server's parser is built with allow_abbrev=False
     abbrev = not any(isinstance(n, ast.Call) and _dotted_name(n.func).endswith("ArgumentParser")
                      and any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False for k in n.keywords)
@@ -165,9 +221,9 @@ def _choices_of(world, ann, module) -> Optional[list]:
         if isinstance(n, ast.Call):
             for k in n.keywords:
                 if k.arg == "choices":
-                    v = world.const(k.value, module)
-                    if isinstance(v, (list, tuple)):
-                        return list(v)
+                    v = _const_list(world, module, k.value)
+                    if v is not None:
+                        return v
         if isinstance(n, ast.Subscript) and isinstance(n.value, (ast.Name, ast.Attribute)) and ast.unparse(n.value).endswith("Literal"):
             elts = n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice]
             vals = [e.value for e in elts if isinstance(e, ast.Constant)]

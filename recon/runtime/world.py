@@ -115,6 +115,28 @@ class World:
                 q = nxt
         return UNKNOWN
 
+    def const_node(self, node, module: str):
+        """The expression a module-level name is bound to, and the module it is in (following the
+        imports that bind it, as :meth:`const`); (None, None) when there is none."""
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None, None
+        dotted = ast.unparse(node)
+        q = (self.R.resolve(module, "", dotted) if module else None) or f"{module}.{dotted}"
+        for _hop in range(4):
+            mod, _, name = q.rpartition(".")
+            path = self.G.nodes.get(mod, {}).get("path")
+            tree = self.module_ast(path) if path else None
+            for st in tree.body if tree is not None else ():
+                if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None:
+                    targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+                    if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                        return st.value, mod
+            nxt = self.imported_as(mod, "", name) if mod else None
+            if not nxt or nxt == q:
+                break
+            q = nxt
+        return None, None
+
     def _module_constant(self, mod: str, name: str):
         path = self.G.nodes.get(mod, {}).get("path")
         tree = self.module_ast(path) if path else None
@@ -715,9 +737,37 @@ class World:
     def instance_attr(self, inst, attr: str, ev, depth: int):
         if "__only__" in inst.attrs:
             # an object that stands for one the server builds with state recon does not model (the
-            # model runner): it answers the attributes it was given, the others are unknown
-            return inst.attrs.get(attr, UNKNOWN)
+            # model runner): it answers the attributes it was given, and those its constructor
+            # derives from them alone; the others are unknown
+            if attr in inst.attrs:
+                return inst.attrs[attr]
+            return self._derived_attr(inst, attr, ev)
         return self._instance_attr_core(inst, attr, ev, depth)
+
+    def _derived_attr(self, inst, attr: str, ev):
+        """``self.attr = <expr>`` written once in the class's ``__init__``, outside any test, whose
+        expression reads only ``self`` and module-level names (``self.use_mla_backend =
+        self.model_config.attention_arch == AttentionArch.MLA``): its value on ``inst``."""
+        key = (inst.cls, attr)
+        busy = self.__dict__.setdefault("_deriving", set())
+        if key in busy:
+            return UNKNOWN
+        writes = [w for w in self._class_writes_core(inst.cls, attr) if w.receiver == "self"]
+        if len(writes) != 1 or writes[0].guards or not writes[0].scope.endswith("__init__") or writes[0].fn is None:
+            return UNKNOWN
+        w = writes[0]
+        a = w.fn.args
+        local = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | {n for n, *_ in w.locals}
+        local |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+        if any(isinstance(n, ast.Name) and n.id in local and n.id != "self" for n in ast.walk(w.value)):
+            return UNKNOWN  # it reads a parameter or a local of the constructor
+        busy.add(key)
+        try:
+            return ev.eval(w.value, {"self": inst}, w.module, w.scope)
+        except Exception:  # an expression the evaluator cannot take: unknown, as before
+            return UNKNOWN
+        finally:
+            busy.discard(key)
 
     def _members(self, cls: str) -> dict:
         out = self._members_core(cls)
