@@ -746,6 +746,8 @@ def decoder_layer(step: Step, mcls: Optional[str], attn_cls: Optional[str]) -> O
             return True
 
         got["leaves"] = [lf for lf in got["leaves"] if ours(lf)]
+        if not got["leaves"]:
+            return None  # a layer that only calls its submodules (Llama's): nothing of its own to map
         return {"kind": "decoder_layer", "class": q, **got}
     return None
 
