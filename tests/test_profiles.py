@@ -137,14 +137,15 @@ def test_profile_missing_one_feature_or_disagreeing_kb_is_refused(tmp_path):
         load_device(str(p))
 
 
-def test_profile_without_smem_exits_2_naming_the_field(tmp_path):
+@pytest.mark.parametrize("drop", ["smem_per_block_bytes", "compute_capability"])
+def test_profile_without_smem_exits_2_naming_the_field(tmp_path, drop):
     from typer.testing import CliRunner
 
     from recon.cli import app
     p = tmp_path / "dev.yaml"
-    p.write_text(GOOD.replace("smem_per_block_bytes: 101376\n", ""))
+    p.write_text("".join(ln + "\n" for ln in GOOD.splitlines() if not ln.startswith(drop + ":")))
     res = CliRunner().invoke(app, ["kernels", "--sglang", "0.5.23", "--device", str(p)])
-    assert res.exit_code == 2 and "smem_per_block_bytes" in res.output, res.output
+    assert res.exit_code == 2 and drop in res.output, res.output
 
 
 def test_device_profile_file(tmp_path):

@@ -93,7 +93,10 @@ def test_spec_says_it_will_not_run_before_the_moe_path(tree_0513):
     from recon import spec
     ctx = spec.spec_for(tree_0513, load_device("rtx-pro-6000"), load_model("DeepSeek-V4-Flash"))
     rows = ctx["will_it_run"]
-    assert rows and rows[0]["severity"] == "error" and rows[0]["op"] == "deep_gemm.fp8_einsum"
+    assert rows and rows[0]["severity"] == "error"
+    # both DeepGEMM ops the step reaches without sm_120 kernels: the wo_a einsum and the decoder
+    # layer's hyper-connection pre-norm
+    assert {"deep_gemm.fp8_einsum", "deep_gemm.tf32_hc_prenorm_gemm"} <= {r["op"] for r in rows if r["severity"] == "error"}
     md = spec.render(ctx, "md")
     assert "### Will it run" in md and "This deployment will fail" in md
     assert md.index("### Will it run") < md.index(f"## 2. {spec.SECTIONS[1]}")
@@ -129,3 +132,65 @@ def test_family_gate_follows_the_configurer_flag_in_front_of_deepgemm(tree_unsee
 def test_family_gate_quiet_once_the_configurer_names_sm121(tree_new):
     # 0.5.23 tests `sm_version in (120, 121)`: nothing splits the family there
     assert not [f for f in _family(tree_new) if "deep_gemm_wrapper" in f.primary.path]
+
+
+# --- the ops the map reaches through the backend the runner publishes and the decoder layer ----------
+
+def test_hc_prenorm_reached_from_the_decoder_layer(tree_0513):
+    # DeepSeek-V4's decoder layer runs its hyper-connection pre-norm itself (hc_pre -> mhc_pre ->
+    # the DeepGEMM wrapper's tf32_hc_prenorm_gemm under SGLANG_OPT_DEEPGEMM_HC_PRENORM, declared
+    # default on): sglang #25877, DeepGEMM #317 (Unsupported architecture at hyperconnection.hpp:56)
+    errs = [f for f in _findings(tree_0513, "rtx-pro-6000") if f.rule_id == "op-arch-support" and f.severity == "error"]
+    hit = [f for f in errs if f.data["op"] == "deep_gemm.tf32_hc_prenorm_gemm"]
+    assert hit, [f.message for f in errs]
+    f = hit[0]
+    assert f.data["layer"] == "decoder_layer" and f.data["on_path"] and f.data["version"] == "0.1.2"
+    assert f.primary.path == "sglang/srt/layers/deep_gemm_wrapper/entrypoint.py"
+    # the environment test around the wrapper's caller routes here, and its other value avoids it;
+    # the outer TileLang switch is a route but not an avoid (its other branch reaches the same op)
+    envs = {r["env"]: r for r in f.data["routed_by"] if r.get("env")}
+    assert envs["SGLANG_OPT_DEEPGEMM_HC_PRENORM"]["path"] == "sglang/srt/layers/mhc.py"
+    assert any("SGLANG_OPT_DEEPGEMM_HC_PRENORM=0" in a for a in f.data["avoid"])
+    assert not any("SGLANG_OPT_USE_TILELANG_MHC_PRE=" in a for a in f.data["avoid"])
+
+
+def test_indexer_reached_through_the_published_backend(tree_0513):
+    # MQALayer.forward takes the backend from get_attn_backend() (the forward context the model
+    # runner publishes) and its C4 indexer calls attn_backend.forward_c4_indexer, which imports
+    # DeepGEMM's paged MQA logits (sglang #23657); the indexer exists on compress-ratio-4 layers only,
+    # so it is reached under `self.indexer is not None` (a warning, not an error of every layer)
+    from recon.kernels.kmap import map_for
+    ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"))
+    m = map_for(ctx, 8192)
+    mod = next(x for x in m["layers"] if x["kind"] == "attention_module")
+    lf = next(x for x in mod["leaves"] if x["name"] == "deep_gemm.fp8_paged_mqa_logits")
+    assert lf["path"] == "sglang/srt/layers/attention/dsv4/indexer.py" and "self.indexer is not None" in lf["when"]
+    # the backend's own forward is the attention layer's: handed on, not walked twice
+    assert any(h["method"].endswith("DeepseekV4AttnBackend.forward") for h in mod.get("handed_on", []))
+    assert not any(x["name"].endswith("_tiled_sparse_decode_kernel") for x in mod["leaves"])
+    found = [f for f in _findings(tree_0513, "rtx-pro-6000") if f.rule_id == "op-arch-support"
+             and f.data["op"] == "deep_gemm.fp8_paged_mqa_logits"]
+    assert found and found[0].severity == "warning" and not found[0].data["on_path"]
+
+
+def test_metadata_import_follows_the_environment(tree_0513):
+    # PagedIndexerMetadata.__post_init__ (built by init_forward_metadata) imports
+    # get_paged_mqa_logits_metadata from SGLang's JIT kernels or from DeepGEMM by
+    # SGLANG_OPT_USE_JIT_INDEXER_METADATA (declared default on): the default takes the JIT one
+    from recon.kernels.kmap import map_for
+    names = {}
+    for env in ({}, {"SGLANG_OPT_USE_JIT_INDEXER_METADATA": "0"}):
+        ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"), env=env)
+        pre = map_for(ctx, 8192)["prefill"]["attention"]
+        names[bool(env)] = {x["name"] for x in pre["ops"]}
+    assert "deep_gemm.get_paged_mqa_logits_metadata" not in names[False]
+    assert any("paged_mqa_metadata" in n for n in names[False])  # the JIT kernel (load_jit)
+    assert "deep_gemm.get_paged_mqa_logits_metadata" in names[True]
+
+
+def test_fixed_release_runs_the_same_ops_on_sm120(tree_unseen):
+    # 0.5.20 pins sgl-deep-gemm 0.2.0 (sm120_* kernels): the same ops, reached the same way, run
+    found = _findings(tree_unseen, "rtx-pro-6000")
+    bad = [f for f in found if f.rule_id == "op-arch-support" and f.severity in ("error", "warning")
+           and ("hc_prenorm" in f.data["op"] or "mqa_logits" in f.data["op"])]
+    assert not bad, [f.message for f in bad]

@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 RULES = ("op-arch-support", "family-gate", "triton-smem-budget")
 
 
-def findings(version: str, device: str, model: str) -> list[dict]:
+def findings(version: str, device: str, model: str, env: dict | None = None) -> list[dict]:
     from recon.profiles import load_device, load_model
     from recon.rules import load_rules
     from recon.scan import run_rules
@@ -28,7 +28,7 @@ def findings(version: str, device: str, model: str) -> list[dict]:
     from recon.tree import load
 
     rules = [r for r in load_rules() if r.id in RULES]
-    res = run_rules(load(resolve(sglang=version)), load_device(device), load_model(model), rules)
+    res = run_rules(load(resolve(sglang=version)), load_device(device), load_model(model), rules, env=env)
     if res.errors:
         raise SystemExit(f"{version} {device}: {res.errors}")
     return [{"rule": f.rule_id, "severity": f.severity, "op": f.data.get("op") or ",".join(f.data.get("ops", [])),
@@ -47,8 +47,9 @@ def main() -> None:
     rows = []
     for c in cases:
         t0 = time.time()
-        bug = findings(c["buggy"], c["device"], c["model"])
-        fix = findings(c["fixed"], c["device"], c["model"])
+        # a case may set environment variables as the report's deployment did (``env:``)
+        bug = findings(c["buggy"], c["device"], c["model"], c.get("env"))
+        fix = findings(c["fixed"], c["device"], c["model"], c.get("env"))
         hit = [f for f in bug if matches(c, f)]
         fa = [f for f in fix if matches(c, f)]
         rows.append({**c, "recalled": bool(hit), "false_alarm": bool(fa), "hits": hit, "false_alarms": fa,
@@ -58,11 +59,11 @@ def main() -> None:
     n = len(rows)
     lines = ["# Will-it-run bug recall (bench/hazards_recall)", "",
              f"recall {sum(r['recalled'] for r in rows)}/{n}, false alarms on the fixed releases {sum(r['false_alarm'] for r in rows)}/{n}", "",
-             "| case | report | device, model | bug in | fixed in | recalled | false alarm | what recon said on the buggy release |",
+             "| case | report | device, model (env) | bug in | fixed in | recalled | false alarm | what recon said on the buggy release |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         said = "; ".join(f"{h['rule']} {h['severity']} at {h['at']}" for h in r["hits"][:2]) or "nothing matching"
-        lines.append(f"| {r['id']} | {r['report']} | {r['device']}, {r['model']} | {r['buggy']} | {r['fixed']} | "
+        lines.append(f"| {r['id']} | {r['report']} | {r['device']}, {r['model']}{' (' + ', '.join(f'{k}={v}' for k, v in r['env'].items()) + ')' if r.get('env') else ''} | {r['buggy']} | {r['fixed']} | "
                      f"{'yes' if r['recalled'] else 'no'} | {'yes' if r['false_alarm'] else 'no'} | {said} |")
     (HERE / "results.md").write_text("\n".join(lines) + "\n")
 

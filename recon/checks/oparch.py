@@ -136,7 +136,17 @@ def path_ops(ctx, params: OpArchParams) -> list[dict]:
             s = support(ctx.tree, lf["name"], ctx.device.sm)
             routes = _routed_by(lay)
             if s.runs is not True and lf.get("path"):
-                routes += _env_routes(ctx, lf["path"], lf["line"], lay.get("env_read", []))
+                # the environment tests around the call, and around each call on the way to it
+                # (``if envs.SGLANG_OPT_DEEPGEMM_HC_PRENORM.get():`` in the caller of DeepGEMM's wrapper)
+                sites = [(lf["path"], lf["line"])] + [(h["path"], h["line"]) for h in reversed(lf.get("via") or []) if h.get("path") and h.get("line")]
+                for p, ln in dict.fromkeys(sites):
+                    # only the tests nearest the call say what avoids it: an outer one's other value
+                    # may lead to the same op another way (SGLANG_OPT_USE_TILELANG_MHC_PRE=0 still
+                    # reaches tf32_hc_prenorm_gemm through the model's own pre-norm)
+                    near = not any(x.get("env") for x in routes)
+                    for r in _env_routes(ctx, p, ln, lay.get("env_read", [])):
+                        if r.get("env") not in {x.get("env") for x in routes}:
+                            routes.append({**r, "avoids": near})
             rows.append({"step": step, "layer": lay.get("kind", ""), "leaf": lf, "on_path": (lf["name"], lf.get("path"), lf.get("line")) in on,
                          "support": s, "routed_by": routes})
     return rows
@@ -149,7 +159,7 @@ def _avoid(s, row) -> list[str]:
     for r in row["routed_by"]:
         if r.get("flag"):
             out.append(f"--{r['flag'].replace('_', '-')} set to a backend built for {s.arch}")
-        if r.get("env"):
+        if r.get("env") and r.get("avoids", True):
             other = "0" if "default True" in r["what"] else "1" if "default False" in r["what"] else "<the other value>"
             out.append(f"--env {r['env']}={other} (this run read: {r['what']})")
     for t in row["leaf"].get("when", []):

@@ -9,7 +9,7 @@ from typing import Optional
 from ..roofline import moe_roofline
 from ..runtime.values import EnumVal
 
-ORDER = ("embedding", "norm", "attention", "attention_module", "rotary", "dense_gemm", "moe", "communication", "logits", "sampling")
+ORDER = ("embedding", "norm", "decoder_layer", "attention", "attention_module", "rotary", "dense_gemm", "moe", "communication", "logits", "sampling")
 
 
 def _short(q) -> str:
@@ -60,6 +60,7 @@ def _instances(kind: str, model, tp: int) -> tuple[int, str]:
         "norm": (2 * L + 1, "two per decoder layer and the final norm"),
         "attention": (L, f"{L} decoder layers"),
         "attention_module": (L, f"{L} decoder layers"),
+        "decoder_layer": (L, f"{L} decoder layers"),
         "rotary": (L, f"{L} decoder layers"),
         "dense_gemm": (roles * L, f"{roles} dense linear roles x {L} layers (the model profile's dense GEMM shapes)"),
         "moe": (model.num_moe_layers, f"{model.num_moe_layers} MoE layers"),
@@ -140,7 +141,7 @@ def build_map(ctx, prefill_m: Optional[int] = None) -> dict:
 def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
     from ..runtime import runtime_view
     from ..runtime.engine import engine_for
-    from .step import Step, attention, attention_module, communication, dense, model_class, moe, simple_layers
+    from .step import Step, attention, attention_module, communication, decoder_layer, dense, model_class, moe, simple_layers
 
     view = runtime_view(ctx)  # walked with the context's engine when it is not in the cache
     step = Step(ctx, engine_for(ctx))
@@ -162,6 +163,8 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
     notes.mark()
     add(_guarded("attention", attention, step, "DECODE"))
     add(_guarded("attention_module", attention_module, step, mcls))
+    amod = next((lay.get("class") for lay in layers if lay["kind"] == "attention_module"), None)
+    add(_guarded("decoder_layer", decoder_layer, step, mcls, amod))
     add(_guarded("dense_gemm", dense, step))
     if getattr(ctx.model, "num_experts", 0):
         lay = moe(view)

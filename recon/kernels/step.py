@@ -65,6 +65,49 @@ class Step:
         # the scenario's engine: the World and evaluator the runtime view's MoE walk used, with the
         # server arguments it resolved (no second resolution, no second evaluator)
         self.world, self.ev = engine.world, engine.ev
+        # the attention backend the registry builds, once the attention layer found it: the model
+        # runner hands it to the model (ForwardBatch.attn_backend, the published forward context)
+        self.backend: Optional[Instance] = None
+        self.backend_entries: set = set()  # its methods the attention layer walks itself
+
+    def publish_backend(self, inst: Instance, entries: set) -> list:
+        """Make ``inst`` the backend the model sees during a forward, as the model runner does:
+        ``forward_batch.attn_backend`` (ForwardBatch's field), and the context it publishes around
+        the forward (``with forward_context(ForwardContext(attn_backend=self.attn_backend))``: a
+        context manager that sets its module's one global, read back by ``get_attn_backend()``).
+        Returns where the context was found (file:line), empty when the tree publishes none."""
+        self.backend, self.backend_entries = inst, set(entries)
+        mr = self.classes("ModelRunner", "model_executor/")
+        node = self.world._class_ast(mr[0]) if mr else None
+        if node is None:
+            return []
+        mod = self.world._module_of(mr[0])
+        runner = Instance(mr[0], {"attn_backend": inst})
+        for n in ast.walk(node):
+            if not (isinstance(n, ast.withitem) and isinstance(n.context_expr, ast.Call) and len(n.context_expr.args) == 1
+                    and isinstance(n.context_expr.args[0], ast.Call)):
+                continue
+            cm, made = n.context_expr, n.context_expr.args[0]
+            fq = self.ev.model.resolve(mod, "", _dotted_name(cm.func)) if _dotted_name(cm.func) else None
+            cq = self.ev.model.resolve(mod, "", _dotted_name(made.func)) if _dotted_name(made.func) else None
+            if not fq or not cq or self.G.nodes.get(cq, {}).get("kind") != "class" or self.G.nodes.get(fq, {}).get("kind") != "function":
+                continue
+            fmod = self.world._module_of(fq)
+            tree = self.world.module_ast(self.G.nodes[fq]["path"])
+            globs = {g for f in (tree.body if tree is not None else ()) if isinstance(f, ast.FunctionDef)
+                     for x in ast.walk(f) if isinstance(x, ast.Global) for g in x.names}
+            if len(globs) != 1:
+                continue
+            ctxobj = Instance(cq)
+            for k in made.keywords:
+                if k.arg:
+                    v = self.ev._eval_raw(k.value, {"self": runner}, mod, "")
+                    ctxobj.attrs[k.arg] = v
+            if not any(v is inst for v in ctxobj.attrs.values()):
+                continue
+            self.ev._globals[(fmod, globs.pop())] = ctxobj
+            return [f"{self.world.path_of(mr[0])}:{made.lineno}"]
+        return []
 
     def runner(self) -> Optional[Instance]:
         """The model runner an attention backend is built with: the server's one ModelConfig for the
@@ -81,18 +124,22 @@ class Step:
                       and "/srt/" in d.get("path", "") and path_part in d.get("path", ""))
 
     # --- walking ---------------------------------------------------------------------------------
-    def walk(self, inst: Instance, method: str, args: Optional[dict] = None) -> dict:
+    def walk(self, inst: Instance, method: str, args: Optional[dict] = None, skip: Optional[set] = None,
+             follow_modules: bool = True) -> dict:
         """Kernels and library ops reached from ``inst.method``, with the dispatchers it holds."""
         qual = self.world.method(inst.cls, method)
         held = resolve_held(self.world, self.ev, inst, self._held_calls(inst.cls))
         w = StepWalker(self.world, self.ev, inst)
+        w.skip = set(skip if skip is not None else self.backend_entries)
+        w.follow_modules = follow_modules
         if qual:
             w.walk(qual, inst, [], (), 0, {**self.mode_args(qual), **(args or {})})
             w.launched_locals()
         return {"entry": qual, "leaves": [_leaf(self, lf, w.extra_tests) for lf in w.leaves if _is_op(lf)],
                 "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
                 "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()},
-                "walked": walked_list(w.walked), "calls": calls_list(w)}
+                "walked": walked_list(w.walked), "calls": calls_list(w),
+                **({"handed_on": w.handed} if w.handed else {})}
 
     def _held_calls(self, cls: str) -> set:
         """Attributes the class's methods call as ``self.attr(...)``."""
@@ -132,7 +179,7 @@ class Step:
                 node = self.world._class_ast(cls) if cls and self.G.nodes.get(cls, {}).get("kind") == "class" else None
                 if node is not None and any(isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
                                             and st.target.id == "forward_mode" for st in node.body):
-                    out[a.arg] = Instance(cls, {"forward_mode": EnumVal(fm[0], mode, members[mode])})
+                    out[a.arg] = Instance(cls, {"forward_mode": EnumVal(fm[0], mode, members[mode]), **self._backend_field(node)})
                     break
         return out
 
@@ -144,7 +191,15 @@ class Step:
         members = self.world._members(fm[0])
         if mode not in members:
             return None
-        return Instance(fb[0], {"forward_mode": EnumVal(fm[0], mode, members[mode])})
+        return Instance(fb[0], {"forward_mode": EnumVal(fm[0], mode, members[mode]), **self._backend_field(self.world._class_ast(fb[0]))})
+
+    def _backend_field(self, node) -> dict:
+        """``attn_backend`` of a class that declares that field (ForwardBatch: the runner's backend)."""
+        if self.backend is None or node is None:
+            return {}
+        if any(isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.target.id == "attn_backend" for st in node.body):
+            return {"attn_backend": self.backend}
+        return {}
 
 
 class StepWalker(PathWalker):
@@ -157,6 +212,13 @@ class StepWalker(PathWalker):
         self.entered: dict = {}
         self._lazy_memo: dict = {}
         self.extra_tests: set = set()  # tests of an `if` with no else that adds work to the path
+        # methods another layer kind of the map walks (the attention backend's forward, reached from
+        # the model's attention module): the call is recorded, not walked twice
+        self.skip: set = set()
+        self.handed: list = []
+        # follow a held submodule's call (``self.indexer(...)`` runs its ``forward``, as
+        # ``nn.Module.__call__`` does); off for a layer whose submodules are other layer kinds
+        self.follow_modules = True
 
     def _locals_at(self, fn, line, env, mod, scope, wanted, seen=None):
         super()._locals_at(fn, line, env, mod, scope, wanted, seen)
@@ -181,12 +243,101 @@ class StepWalker(PathWalker):
     def _outside(self, full, path, line, via, when) -> bool:
         """Library calls, plus the PyTorch calls that are the work itself (a GEMM on cuBLAS, a
         collective on NCCL); management libraries that launch nothing on the GPU are no op."""
-        if full.split(".", 1)[0] in _HOST_LIBS:
+        if full.split(".", 1)[0] in _HOST_LIBS or full.startswith(_KERNEL_LANGUAGES):
             return True
         if _TORCH_OPS.match(full):
             self._leaf("torch_op", full, path, line, via, when)
             return True
         return super()._outside(full, path, line, via, when)
+
+    def _held_call(self, name, call, env, mod, scope, selfval, via, when, depth) -> bool:
+        """Calls the step reaches through an object the engine knows, by PyTorch's and SGLang's own
+        mechanisms: a method of an object held in a local (``attn_backend = get_attn_backend();
+        attn_backend.forward(...)``: the backend the model runner publishes for the forward), a
+        submodule called as a function (``self.indexer(...)`` runs ``C4Indexer.forward``), and a
+        dataclass built on the path (``PagedIndexerMetadata(...)`` runs its ``__post_init__``)."""
+        if not name:
+            return False
+        parts = name.split(".")
+        target, obj = None, None
+        if len(parts) == 2 and parts[0] != "self" and isinstance(env.get(parts[0]), Instance):
+            obj = env[parts[0]]
+            target = self.world.method(obj.cls, parts[1])
+        elif len(parts) == 2 and parts[0] == "self" and self.follow_modules and isinstance(selfval, Instance) \
+                and not self.world.method(selfval.cls, parts[1]):
+            held = self.world.instance_attr(selfval, parts[1], self.ev, 0)
+            if not isinstance(held, Instance):
+                # built under a test the layer's construction does not decide (``if
+                # self.compress_ratio == 4: self.indexer = C4Indexer(...)``, per layer): the module
+                # its constructor stores there; the call's own tests stay on the path's conditions
+                held = self._stored_module(selfval.cls, parts[1])
+            if isinstance(held, Instance):
+                obj, target = held, self.world.method(held.cls, "forward")
+        elif len(parts) == 1 and parts[0] not in env:
+            cls = self.ev.model.resolve(mod, scope, name)
+            if cls and self.G.nodes.get(cls, {}).get("kind") == "class":
+                post = self.world.method(cls, "__post_init__")
+                if post:
+                    obj = Instance(cls)
+                    for k in call.keywords:
+                        if k.arg:
+                            v = self.ev._eval_raw(k.value, env, mod, scope)
+                            if v is not UNKNOWN:
+                                obj.attrs[k.arg] = v
+                    target = post
+        if not target or obj is None:
+            return False
+        if target in self.skip:
+            self.handed.append({"call": name, "method": target, "path": via[-1].path, "line": via[-1].line})
+            return True
+        self.walk(target, obj, via, when, depth + 1, self._bind(target, call, env, mod, scope, True))
+        return True
+
+    def _guard_value(self, test, value, selfval):
+        """An optional submodule (``self.indexer = None``, then ``self.indexer = C4Indexer(...)``
+        under a test the construction cannot decide, per layer) makes ``self.indexer is not None``
+        undecided: both outcomes, not the primary rule's None."""
+        if value is UNKNOWN or not isinstance(selfval, Instance):
+            return value
+        for n in ast.walk(test):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" \
+                    and self._optional_module(selfval, n.attr):
+                return UNKNOWN
+        return value
+
+    def _optional_module(self, inst: Instance, attr: str) -> bool:
+        key = ("optional", inst.cls, attr)
+        if key not in self._lazy_memo:
+            got = False
+            writes = [w for w in self.world.class_writes(inst.cls, attr) if w.receiver == "self" and w.scope.endswith(".__init__")]
+            if len(writes) > 1 and any(isinstance(w.value, ast.Constant) and w.value.value is None for w in writes) \
+                    and self._stored_module(inst.cls, attr) is not None:
+                for w in writes:
+                    if not w.guards or isinstance(w.value, ast.Constant):
+                        continue
+                    env = self.world.write_env(w, inst, self.ev, dict(inst.attrs.get("__args__", {})))
+                    if any(self.ev.eval(t, env, w.module, w.scope) is UNKNOWN for t, _ in w.guards):
+                        got = True
+                        break
+            self._lazy_memo[key] = got
+        return self._lazy_memo[key]
+
+    def _stored_module(self, cls: str, attr: str) -> Optional[Instance]:
+        """The one in-tree class with a ``forward`` that ``__init__`` constructs into ``self.attr``."""
+        init = self.world.method(cls, "__init__")
+        fn = self.ev.model.function_ast(init) if init else None
+        if fn is None:
+            return None
+        mod, scope = self.ev.model.module_scope(init)
+        found = set()
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(
+                    isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr == attr
+                    for t in n.targets):
+                q = self.ev.model.resolve(mod, scope, _dotted_name(n.value.func)) if _dotted_name(n.value.func) else None
+                if q and self.G.nodes.get(q, {}).get("kind") == "class" and self.world.method(q, "forward"):
+                    found.add(q)
+        return Instance(found.pop()) if len(found) == 1 else None
 
     def _qual_of(self, fn) -> Optional[str]:
         for q, (_via, _when) in self.entered.items():
@@ -284,6 +435,9 @@ class StepWalker(PathWalker):
 # PyTorch calls that are a step's work: dense GEMMs (cuBLAS), the embedding gather and collectives (NCCL)
 _TORCH_OPS = re.compile(r"torch\.(matmul|mm|bmm|addmm|baddbmm|_scaled_mm|nn\.functional\.(linear|embedding)|embedding|"
                         r"distributed\.(all_reduce|all_gather\w*|reduce_scatter\w*|all_to_all\w*))$")
+# a kernel language's primitives (the body of a TileLang kernel being built): part of the kernel
+# its builder returns, not ops of their own
+_KERNEL_LANGUAGES = ("tilelang.language.",)
 # host-side management libraries (device queries): they launch nothing on the GPU
 _HOST_LIBS = frozenset({"pynvml"})
 # the machinery that compiles or tunes a kernel at first use is not the kernel
@@ -361,9 +515,21 @@ def attention(step: Step, mode: str = "DECODE") -> dict:
         if step.G.nodes.get(f"{c}.forward", {}).get("kind") == "function":
             meth = "forward"
             break
+    entry = step.world.method(prim.qual, meth or want)
+    out["forward_context"] = step.publish_backend(inst, {q for q in (entry, step.world.method(prim.qual, "forward")) if q})
     fb = step.forward_batch(mode)
-    got = step.walk(inst, meth or want, {"forward_batch": fb} if fb is not None else None)
+    got = step.walk(inst, meth or want, {"forward_batch": fb} if fb is not None else None, skip=set())
     out.update(got)
+    # the model runner builds the step's attention metadata before the model's forward
+    # (``self.attn_backend.init_forward_metadata(forward_batch)``): its ops run once a step
+    if step.world.method(prim.qual, "init_forward_metadata"):
+        meta = step.walk(inst, "init_forward_metadata", {"forward_batch": fb} if fb is not None else None, skip=set())
+        have = {(lf["name"], lf["path"], lf["line"]) for lf in out.get("leaves", [])}
+        added = [lf for lf in meta["leaves"] if (lf["name"], lf["path"], lf["line"]) not in have]
+        for lf in added:
+            lf["metadata"] = True  # built once a step, not once a layer
+        out["leaves"] = out.get("leaves", []) + added
+        out["metadata_entry"] = meta["entry"]
     return out
 
 
@@ -528,6 +694,15 @@ def built(step: Step, cls: str, call: Optional[ast.Call], mcls: Optional[str]) -
     if call is not None and mcls:
         mod = step.world._module_of(mcls)
         env = {"config": step.world.hf}
+        # the enclosing function's other parameters are not known here (``compress_ratio_override``
+        # passed through a decoder layer's constructor): unknown, never a name looked up elsewhere
+        tree = step.world.module_ast(step.G.nodes.get(mcls, {}).get("path", ""))
+        for fn in ast.walk(tree) if tree is not None else ():
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.lineno <= call.lineno <= (fn.end_lineno or fn.lineno) \
+                    and any(n is call for n in ast.walk(fn)):
+                for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs:
+                    if a.arg not in ("self", "config"):
+                        env.setdefault(a.arg, UNKNOWN)
         step.world.bind_init(inst, call, step.ev, env, mod, "", 0)
         inst.attrs["__args__"] = {k: v for k, v in inst.attrs.get("__args__", {}).items() if v is not UNKNOWN}
     return inst
@@ -553,6 +728,46 @@ def attention_module(step: Step, mcls: Optional[str]) -> Optional[dict]:
         if not got["entry"]:
             continue
         return {"kind": "attention_module", "class": q, **got}
+    return None
+
+
+def decoder_layer(step: Step, mcls: Optional[str], attn_cls: Optional[str]) -> Optional[dict]:
+    """The decoder layer's own work around its submodules: the class the model's module constructs
+    whose constructor builds the attention module (``self.self_attn = MQALayer(...)``), its
+    ``forward`` walked in decode mode, keeping only what its own methods and the functions they call
+    launch (DeepSeek-V4's hyper-connection pre-norm, ``self.hc_pre``); the submodules it calls
+    (attention, MLP, norms) are the other layer kinds of the map."""
+    if not mcls or not attn_cls:
+        return None
+    made = constructed_classes(step, mcls)
+    for q, call in made.items():
+        node = step.world._class_ast(q)
+        init = next((st for st in getattr(node, "body", ()) if isinstance(st, ast.FunctionDef) and st.name == "__init__"), None)
+        mod = step.world._module_of(q)
+        if init is None or q == attn_cls or not any(
+                isinstance(n, ast.Call) and _dotted_name(n.func)
+                and step.ev.model.resolve(mod, f"{node.name}.__init__", _dotted_name(n.func)) == attn_cls for n in ast.walk(init)):
+            continue
+        inst = built(step, q, call, mcls)
+        got = step.walk(inst, "forward", follow_modules=False)
+        if not got["entry"]:
+            return None
+        own = set(step.world.mro(q))
+
+        def ours(lf) -> bool:
+            # every hop in the layer's own methods or in module-level functions (not another module's methods)
+            for h in lf.get("via", []):
+                parent = (h.get("node") or "").rsplit(".", 1)[0]
+                if parent in own:
+                    continue
+                if step.G.nodes.get(parent, {}).get("kind") == "class":
+                    return False
+            return True
+
+        got["leaves"] = [lf for lf in got["leaves"] if ours(lf)]
+        if not got["leaves"]:
+            return None  # a layer that only calls its submodules (Llama's): nothing of its own to map
+        return {"kind": "decoder_layer", "class": q, **got}
     return None
 
 

@@ -420,6 +420,40 @@ class PathWalker:
             v = local_value(assigns, name, line, env, self.ev, mod, scope, fill)
             if v is not MISSING_LOCAL:
                 env[name] = v
+            elif name in self._imports_of(fn):
+                v = self._imported(self._imports_of(fn)[name], line, env, mod, scope, fill)
+                if v is not None:
+                    env[name] = v
+
+    def _imports_of(self, fn) -> dict:
+        key = ("imports", id(fn))
+        if key not in self._local_cache:
+            from .writes import local_imports
+            self._local_cache[key] = local_imports(fn)
+        return self._local_cache[key]
+
+    def _imported(self, binds: list, line: int, env: dict, mod: str, scope: str, fill):
+        """What a name imported in two branches is bound to at ``line``: the last import before it
+        whose tests hold (an undecided test counts as false, the primary rule), as a callable value:
+        an in-tree function, or a library's (ExtRef)."""
+        got = None
+        for full, ln, guards in binds:
+            if ln >= line:
+                continue
+            fill({n.id for g, _ in guards for n in ast.walk(g) if isinstance(n, ast.Name)})
+            tests = [self.ev.eval(g, env, mod, scope) for g, _ in guards]
+            if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, guards)):
+                continue
+            got = full
+        if got is None:
+            return None
+        if got.split(".", 1)[0] not in self.tops:
+            return ExtRef(got)
+        q = got if self.G.nodes.get(got, {}).get("kind") == "function" else None
+        if q is None:  # re-exported by a package's __init__: the module it names the function from
+            head, _, tail = got.rpartition(".")
+            q = self.ev.model.resolve(head, "", tail) if head else None
+        return FuncRef(q) if q and self.G.nodes.get(q, {}).get("kind") == "function" else None
 
     def _bind(self, callee: str, call: ast.Call, env: dict, mod: str, scope: str, method: bool) -> dict:
         fn = self.ev.model.function_ast(callee)
@@ -475,7 +509,7 @@ class PathWalker:
             names |= {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
             self._locals_at(fn, call.lineno, env, mod, scope, names)
             for test, holds in guards:
-                v = self.ev.eval(test, env, mod, scope)
+                v = self._guard_value(test, self.ev.eval(test, env, mod, scope), selfval)
                 if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, EnumVal):
                     left.append((_src(test), holds))
                 elif bool(v) != holds:
@@ -534,6 +568,8 @@ class PathWalker:
                         self.walk(target, held, via + [hop], cwhen, depth + 1, self._bind(target, call, env, mod, scope, True))
                         self._registry(held, via + [hop], cwhen, depth)
                         continue
+            if self._held_call(name, call, env, mod, scope, selfval, via + [hop], cwhen, depth):
+                continue
             for v, d in edges.get(call.lineno, []):
                 k = self.G.nodes.get(v, {}).get("kind")
                 if k == "triton_kernel":
@@ -551,6 +587,14 @@ class PathWalker:
                 elif k == "function" and d.get("kind") == "calls":
                     target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None
                     self.walk(v, target_self, via + [hop], cwhen, depth + 1, self._bind(v, call, env, mod, scope, target_self is not None))
+
+    def _guard_value(self, test, value, selfval):
+        """The value a call's test takes on this walk (the evaluator's, unless a walker knows better)."""
+        return value
+
+    def _held_call(self, name: str, call, env: dict, mod: str, scope: str, selfval, via: list, when: tuple, depth: int) -> bool:
+        """A call this walker follows beyond the ones above (True when it did); none here."""
+        return False
 
     def _outside(self, full: str, path: str, line: int, via: list, when: tuple) -> bool:
         """A call into a package outside the tree: a library op (True), or not one (False)."""

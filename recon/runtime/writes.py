@@ -111,6 +111,34 @@ def _locals(fn: ast.AST) -> list:
     return out
 
 
+def local_imports(fn: ast.AST) -> dict:
+    """``{local: [(dotted target, line, guards)]}`` for the names a function binds by importing
+    inside its body under ``if`` tests (``if use_jit: from a import f`` / ``else: from b import f``):
+    which module ``f`` comes from is then decided by the tests, as for any other assignment. Only
+    names imported at two or more places count (a lone import binds its name whatever the tests)."""
+    out: dict = {}
+
+    def walk(stmts, guards):
+        for st in stmts:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(st, ast.ImportFrom) and st.module and not st.level:
+                for a in st.names:
+                    if a.name != "*":
+                        out.setdefault(a.asname or a.name, []).append((f"{st.module}.{a.name}", st.lineno, guards))
+            elif isinstance(st, ast.If):
+                walk(st.body, guards + ((st.test, True),))
+                walk(st.orelse, guards + ((st.test, False),))
+            elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+                walk(st.body, guards)
+            elif isinstance(st, ast.Try):
+                for part in (st.body, st.orelse, st.finalbody):
+                    walk(part, guards)
+
+    walk(getattr(fn, "body", []), ())
+    return {k: v for k, v in out.items() if len(v) > 1}
+
+
 # The key a raise is recorded under by ``writes_in_module(..., raises=True)``.
 RAISE = "<raise>"
 # A test no evaluation decides: what sits under it (a loop body that may run zero times, a ``try``

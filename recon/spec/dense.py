@@ -24,7 +24,7 @@ SECTIONS = [
 ]
 
 # the layer kinds the dense path section shows, in step order (the kernel map's own kinds)
-PATH_KINDS = ("attention", "attention_module", "dense_gemm", "norm", "embedding", "communication", "logits", "sampling")
+PATH_KINDS = ("attention", "attention_module", "decoder_layer", "dense_gemm", "norm", "embedding", "communication", "logits", "sampling")
 
 
 def _op(o: dict) -> dict:
