@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 SEED = "0.5.13.post1"
-SPEC_SAMPLE = ROOT / "docs" / f"spec-{SEED}-rtx-pro-6000-dsv4-flash"
+SPEC_SAMPLE = f"spec-{SEED}-rtx-pro-6000-dsv4-flash"  # + .md / .json in docs/
 
 
 def _section(title: str):
@@ -86,7 +86,7 @@ def spec_samples() -> dict[Path, str]:
         code, text = run(["spec", "--sglang", SEED, "--device", "rtx-pro-6000", "--model", "DeepSeek-V4-Flash", "--format", fmt])
         if code not in (0, 3):  # 3: a rule crashed; the spec says which, and is still the spec
             raise SystemExit(f"recon spec --format {fmt} exited {code}")
-        out[SPEC_SAMPLE.with_suffix(suffix)] = text
+        out[ROOT / "docs" / (SPEC_SAMPLE + suffix)] = text
     return out
 
 

@@ -39,10 +39,15 @@ def fold(line: str, width: int = WIDTH) -> list[str]:
         if len(word) <= room:
             cur = (cur + " " + word) if cur.strip() else cur + word
             continue
-        if cur.strip():
+        if len(hang) + len(word) > width and room > 20:
+            # one word longer than a line (a long path): it starts on this line, cut at a joint
+            cut = _cut(word, room)
+            out.append((cur + " " if cur.strip() else cur) + word[:cut])
+            word = word[cut:]
+        elif cur.strip():
             out.append(cur)
-            cur = hang
-        while len(hang) + len(word) > width:  # one word longer than a line: cut it where it has a joint
+        cur = hang
+        while len(hang) + len(word) > width:  # the rest still longer than a line: cut again
             cut = _cut(word, width - len(hang))
             out.append(hang + word[:cut])
             word = word[cut:]
@@ -101,12 +106,19 @@ def _fold_words(line: str, width: int) -> list[str]:
     out, cur = [], lead
     for i, w in enumerate(words):
         # a word that would open a line as Markdown syntax (a list marker, a heading, a quote, a
-        # table row, a setext underline) stays on the line before it, even past the width; a
-        # lone "=" or "-" opens a line safely when more words follow it there
+        # table row, a setext underline) never opens one: the word before it goes down with it
+        # (or, where there is none, it stays past the width); a run of "=" or "-" opens a line
+        # safely when more words follow it there
         lone = re.fullmatch(r"[-=_*]+", w) and i + 1 < len(words) and w not in ("-", "*", "+")
         if cur.strip() and len(cur) + 1 + len(w) > width and (lone or not _SYNTAX.match(w)):
             out.append(cur)
             cur = hang + w
+        elif cur.strip() and len(cur) + 1 + len(w) > width and " " in cur.strip() \
+                and not _SYNTAX.match(cur.rsplit(" ", 1)[0].strip()) and not _SYNTAX.match(cur.rsplit(" ", 1)[1]):
+            # the word before it goes down with it, so the new line opens with plain text
+            head, last = cur.rsplit(" ", 1)
+            out.append(head)
+            cur = hang + last + " " + w
         else:
             cur = (cur + " " + w) if cur.strip() else cur + w
     out.append(cur)

@@ -59,8 +59,8 @@ def test_fold_keeps_a_list_a_list():
 def test_fold_cuts_a_long_path_at_a_joint():
     path = "sglang/srt/" + "/".join(f"package_{i}" for i in range(20)) + "/file.py:12"
     got = columns.fold("at " + path)
-    assert all(len(x) <= WIDTH for x in got) and "".join(x.strip() for x in got).replace("at", "", 1) == path
-    assert got[1].strip()[0] != "/" and got[0].endswith("/")
+    assert all(len(x) <= WIDTH for x in got) and "".join(x.strip() for x in got) == "at " + path
+    assert got[0].startswith("at sglang/") and got[0].endswith("/") and got[1].startswith("  ") and got[1].strip()[0] != "/"
 
 
 def test_markdown_folds_prose_not_tables_and_never_opens_a_list():
