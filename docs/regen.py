@@ -54,7 +54,8 @@ def run(args: list[str]) -> tuple[int, str]:
 
     from recon.cli import app
 
-    r = CliRunner().invoke(app, args, catch_exceptions=False)
+    # as a user runs it: the wheels a release pins are read (the test suite turns that off)
+    r = CliRunner().invoke(app, args, catch_exceptions=False, env={"RECON_DIST_MODULES": "on"})
     return r.exit_code, r.stdout
 
 
