@@ -74,7 +74,10 @@ def disable(err: OSError, where: Optional[Path] = None) -> None:
         return
     why = err.strerror or str(err)
     where = where or Path(os.environ.get("RECON_CACHE_DIR") or "the cache")
-    sys.stderr.write(f"recon: the cache at {where} cannot be written ({why}): running without a cache; results are the same, only slower\n")
+    from .columns import fold_text  # one message, at 100 columns off a terminal like every other
+
+    msg = f"recon: the cache at {where} cannot be written ({why}): running without a cache; results are the same, only slower\n"
+    sys.stderr.write(msg if sys.stderr.isatty() else fold_text(msg))
     sys.stderr.flush()
 
 

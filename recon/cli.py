@@ -6,6 +6,7 @@ Exit codes: one table for every command, :data:`recon.errors.EXIT_CODES_HELP`, s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ from .safetext import inert, terminal as esc  # Rich markup and control characte
 from rich.table import Table
 
 from . import __version__, notanalyzed, progress
+from .columns import WIDTH, FoldingStream, fold_text
 from .errors import CRASHED, EXIT_CODES_HELP, NOTHING, ReconError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Read an SGLang tree like a GPU-inference engineer: what runs, what is slow, why, and what to do.")
@@ -37,6 +39,10 @@ def _show_version(value: bool) -> None:
 def _options(verbose: bool = typer.Option(False, "-v", "--verbose", help="Off a terminal, one line per phase (index, graph, each check) on stderr; on a terminal the phases always show."),
              show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version, help="Print recon's version and exit.")) -> None:
     progress.use(err, verbose)
+    _VERBOSE[0] = verbose  # text views list every assumption with -v (else only those that change a choice)
+
+
+_VERBOSE = [False]
 
 
 app.add_typer(query_app, name="query")
@@ -44,9 +50,10 @@ app.add_typer(graph_app, name="graph")
 app.add_typer(rules_app, name="rules")
 app.add_typer(cache_app, name="cache")
 
-# Piped output keeps long paths on one line (wide, soft-wrapped) so it greps and diffs cleanly.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
-err = Console(stderr=True, soft_wrap=True)
+# Off a terminal every line is folded to 100 columns (recon.columns): lists stay lists, a path is cut
+# only where it is longer than a line. On a terminal Rich wraps to the window.
+out = Console(file=FoldingStream(lambda: sys.stdout), soft_wrap=True, width=None if sys.stdout.isatty() else WIDTH)
+err = Console(file=FoldingStream(lambda: sys.stderr), soft_wrap=True, width=None if sys.stderr.isatty() else WIDTH)
 
 PathOpt = typer.Option(None, "--path", metavar="DIR", help="An SGLang repo root (with python/sglang), an unpacked wheel, or the sglang package folder.")
 RevOpt = typer.Option(None, "--rev", metavar="REV", help="Read the tree at this git revision of --path (from git objects; the work tree is not touched).")
@@ -400,6 +407,28 @@ def rules_show(rule_id: str = typer.Argument(..., metavar="ID", help="A rule id 
     out.print(f"\n[dim]{esc(str(r.source))}[/dim]", highlight=False)
 
 
+@contextlib.contextmanager
+def _to_file(output: Optional[Path]):
+    """What the block prints through ``out`` goes to ``output`` (atomically, plain text folded at
+    100 columns) instead of stdout; without ``output``, stdout as usual."""
+    global out
+    if output is None:
+        yield
+        return
+    import io
+
+    from .cache import atomic_write_bytes
+
+    buf = io.StringIO()
+    saved, out = out, Console(file=buf, soft_wrap=True, width=WIDTH, color_system=None, force_terminal=False)
+    try:
+        yield
+    finally:
+        out = saved
+    atomic_write_bytes(output, fold_text(buf.getvalue()).encode("utf-8"))
+    err.print(f"wrote {output}", markup=False, highlight=False)
+
+
 @app.command()
 def scan(
     path: Optional[Path] = PathOpt,
@@ -462,12 +491,13 @@ def scan(
         else:
             sys.stdout.write(text)
     else:
-        out.print(f"[bold]{len(result.findings)} findings[/bold] for {esc(dev.name)} + {esc(mdl.name)} on {esc(tree.target.label)}", highlight=False)
-        from .placement import groups
-        for title, group in groups(result.findings):
-            if title:
-                out.print(f"\n[bold]{esc(title)}[/bold] ({len(group)})", highlight=False)
-            _print_findings(group)
+        with _to_file(output):  # text to a file: the same lines, no colour, folded at 100 columns
+            out.print(f"[bold]{len(result.findings)} findings[/bold] for {esc(dev.name)} + {esc(mdl.name)} on {esc(tree.target.label)}", highlight=False)
+            from .placement import groups
+            for title, group in groups(result.findings):
+                if title:
+                    out.print(f"\n[bold]{esc(title)}[/bold] ({len(group)})", highlight=False)
+                _print_findings(group)
     if result.errors:
         raise typer.Exit(3)
 
@@ -522,6 +552,25 @@ class SpecFmt(str, Enum):
     json = "json"
 
 
+def _with_png(ctx: dict, output: Path) -> Optional[str]:
+    """The chart as a PNG beside the Markdown file (``X.md`` -> ``X.png``), linked from it, where
+    matplotlib is importable; None (the Markdown as rendered) where it is not."""
+    from urllib.parse import quote
+
+    from .cache import atomic_write_bytes
+    from .spec import render
+    from .spec.chart import write_png
+
+    png = output.with_suffix(".png")
+    tmp = png.with_name(f".{png.name}.tmp")
+    if write_png(ctx["chart"], ctx["chart"]["title"], tmp) is None:
+        return None
+    atomic_write_bytes(png, tmp.read_bytes())
+    tmp.unlink()
+    err.print(f"wrote {png}", markup=False, highlight=False)
+    return render({**ctx, "chart_png": f"![{ctx['chart']['title']}]({quote(png.name)})"}, "md")
+
+
 @app.command()
 def spec(
     path: Optional[Path] = PathOpt,
@@ -545,6 +594,8 @@ def spec(
                        device, model, server_args, env)
         ctx = spec_of(sc.ctx, target_reason=reason)
         text = render(ctx, fmt.value)
+        if output and fmt == SpecFmt.md and ctx.get("chart"):
+            text = _with_png(ctx, output) or text
     except ReconError as e:
         _fail(e)
     if output:
@@ -629,6 +680,7 @@ def runtime(
     server_args: Optional[str] = ServerArgsOpt,
     env: Optional[list[str]] = EnvOpt,
     fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write here (atomically) instead of stdout."),
 ) -> None:
     """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches. A dense model (no routed experts) has no MoE layer: its server arguments are printed and the exit code is 1 (nothing to do)."""
     from .progress import phase
@@ -640,10 +692,16 @@ def runtime(
             view = sc.view
     except ReconError as e:
         _fail(e)
-    if fmt == Fmt.json:
+    if fmt == Fmt.json and output:
+        from .cache import atomic_write_bytes
+
+        atomic_write_bytes(output, (json.dumps(view.to_dict(), indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))
+        err.print(f"wrote {output}", markup=False, highlight=False)
+    elif fmt == Fmt.json:
         _print_json(view.to_dict())
     else:
-        _lines(render_text(view).rstrip("\n").split("\n"))
+        with _to_file(output):
+            _lines(render_text(view, _VERBOSE[0]).rstrip("\n").split("\n"))
     if getattr(view, "no_moe", ""):
         # the server arguments are printed, but the MoE layer this command is about does not exist:
         # nothing to do (exit 1), said on stderr for scripts that read only the code
@@ -710,14 +768,14 @@ def kernels(
         else:
             doc = render_diff(kmap, other, rows)
     else:
-        doc = kmap if fmt == KernelsFmt.json else render_md(kmap) if fmt == KernelsFmt.md else render_text(kmap)
+        doc = kmap if fmt == KernelsFmt.json else render_md(kmap, _VERBOSE[0]) if fmt == KernelsFmt.md else render_text(kmap, _VERBOSE[0])
     if output is not None:
         from .cache import atomic_write_bytes
 
         if isinstance(doc, dict):
             text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
         else:  # text as _lines prints it: names and paths from the tree inert
-            text = doc if fmt == KernelsFmt.md else "".join(inert(x) + "\n" for x in doc.rstrip("\n").split("\n"))
+            text = doc if fmt == KernelsFmt.md else fold_text("".join(inert(x) + "\n" for x in doc.rstrip("\n").split("\n")))
         atomic_write_bytes(output, text.encode("utf-8"))
         err.print(f"wrote {output}", markup=False, highlight=False)
     elif isinstance(doc, dict):

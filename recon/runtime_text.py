@@ -19,7 +19,7 @@ def _cond(assumptions, n: int) -> str:
     return "; ".join(("" if a.get("holds", True) else "not ") + _clip(a["test"], n) for a in assumptions)
 
 
-def render_text(view) -> str:
+def render_text(view, verbose: bool = False) -> str:
     out = [f"{view.model} on {view.device}" + (f"  flags: {view.flags}" if view.flags else "")]
     out += [f"diagnostic: {d}" for d in view.diagnostics]
     out.append("")
@@ -82,8 +82,7 @@ def render_text(view) -> str:
         out.append("")
         out.append(f"if {cond}: " + ", ".join(f"{k} = {v}" for k, v in a["changes"].items()))
         out.append(f"  runs {a['method'] or 'no MoE method recon can resolve'}" + (": " + ", ".join(o.rsplit('.', 1)[-1] for o in a["ops"]) if a["ops"] else ""))
-    if view.notes:
-        out.append("")
-        out.append("assumed:")
-        out += [f"  {n}" for n in view.notes]
+    from .kernels.text import notes_lines
+
+    out += notes_lines(view.notes, set() if verbose else set(getattr(view, "notes_idle", ())), verbose)
     return "\n".join(out) + "\n"

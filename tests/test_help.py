@@ -34,3 +34,24 @@ def test_no_type_placeholders_in_help(path):
     assert r.exit_code == 0
     for bad in ("<bool>", "<str>", "<path>", "<int>", "<float>", "list[", "{"):
         assert bad not in r.output, f"recon {' '.join(path)} --help shows {bad}"
+
+
+def test_version():
+    from recon import __version__
+
+    for args in (["--version"], ["version"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0 and r.stdout == f"recon {__version__}\n"
+
+
+# the commands that write a document (a report on a tree, a device, a model): each takes -o/--output
+DOCUMENTS = [("scan",), ("spec",), ("kernels",), ("runtime",), ("graph", "export")]
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=[" ".join(p) for p in DOCUMENTS])
+def test_every_document_command_takes_output(path):
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
+    assert {"-o", "--output"} <= opts, f"recon {' '.join(path)} has no -o/--output"

@@ -303,7 +303,7 @@ def test_config_with_neither_experts_nor_hidden_size_exits_2_naming_the_field(tm
         load_model(str(p))
     import subprocess, sys
     r = subprocess.run([sys.executable, "-m", "recon", "runtime", "--model", str(p)], capture_output=True, text=True)
-    assert r.returncode == 2 and "field 'hidden_size'" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and "field 'hidden_size'" in " ".join(r.stderr.split()) and all(x.startswith("  ") for x in r.stderr.strip().splitlines()[1:]), r.stderr
 
 
 def test_model_classes_exist_in_real_tree(tree_0513):
@@ -336,7 +336,7 @@ def test_impossible_hf_config_exits_2_naming_the_field(tmp_path, change, field):
         load_model(str(p))
     import subprocess, sys
     r = subprocess.run([sys.executable, "-m", "recon", "spec", "--model", str(p)], capture_output=True, text=True)
-    assert r.returncode == 2 and f"field '{field}'" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and f"field '{field}'" in " ".join(r.stderr.split()) and all(x.startswith("  ") for x in r.stderr.strip().splitlines()[1:]), r.stderr
 
 
 @pytest.mark.parametrize("key, value", [("num_experts", 0), ("top_k", 300), ("moe_intermediate_size", 0), ("num_moe_layers", 0)])

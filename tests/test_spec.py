@@ -23,6 +23,11 @@ def _line_of(tree, path: str, needle: str) -> int:
     raise AssertionError(f"{needle!r} not in {path}")
 
 
+def _flat(md: str) -> str:
+    """The Markdown with its folded lines joined (prose folds at 100 columns, recon.columns)."""
+    return " ".join(md.split())
+
+
 def _build(tree, device, model="DeepSeek-V4-Flash"):
     return spec.spec_for(tree, load_device(device), load_model(model))
 
@@ -107,17 +112,17 @@ def test_key_facts_with_file_line(seed, tree_0513):
     for needle in ("acc += tl.sum(a_even", "acc += tl.sum(a_odd"):
         assert f"{KERNEL}:{_line_of(tree_0513, KERNEL, needle)}" in md
     common = "sglang/srt/utils/common.py"
-    assert f"`is_sm120_supported` = **True** (`{common}:{_line_of(tree_0513, common, 'is_sm120_supported =')}`" in md
+    assert f"`is_sm120_supported` = **True** (`{common}:{_line_of(tree_0513, common, 'is_sm120_supported =')}`" in _flat(md)
     quant = "sglang/srt/layers/quantization/mxfp4_marlin_moe.py"
     assert ctx["moe_path"]["backend"]["value"] == "sm120_triton"
     set_line = _line_of(tree_0513, quant, 'layer._dsv4_mxfp4_backend = "sm120_triton"')
     assert ctx["moe_path"]["backend"]["set_at"] == f"{quant}:{set_line}"
     assert ctx["integration"]["swap_in"]["symbol"] == "Mxfp4MarlinMoEMethod.apply"
     fp8 = "sglang/srt/layers/quantization/fp8_kernel.py"
-    assert f"(`{fp8}:{_line_of(tree_0513, fp8, 'json_file_name = f')}`)" in md
+    assert f"(`{fp8}:{_line_of(tree_0513, fp8, 'json_file_name = f')}`)" in _flat(md)
     assert "| `cutlass_fp4_group_mm` | NVFP4 (e2m1) | 16 | E4M3 |" in md
-    assert "the model's experts are MXFP4 (group 32, E8M0 scales)" in md
-    assert ctx["integration"]["in_capture"] is True and "runs **inside** the decode CUDA graph" in md
+    assert "the model's experts are MXFP4 (group 32, E8M0 scales)" in _flat(md)
+    assert ctx["integration"]["in_capture"] is True and "runs **inside** the decode CUDA graph" in _flat(md)
     assert any(h["symbol"].endswith("_mxfp4_slot_gemv_kernel") for h in ctx["moe_path"]["chain"])
     assert "```mermaid" in md and "flowchart TD" in ctx["moe_path"]["mermaid"]
 
@@ -153,7 +158,7 @@ def test_plan_cites_the_measured_kernel(seed):
     row = next(r for r in bench["rows"] if r["model"] == "DeepSeek-V4-Flash" and r["M"] == 1)
     frac = row["bytes"] / (load_device("h200").bandwidth_tbs * 1e12) * 1e3 / row["ms"]
     assert f"{100 * frac:.1f}% of roofline" in shipped[0]["expected"]
-    assert "shipped by `recon apply`" in md
+    assert "shipped by `recon apply`" in _flat(md)
 
 
 def test_deterministic_and_json_round_trip(seed, tree_0513):
@@ -295,7 +300,7 @@ def test_kernel_row_on_sm120_is_a_labelled_prediction(seed):
     medium = next(p for p in ctx["plan"] if p["tier"] == "medium")
     assert "PREDICTION, not measured" in medium["expected"] and f"{one['predicted_step_ms']} ms/step" in medium["expected"]
     assert "compiled for sm_120 in CI" in medium["expected"]
-    assert "a prediction, not a measurement" in md
+    assert "a prediction, not a measurement" in _flat(md)
     assert f"| 1 | `mma` | sm_120 | {one['h200_pct_roofline']}% | {one['floor_step_ms']} | {one['predicted_step_ms']} (prediction) |" in md
     assert json.loads(spec.render(ctx, "json"))["reference_kernel"]["on_device"]["rows"][0]["prediction"] is True
 
@@ -319,8 +324,8 @@ def test_kernel_row_on_the_h200_stays_measured(h200):
     od = ctx["reference_kernel"]["on_device"]
     assert od["measured"] is True and od["rows"] == [] and od["arch"] == "sm_90" and "wgmma" in od["paths"]
     assert all("est_device_ms" not in r for r in ctx["reference_kernel"]["rows"])
-    assert "PREDICTION" not in json.dumps(ctx["plan"]) and "a prediction, not a measurement" not in md
-    assert "the table above is measured" in md
+    assert "PREDICTION" not in json.dumps(ctx["plan"]) and "a prediction, not a measurement" not in _flat(md)
+    assert "the table above is measured" in _flat(md)
 
 
 def test_kernel_row_on_b200_names_sm100(tree_0513):

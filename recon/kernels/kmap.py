@@ -209,6 +209,9 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
                     for k, v in sorted(step.ev.global_sites.items()) if isinstance(v[0], EnumVal)],
         "layers": layers,
         "notes": sorted(set(view.notes) | set(step.world.notes.values())),
+        # the notes whose test, taken the other way, changes no value the walk decides (text counts them)
+        "notes_idle": sorted((set(view.notes) | set(step.world.notes.values()))
+                             & (set(getattr(view, "notes_idle", ())) | getattr(step.world.notes, "idle", set()))),
         "diagnostics": list(view.diagnostics),
         # work beside the launches (per-call conversions, eager epilogues, tuned configs): budget rows
         "path_costs": path_costs(ctx, layers),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ..columns import fold_all, markdown
 from ..safetext import inert, md_code, md_text
 
 _ENV_NOTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*( unset|=)")
@@ -106,7 +107,7 @@ def _ops_lines(lay: dict, width: int = 96) -> list[str]:
     return out
 
 
-def _gates(lay: dict) -> list[str]:
+def _gates(lay: dict, idle=frozenset()) -> list[str]:
     out = []
     for a in lay.get("gates", []) or []:
         out.append(f"gate: {_cond(a)}  [{_at(a.get('path'), a.get('line'))}]")
@@ -115,8 +116,10 @@ def _gates(lay: dict) -> list[str]:
     for s in lay.get("construction", []) or []:
         out.append(f"built with: self.{s['attr']} = {s['value']}  [{_at(s['path'], s['line'])}]")
     for n in lay.get("env_read", []) or []:
-        # an environment variable's value, or a test the primary rule took as false
-        out.append(f"{'env' if _ENV_NOTE.match(n) else 'assumed'}: {n}")
+        # an environment variable's value, or a test the primary rule took as false; one whose
+        # flip changes nothing is counted at the end of the map, not shown
+        if n not in idle:
+            out.append(f"{'env' if _ENV_NOTE.match(n) else 'assumed'}: {n}")
     return out
 
 
@@ -148,7 +151,8 @@ def _will_run(lay: dict, arch: str) -> list[str]:
     return out
 
 
-def render_text(m: dict) -> str:
+def render_text(m: dict, verbose: bool = False) -> str:
+    idle = set() if verbose else set(m.get("notes_idle", []))
     g = m["cuda_graph"]
     out = [f"{m['model']} on {m['device']} ({m['arch']}), {m['target']}: one decode step",
            f"model class {m.get('model_class') or '(not in this tree)'}; tp_size {m['tp_size']}; CUDA graph: "
@@ -163,7 +167,7 @@ def render_text(m: dict) -> str:
         ps = lay.get("per_step", {})
         launches = ps.get("launches")
         out.append(f"== {lay['kind']}" + (f"   ({launches} launches per step: {ps['basis']})" if launches else ""))
-        body = _will_run(lay, m["arch"]) + _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay)
+        body = _will_run(lay, m["arch"]) + _head(lay) + _gates(lay, idle) + _ops_lines(lay) + _roof(lay)
         if lay.get("note"):
             body.append(f"note: {lay['note']}")
         out += ["  " + x for x in body if x]
@@ -176,15 +180,27 @@ def render_text(m: dict) -> str:
             r = p.get(key)
             if r:
                 out.append(f"  {key.split('_roofline')[0]} roofline: {r['bytes'] / 1e6:.1f} MB, {r['flops'] / 1e9:.1f} GFLOP; floor {r['floor_us']} us")
-    if m.get("notes"):
-        out.append("")
-        out.append("assumed (environment defaults and checkpoint facts):")
-        out += [f"  {n}" for n in m["notes"]]
+    out += notes_lines(m.get("notes", []), idle, verbose, shown={n for lay in m["layers"] for n in lay.get("env_read", []) or []})
     return "\n".join(out) + "\n"
 
 
-def render_md(m: dict) -> str:
+def notes_lines(notes: list, idle, verbose: bool, shown=frozenset()) -> list[str]:
+    """The assumptions at the end of a text view: those whose flip changes a choice, one a line (not
+    again those a layer already showed); the ones that change nothing counted (``-v`` lists them)."""
+    keep = [n for n in notes if (verbose or n not in idle) and n not in shown]
+    quiet = 0 if verbose else sum(1 for n in notes if n in idle)
+    out = []
+    if keep or quiet:
+        out += ["", "assumed (environment defaults, checkpoint facts, tests taken one way):"]
+        out += [f"  - {n}" for n in keep]
+        if quiet:
+            out.append(f"  and {quiet} more that change no kernel or op chosen; -v or --format json lists them")
+    return out
+
+
+def render_md(m: dict, verbose: bool = False) -> str:
     g = m["cuda_graph"]
+    idle = set() if verbose else set(m.get("notes_idle", []))
     t, c = md_text, md_code  # names, paths and values come from the tree: inert Markdown (recon.safetext)
     flag = f"disable_cuda_graph = {g['value']}"
     out = [f"# Kernel map: {t(m['model'])} on {t(m['device'])} ({t(m['arch'])})", "",
@@ -199,12 +215,16 @@ def render_md(m: dict) -> str:
         out.append(f"| {t(lay['kind'])} | {ops} | {t(lay.get('per_step', {}).get('launches') or '-')} | {' .. '.join(floors) or '-'} |")
     for lay in m["layers"]:
         # inside the fence each line is inert; a fence longer than any backtick run in it stays closed
-        body = [inert(x) for x in _will_run(lay, m["arch"]) + _head(lay) + _gates(lay) + _ops_lines(lay) + _roof(lay)]
+        body = fold_all(inert(x) for x in _will_run(lay, m["arch"]) + _head(lay) + _gates(lay, idle) + _ops_lines(lay) + _roof(lay))
         fence = "`" * max(3, 1 + max((len(r) for x in body for r in re.findall(r"`+", x)), default=0))
         out += ["", f"## {t(lay['kind'])}", "", fence] + body + [fence]
-    if m.get("notes"):
-        out += ["", "## Assumed", ""] + [f"- {t(n)}" for n in m["notes"]]
-    return "\n".join(out) + "\n"
+    keep = [n for n in m.get("notes", []) if n not in idle]
+    quiet = len(m.get("notes", [])) - len(keep)
+    if keep or quiet:
+        out += ["", "## Assumed", ""] + [f"- {t(n)}" for n in keep]
+        if quiet:
+            out.append(f"- and {quiet} more that change no kernel or op chosen (`--format json` lists them)")
+    return markdown("\n".join(out)) + "\n"  # prose at 100 columns; table rows whole (recon.columns)
 
 
 def render_diff(a: dict, b: dict, rows: list[dict]) -> str:

@@ -38,6 +38,7 @@ class RuntimeView:
     forks: list = field(default_factory=list)  # other resolutions: [{assumptions, changes}]
     moe: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)  # assumptions the view made (env defaults, ...)
+    notes_idle: list = field(default_factory=list)  # those of them whose flip changes no choice
     alternatives: list = field(default_factory=list)  # what the MoE runs in the forks that change its backend
     diagnostics: list = field(default_factory=list)
     # raise/assert sites of SGLang's resolution that fire on these arguments: it refuses to start
@@ -51,7 +52,7 @@ class RuntimeView:
 
     def to_dict(self) -> dict:
         return {"device": self.device, "model": self.model, "flags": self.flags, "env": self.env,
-                "server_args": self.server_args, "forks": self.forks, "moe": self.moe, "notes": self.notes,
+                "server_args": self.server_args, "forks": self.forks, "moe": self.moe, "notes": self.notes, "notes_idle": self.notes_idle,
                 "alternatives": self.alternatives,
                 "diagnostics": self.diagnostics, "no_moe": self.no_moe or None,
                 **({"refusals": self.refusals} if self.refusals else {})}
@@ -252,6 +253,7 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
                        "and dense GEMMs")
         view.moe_decided = world.schema is not None
     view.notes = sorted(world.notes.values())
+    view.notes_idle = sorted(set(view.notes) & world.notes.idle)
     return view
 
 

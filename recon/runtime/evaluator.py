@@ -106,7 +106,10 @@ class Evaluator(Interpreter):
                 raises = [bool(b) and isinstance(b[-1], ast.Raise) for b in (st.body, st.orelse)]
                 if raises[0] != raises[1] and self.eval(st.test, env, mod, scope, depth) is UNKNOWN:
                     # a precondition (an optional package, a driver, a checkpoint property): say it was assumed
-                    self.world.notes.setdefault(f"pre:{_src(st.test)}", f"assumed the precondition holds: {'not ' if raises[0] else ''}({_src(st.test)[:100]})")
+                    text = f"assumed the precondition holds: {'not ' if raises[0] else ''}({_src(st.test)[:100]})"
+                    self.world.notes.setdefault(f"pre:{_src(st.test)}", text)
+                    # its other way is a raise, not another kernel or op: it changes no choice
+                    self.world.notes.idle.add(text)
                     super().exec_block(st.orelse if raises[0] else st.body, env, mod, scope, depth)
                     continue
             if isinstance(st, ast.For) and isinstance(st.target, ast.Name) and not st.orelse:

@@ -574,13 +574,17 @@ class World:
         env.update(zip(names, args))
         env.update(kwargs)
         mod, scope = ev.model.module_scope(qual)
-        outs = [o for o in ev.explore(fn.body, env, mod, scope, self.path_of(qual)) if not o.raises]
+        every = ev.explore(fn.body, env, mod, scope, self.path_of(qual))
+        outs = [o for o in every if not o.raises]
         outs = [o for o in outs if not any(a[1] for a in o.assumptions) and o.value is not UNKNOWN]
         if not outs:
             return UNKNOWN
         o = outs[0]
         for a in o.assumptions:
-            self.notes[f"{qual}:{a[3]}"] = f"{a[0]} taken as false in {qual.rsplit('.', 2)[-2]}.{fn.name} ({a[2]}:{a[3]})"
+            text = f"{a[0]} taken as false in {qual.rsplit('.', 2)[-2]}.{fn.name} ({a[2]}:{a[3]})"
+            self.notes[f"{qual}:{a[3]}"] = text
+            if not _flip_changes(o, a, every):
+                self.notes.idle.add(text)
         return o.value
 
     def layer_own_attr(self, layer, attr: str, ev, depth: int):
@@ -831,12 +835,32 @@ def _argument_refs(tree, module: str, name: str) -> list:
     return out
 
 
+def _flip_changes(primary, a, every) -> bool:
+    """Whether taking the test ``a`` (test, truth, path, line) the other way changes what the
+    function gives: some way through its body that takes it the other way ends in another value,
+    an unknown one, or a raise. A test whose other branch ends in the same value changes nothing."""
+    other = [o for o in every if any(b[2:4] == a[2:4] and b[1] != a[1] for b in o.assumptions)]
+    if not other:
+        return True  # the other branch was not explored: not known to change nothing
+    for o in other:
+        if o.raises or o.value is UNKNOWN:
+            return True
+        try:
+            if o.value != primary.value:
+                return True
+        except Exception:  # noqa: BLE001 - values without a comparison: taken as different
+            return True
+    return False
+
+
 class Reads(dict):
-    """``World.notes`` that also remembers which names were read since :meth:`mark`."""
+    """``World.notes`` that also remembers which names were read since :meth:`mark`, and which notes
+    change no outcome when their test is taken the other way (``idle``: counted, not shown, in text)."""
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
         self.since: set = set()
+        self.idle: set = set()  # note texts whose flip changes nothing the view or the map decides
 
     def __setitem__(self, key, value):
         self.since.add(key)

@@ -182,9 +182,25 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     ctx["budget_rows"] = _ranked_rows(budget)
     ctx["plan"] = _plan(ctx, model, device)
     ctx["not_found"] = _not_found(ctx)
+    ctx["chart"] = _chart(ctx, model, device)
     # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
     # the object the templates render are the same data
     return json.loads(json.dumps(ctx, sort_keys=True))
+
+
+def _chart(ctx: dict, model, device) -> Optional[dict]:
+    """Section 6's picture, from the rows its tables print (recon.spec.chart)."""
+    from .chart import chart_of, mermaid
+
+    c = chart_of(ctx)
+    if c:
+        import re
+
+        # the model's name may come from a user's config.json: only plain characters go into the
+        # Mermaid block and the PNG's alt text
+        c["title"] = re.sub(r"[^\w .:+-]", "", f"{model.name}: time per MoE layer against M")
+        c["mermaid"] = mermaid(c, c["title"])
+    return c
 
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "note": 2}

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from ..columns import markdown
 from ..errors import ReconError
 from ..safetext import inert, json_text, md_code, md_text
 from ..resources import resource_dir
@@ -58,7 +59,8 @@ def render_markdown(ctx: dict, templates_dir: Optional[Path] = None) -> str:
         if out and out[-1].startswith("#") and line and not fenced:
             out.append("")
         out.append(line)
-    return "\n".join(out).strip("\n") + "\n"
+    # prose and list lines at 100 columns (recon.columns.markdown); table rows and headings whole
+    return markdown("\n".join(out).strip("\n")) + "\n"
 
 
 def render(ctx: dict, fmt: str = "md") -> str:
