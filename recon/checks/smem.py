@@ -29,6 +29,7 @@ class SmemParams:
 @dataclass
 class SmemData:
     kernel: str
+    op: str  # the launched kernel as the spec's will-it-run rows name ops
     arch: str
     step: str
     layer: str

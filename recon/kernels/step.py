@@ -30,7 +30,7 @@ from typing import Optional
 from ..runtime.interp import UNKNOWN
 from ..runtime.moe import PathWalker, _from_config, calls_list, registrations, registry, walked_list
 from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
-from .dispatch import choices, resolve_held
+from ..runtime.dispatch import choices, resolve_held
 
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
 _LAYER_MODULES = (

@@ -419,7 +419,7 @@ class Evaluator(Interpreter):
         gives the function registered under those keys."""
         if not node.args or not isinstance(f, (ast.Name, ast.Attribute)):
             return None
-        from .moe import container_names, registrations
+        from .registries import container_names, registrations
         regs = registrations(self.world)
         if not regs:
             return None

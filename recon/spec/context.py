@@ -12,6 +12,7 @@ from .common import TYPICAL_BATCH, _at, _by_name, _fd, _mb, _node, _short
 from .moepath import _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime, _slot_causes
 from .plan import SLOT_ANCHOR, _plan, _reference_kernel
 from .roles import Roles
+from .rows import _headline, _ranked_rows, _target, _will_it_run
 from .tables import _counts, _dense, _gated_sites, _gates, _tensor_core_paths
 from .weights import weights_as_created
 
@@ -38,11 +39,6 @@ def scan(tree, device, model, rules=None, server_flags=None, env=None):
     from ..scan import run_rules
 
     return run_rules(tree, device, model, load_rules() if rules is None else rules, server_flags=server_flags, env=env)
-
-
-def _target(tree, reason: Optional[str]) -> dict:
-    t = tree.target
-    return {"label": t.label, "kind": t.kind, "version": t.version, "revision": t.revision, "reason": reason or t.reason}
 
 
 def build_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None, view=None,
@@ -201,41 +197,6 @@ def _chart(ctx: dict, model, device) -> Optional[dict]:
         c["title"] = re.sub(r"[^\w .:+-]", "", f"{model.name}: time per MoE layer against M")
         c["mermaid"] = mermaid(c, c["title"])
     return c
-
-
-_SEVERITY_ORDER = {"error": 0, "warning": 1, "note": 2}
-
-
-def _will_it_run(findings, roles, titles) -> list[dict]:
-    """Findings of the rules whose spec section is "will-it-run" (ops with no kernels for the device,
-    family-lumping gates): errors first, each with its op or gate, step and avoidance."""
-    rows = [f for f in findings if roles.is_(f, "will-it-run")]
-    rows.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), f.rule_id, f.primary.path if f.primary else "", f.primary.line if f.primary else 0))
-    return [{"rule": f.rule_id, "title": titles.get(f.rule_id, f.rule_id), "severity": f.severity, "message": f.message,
-             "at": _at(f.primary.path, f.primary.line) if f.primary else "", "op": f.data.get("op") or ", ".join(f.data.get("ops", [])),
-             "test": f.data.get("test"), "step": f.data.get("step"), "layer": f.data.get("layer"), "avoid": list(f.data.get("avoid", []))}
-            for f in rows]
-
-
-def _ranked_rows(budget: Optional[dict]) -> list[dict]:
-    """Every budget row, the ones with a share of the step first, largest first."""
-    if not budget:
-        return []
-    from ..kernels.budget import ranked
-
-    first = ranked(budget, budget["M"][0])
-    return first + [r for r in budget["rows"] if r not in first]
-
-
-def _headline(budget: Optional[dict]) -> list[dict]:
-    """The rows of the step budget by their share of the step at M=1, largest first."""
-    if not budget:
-        return []
-    from ..kernels.budget import ranked
-
-    m = budget["M"][0]
-    return [{"kind": r["kind"], "op": r["op"], "share": r["share"][str(m)], "time": r["time"].get(str(m)),
-             "floor_us": r["points"][0]["floor_us"], "M": m} for r in ranked(budget, m)]
 
 
 def _recon_kernel(budget: Optional[dict], summary: dict, model, device) -> Optional[dict]:

@@ -12,6 +12,7 @@ from typing import Optional
 from .. import notanalyzed
 from .common import _at, _fd, _short
 from .moepath import _runtime
+from .rows import _headline, _ranked_rows, _target, _will_it_run
 from .tables import _counts, _dense
 
 SECTIONS = [
@@ -103,7 +104,6 @@ def _plan(budget: Optional[dict], layers: list[dict], dense_fp8: list, device: d
 def build_dense_context(tree, device, model, findings, errors=(), target_reason: Optional[str] = None, rules=None, view=None,
                         kmap: Optional[dict] = None) -> dict:
     """The spec of a dense model as one object (JSON as is; Markdown through ``spec-dense.md.j2``)."""
-    from .context import _headline, _ranked_rows, _target, _will_it_run
     from .roles import Roles
 
     titles = {r.id: r.title for r in (rules or [])}

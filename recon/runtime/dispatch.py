@@ -25,9 +25,9 @@ import copy
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..runtime.interp import UNKNOWN, _dotted
-from ..runtime.evaluator import Evaluator
-from ..runtime.values import ClassRef, FuncRef, Instance
+from .interp import UNKNOWN, _dotted
+from .evaluator import Evaluator
+from .values import ClassRef, FuncRef, Instance
 
 MAX_CHOICES = 12
 
