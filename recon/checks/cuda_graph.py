@@ -312,17 +312,27 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "path_to_apply": [{"node": h[0], "path": h[2], "line": h[3], "how": h[4], "inferred": h[5]} for h in path_hops],
             "constraints": constraints,
             # the method the view decided runs inside the capture is on the step, whatever its first line
-            **({"placement": "on-step", **_assumed(view)} if in_capture and view is not None and q == view.moe.get("apply") else {}),
+            **(_path_placement(view) if in_capture and view is not None and q == view.moe.get("apply") else {}),
         }))
     if unresolved and not any("quant_method" in f.data for f in findings):
         findings.append(_unresolved_finding(ctx, rule, chain, unresolved, params.kernel_depth))
     return findings
 
 
-def _assumed(view) -> dict:
-    """The undecided tests the view's primary MoE path takes as false (said beside the placement)."""
-    got = sorted({w for lf in view.primary_leaves() for w in lf.get("when", []) if w.startswith("not ")})
-    return {"placement_assumed": got} if got else {}
+def _path_placement(view) -> dict:
+    """The method the view decided runs inside the capture is on the step, whatever its first line;
+    but the chain this finding names ends in the first outcome's ops: where they are reached only
+    under tests recon could not decide (either sense), the finding depends on those tests."""
+    from ..placement import ON_STEP, UNDECIDED
+    tests = []
+    for lf in view.primary_leaves():
+        if lf.get("decided", not lf.get("when")):
+            continue
+        for t in lf.get("tests") or []:
+            txt = ("" if t["holds"] else "not ") + t["test"] + (f" [{t['path']}:{t['line']}]" if t.get("path") else "")
+            if txt not in tests:
+                tests.append(txt)
+    return {"placement": UNDECIDED, "placement_tests": tests} if tests else {"placement": ON_STEP}
 
 
 def _placed(ctx, live: list, by_fn: list) -> tuple:
