@@ -54,15 +54,22 @@ def test_a_site_the_step_reaches_is_on_step(dsv4_h200):
     s = step_sites(res.context)
     m = res.context.cache[("kernel_map", 8192)]
     att = next(lay for lay in m["layers"] if lay["kind"] == "attention")
-    # the call that launches an op the map decided (primary: every undecided test false) is on the step
-    prim = [o for lay in m["layers"] for o in lay.get("ops", []) if o.get("primary")]
+    # the call that launches an op the map decided (every test on its way decided, or each outcome
+    # of one it could not decide reaches it) is on the step
+    prim = [o for lay in m["layers"] for o in lay.get("ops", []) if o.get("decided")]
     assert prim
     for op in prim:
         assert place(s, op["via"][-1]["path"], op["via"][-1]["line"])["placement"] == ON_STEP
-    # an op the map chose only under a test it could not decide is undecided, the test named
-    for op in (o for o in att["ops"] if not o.get("primary")):
+    # an op the map lists only under tests it could not decide, in either sense (the first outcome
+    # listed included), is undecided: the tests named with the file:line each is read at
+    und = [o for lay in m["layers"] for o in lay.get("leaves", []) if not o.get("decided")]
+    assert any(o.get("primary") for o in und), "0.5.23 DeepSeek-V4 on H200 has first outcomes that take a test as false"
+    for op in und:
         got = place(s, op["via"][-1]["path"], op["via"][-1]["line"])
-        assert got["placement"] == UNDECIDED and set(got["tests"]) <= set(op["when"])
+        if got["placement"] == ON_STEP:  # the same call is reached on a decided way too
+            continue
+        assert got["placement"] == UNDECIDED
+        assert all(re.search(r" \[[^\]]+\.py:\d+\]$", t) for t in got["tests"] if not t.startswith("the "))
     # the chosen backend's constructor runs, but the map does not walk its branches: undecided,
     # the branch named; a backend class the map did not choose is elsewhere
     G = res.context.tree.graph
