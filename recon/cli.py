@@ -503,7 +503,7 @@ def scan(
 
 
 def _print_findings(findings) -> None:
-    from .placement import UNDECIDED, assumed_note, undecided_note
+    from .placement import UNDECIDED, undecided_note
 
     for f in findings:
         colour = {"error": "red", "warning": "yellow"}.get(f.severity, "cyan")
@@ -512,8 +512,6 @@ def _print_findings(findings) -> None:
         out.print(f"[{colour}]{f.severity:<7}[/{colour}] [bold]{esc(f.rule_id)}[/bold] {esc(where_)}\n        {esc(f.message)}", highlight=False)
         if f.data.get("placement") == UNDECIDED and f.data.get("placement_tests"):
             out.print(f"        [dim]{esc(undecided_note(f.data['placement_tests']))}[/dim]", highlight=False)
-        if f.data.get("placement_assumed"):
-            out.print(f"        [dim]{esc(assumed_note(f.data['placement_assumed']))}[/dim]", highlight=False)
         for ev in f.evidence[1:6]:
             out.print(f"        [dim]{esc(ev.path)}:{ev.line}[/dim] {esc(ev.note or '')}", highlight=False)
         if len(f.evidence) > 6:

@@ -10,9 +10,11 @@ taken) or dead (in a branch the engine decided does not run), so a site that is 
 at its line, not by its function. A finding's site (its first evidence, file:line, and the
 innermost function holding it) is then
 
-* ``on-step``: a function (or line) the map entered on the path it decided, every undecided test
-  false, as the map's own ops are chosen;
-* ``undecided``: entered only under undecided tests (named: ``tests``);
+* ``on-step``: a function (or line) the map entered with every test on the way decided by the
+  engine (or under each outcome of a test it could not decide: it runs either way);
+* ``undecided``: entered only under tests the engine could not decide, taken in either sense (named,
+  with the ``file:line`` each is read at: ``tests``). A test taken as false is as undecided as one
+  taken as true: the map shows both outcomes, and a finding on one of them depends on that test;
 * ``elsewhere``: never entered for this device, model and flags.
 
 No placement is given when there is no map (a tree recon cannot map): findings then stay unplaced
@@ -24,6 +26,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from typing import Optional
+
+from .runtime.moe import merge_ways
 
 ON_STEP, UNDECIDED, ELSEWHERE = "on-step", "undecided", "elsewhere"
 PLACEMENTS = (ON_STEP, UNDECIDED, ELSEWHERE)
@@ -44,7 +48,7 @@ class StepSites:
     constructors: set = field(default_factory=set)  # Class.__init__ of the layers' chosen classes
     call_lines: dict = field(default_factory=dict)  # (path, line) of a call met live -> taken tests per way
     dead: set = field(default_factory=set)  # (path, line) of calls in branches decided not to run
-    assumed: dict = field(default_factory=dict)  # (path, line) on the step -> undecided tests taken as false there
+    test_sites: dict = field(default_factory=dict)  # an undecided test's text -> "path:line" where the walk read it
     callees: dict = field(default_factory=dict)  # node -> the call from an on-step function that reaches it
     spans: dict = field(default_factory=dict)  # path -> sorted [(line, end_line, node)]
 
@@ -53,9 +57,18 @@ class StepSites:
         ways.add(tuple(sorted(taken)))
 
 
-def _taken(when) -> tuple:
-    """The undecided tests a leaf's way in took as true (its ``when`` lists both senses)."""
-    return tuple(sorted(w for w in when or () if not w.startswith("not ")))
+def _way(lf: dict) -> tuple:
+    """A leaf's way in: () when it runs whatever recon could not decide, else every undecided test
+    on it in the sense it is taken (its ``when``)."""
+    if lf.get("decided", not lf.get("when")):
+        return ()
+    return tuple(sorted(set(lf.get("when") or ())))
+
+
+def _negated(t: str) -> str:
+    if t.startswith("not (") and t.endswith(")"):
+        return t[5:-1]
+    return t[4:] if t.startswith("not ") else t
 
 
 def _layers(m: dict):
@@ -85,17 +98,16 @@ def sites_from_map(m: dict) -> StepSites:
                 s._add(s.functions, w["node"], t)
                 if moe and not t:
                     s.moe_functions.add(w["node"])
-        on = {(o.get("name"), o.get("path"), o.get("line")) for o in lay.get("ops", [])}
+        for t, at in (lay.get("test_sites") or {}).items():
+            s.test_sites.setdefault(t, f"{at[0]}:{at[1]}")
         for lf in lay.get("leaves", []):
-            # an op the map chose although every way to it takes some test as true is undecided too
-            taken = () if lf.get("primary") else _taken(lf.get("when"))
-            if not taken and not lf.get("primary") and (lf.get("name"), lf.get("path"), lf.get("line")) not in on:
-                continue  # reached only where an `if` without an else holds: optional work, left out
+            for t in lf.get("tests") or ():
+                if t.get("path"):
+                    s.test_sites.setdefault(t["test"], f"{t['path']}:{t['line']}")
+            # an op reached only under tests recon could not decide (in either sense) is undecided,
+            # whichever outcome the map lists first
+            taken = _way(lf)
             s._add(s.functions, lf["name"], taken)
-            # the decided way still takes some tests as false that recon could not decide: said
-            assumed = sorted(w for w in lf.get("when") or () if w.startswith("not ")) if lf.get("primary") else []
-            for key in ([(lf.get("path"), lf.get("line"))] + [(h["path"], h["line"]) for h in lf.get("via", [])]) if assumed else ():
-                s.assumed.setdefault(key, set()).update(assumed)
             if lf.get("path"):
                 s._add(s.lines, (lf["path"], lf.get("line")), taken)
             for h in lf.get("via", []):
@@ -114,7 +126,7 @@ def sites_from_map(m: dict) -> StepSites:
         for d in (lay.get("dispatchers") or {}).values():
             sites.append(d)
             for c in d.get("choices", []):
-                if c.get("primary"):
+                if c.get("primary") and not c.get("assumptions"):  # a choice that needs no undecided test
                     sites += c.get("returned_at", [])
         for x in sites:
             if isinstance(x, dict) and x.get("path") and x.get("line"):
@@ -220,14 +232,22 @@ def place(s: StepSites, path: Optional[str], line: Optional[int]) -> dict:
     if here is None and (path, line) in s.dead and (path, line) not in s.lines:
         return {"placement": ELSEWHERE, "function": fn, "tests": []}
     ways = set(s.lines.get((path, line), set())) | set(here if here is not None else (s.functions.get(fn, set()) if fn else set()))
+    # reached under a test and under its negation: runs whichever way it goes
+    ways = merge_ways(ways)
     if () in ways:
-        return {"placement": ON_STEP, "function": fn, "tests": [], "assumed": sorted(s.assumed.get((path, line), ()))}
+        return {"placement": ON_STEP, "function": fn, "tests": []}
     if ways:
         fewest = min(ways, key=lambda t: (len(t), t))
-        return {"placement": UNDECIDED, "function": fn, "tests": list(fewest)}
+        return {"placement": UNDECIDED, "function": fn, "tests": [with_site(s, t) for t in fewest]}
     if fn in s.callees:
         return {"placement": UNDECIDED, "function": fn, "tests": [s.callees[fn]]}
     return {"placement": ELSEWHERE, "function": fn, "tests": []}
+
+
+def with_site(s: StepSites, t: str) -> str:
+    """An undecided test as a finding names it: the test and where it is read (``file:line``)."""
+    at = s.test_sites.get(t) or s.test_sites.get(_negated(t))
+    return f"{t} [{at}]" if at else t
 
 
 def on_moe_path(s: StepSites, path: Optional[str], line: Optional[int]) -> bool:
@@ -254,8 +274,6 @@ def place_findings(ctx, findings, rules_by_id: dict) -> bool:
             f.data["placement"] = got["placement"]
             if got["tests"]:
                 f.data["placement_tests"] = got["tests"]
-            if got.get("assumed"):
-                f.data["placement_assumed"] = got["assumed"]
             fn = got["function"]
         else:
             fn = enclosing(s, p.path, p.line) if p else None
@@ -275,7 +293,7 @@ def elsewhere_message(title: str, G, fn: Optional[str], p) -> str:
 
 
 def undecided_note(tests: list) -> str:
-    return "reached only if " + " and ".join(f"`{t}`" for t in tests) + " (recon could not decide)"
+    return "undecided: depends on " + " and ".join(f"`{t}`" for t in tests) + " (recon could not decide; the map shows each outcome)"
 
 
 GROUP_TITLES = {ON_STEP: "On the mapped step", UNDECIDED: "Reached only under a test recon could not decide",
@@ -308,6 +326,3 @@ def placement_counts(findings) -> dict:
             out[p] += 1
     return out
 
-
-def assumed_note(tests: list) -> str:
-    return "on the step as mapped, which takes " + " and ".join(f"`{t}`" for t in tests) + " (recon could not decide these)"

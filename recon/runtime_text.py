@@ -58,10 +58,10 @@ def render_text(view, verbose: bool = False) -> str:
             out.append(f"  constructed with self.{s['attr']} = {s['value']}   [{_at(s['path'], s['line'])}]")
         for s in moe.get("switches", []):
             out.append(f"  switch self.{s['attr']} = {s['value']}   [{_at(s['path'], s['line'])}]")
-        prim = view.primary_leaves()
+        prim = view.decided_leaves()
         if prim:
             out.append("")
-            out.append(f"kernels and ops reached from {moe.get('apply')} (every undecided test false):")
+            out.append(f"kernels and ops reached from {moe.get('apply')} (whatever recon could not decide):")
             for lf in prim:
                 out.append(f"  {lf['kind']}: {lf['name']}")
                 if "required_by_release" in lf and lf["required_by_release"] is None:
@@ -74,9 +74,7 @@ def render_text(view, verbose: bool = False) -> str:
             out.append("")
             out.append(f"kernels and ops reached from {moe['apply']}: none that recon can follow statically "
                        "(the chain ends in a dispatch resolved at run time; `recon query callees` shows what the graph links)")
-        rest = len(moe.get("leaves", [])) - len(prim)
-        if rest > 0:
-            out.append(f"  ({rest} more reached only when an undecided test holds; --format json lists them)")
+        out += fork_lines(moe.get("forks", []))
     for a in view.alternatives:
         cond = _cond(a["assumptions"], 100)
         out.append("")
@@ -86,3 +84,21 @@ def render_text(view, verbose: bool = False) -> str:
 
     out += notes_lines(view.notes, set() if verbose else set(getattr(view, "notes_idle", ())), verbose)
     return "\n".join(out) + "\n"
+
+
+def _names(ops: list, n: int = 4) -> str:
+    short = list(dict.fromkeys(o.rsplit(".", 1)[-1] if "/" not in o else o for o in ops))
+    return ", ".join(short[:n]) + (f" (+{len(short) - n})" if len(short) > n else "") if short else "nothing recon names"
+
+
+def fork_lines(forks: list, indent: str = "  ") -> list[str]:
+    """The tests on the path recon could not decide, each with its outcomes side by side: the ops
+    reached when it holds and when it does not. No outcome is picked."""
+    if not forks:
+        return []
+    out = ["", f"{indent.rstrip() or ''}undecided on this path (recon cannot tell which outcome runs; each is shown):".lstrip()]
+    for f in forks:
+        out.append(f"{indent}depends on `{_clip(f['test'], 110)}`  [{_at(f.get('path'), f.get('line'))}]")
+        out.append(f"{indent}  if it holds: {_names(f['if_true'])}")
+        out.append(f"{indent}  if not:      {_names(f['if_false'])}")
+    return out

@@ -68,3 +68,42 @@ def test_engine_case(engines, case, fn, want):
     if got is UNKNOWN:  # written 'unknown' in a case: what the engine cannot decide
         got = "unknown"
     assert got == want, f"{case.name}::{fn}: the engine gives {plain(got)!r}, the code gives {want!r}"
+
+
+def test_undecided_branch_keeps_both_outcomes(engines):
+    """The walker on ``undecided_branch.py``: each side of the branch the engine cannot decide is
+    reached only under the test (in its sense, with file:line), neither side is decided; what runs
+    before it, what both sides call and the side of a decided branch are decided; the placement of
+    a site on one side is undecided, naming the test and its line; the decided one's is on-step."""
+    from recon.placement import ON_STEP, UNDECIDED, _spans, place, sites_from_map
+    from recon.runtime import _leaf_dict
+    from recon.runtime.moe import PathWalker, calls_list, forks, walked_list
+    from recon.runtime.values import Instance
+
+    case = CASES / "undecided_branch.py"
+    eng = engines(case)
+    w = PathWalker(eng.world, eng.ev, Instance("sglang.srt.case.Method"))
+    w.walk("sglang.srt.case.Method.apply", w.inst, [], (), 0)
+    leaves = {lf.name.rsplit(".", 1)[-1]: _leaf_dict(lf, w.test_sites) for lf in w.leaves}
+    assert "op_never" not in leaves  # the engine decided that branch
+    assert all(leaves[n]["decided"] for n in ("op_first", "op_decided", "op_shared"))
+    line = next(i for i, t in enumerate(case.read_text().splitlines(), 1) if "if _on_disk():" in t)
+    for name, holds in (("op_if_held", True), ("op_if_not", False)):
+        lf = leaves[name]
+        assert not lf["decided"]
+        assert lf["tests"] == [{"test": "_on_disk()", "holds": holds, "path": "sglang/srt/case.py", "line": line}]
+    fk = forks(list(leaves.values()))
+    assert [(f["test"], f["line"], f["if_true"], f["if_false"]) for f in fk] == \
+        [("_on_disk()", line, ["flashinfer.op_if_held"], ["flashinfer.op_if_not"])]
+    # placement against a map made of this walk: one side undecided (the test and its line), the
+    # helper both sides call on-step, as the decided calls are
+    s = sites_from_map({"layers": [{"kind": "moe", "leaves": list(leaves.values()), "walked": walked_list(w.walked),
+                                    "calls": calls_list(w), "test_sites": {t: list(a) for t, a in w.test_sites.items()}}]})
+    s.spans = _spans(eng.world.G)
+    got = place(s, "sglang/srt/case.py", line + 1)
+    assert got["placement"] == UNDECIDED and got["tests"] == [f"_on_disk() [sglang/srt/case.py:{line}]"]
+    assert place(s, "sglang/srt/case.py", line + 4)["placement"] == UNDECIDED
+    shared_line = next(i for i, t in enumerate(case.read_text().splitlines(), 1) if "op_shared()" in t)
+    decided_line = next(i for i, t in enumerate(case.read_text().splitlines(), 1) if "op_decided(x)" in t)
+    assert place(s, "sglang/srt/case.py", shared_line)["placement"] == ON_STEP
+    assert place(s, "sglang/srt/case.py", decided_line)["placement"] == ON_STEP

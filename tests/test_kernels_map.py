@@ -158,3 +158,21 @@ def test_diff_between_devices_names_the_activation_format(new_rtx, tree_new):
     assert "self._use_mxfp8_act_scaling = True" in rows["moe"]["before"]["settings"]
     assert "self._use_mxfp8_act_scaling = False" in rows["moe"]["after"]["settings"]
     assert "self.w8a8_block_fp8_linear = deepgemm_w8a8_block_fp8_linear_with_fallback" in rows["dense_gemm"]["after"]["settings"]
+
+
+def test_an_undecided_fork_is_shown_with_both_outcomes():
+    """A layer whose ops depend on a test recon could not decide: the first outcome's op is not
+    printed as what runs, and the fork lists each outcome with the test and its file:line."""
+    from recon.kernels.text import _ops_lines
+
+    t = {"test": "has_bias", "path": "sglang/srt/x.py", "line": 116}
+    ops = [{"kind": "library", "name": "lib.plain", "path": "sglang/srt/x.py", "line": 120, "primary": True, "decided": False,
+            "when": ["not has_bias"], "tests": [{**t, "holds": False}], "via": []},
+           {"kind": "library", "name": "lib.always", "path": "sglang/srt/x.py", "line": 100, "primary": True, "decided": True,
+            "when": [], "tests": [], "via": []}]
+    lay = {"kind": "moe", "ops": ops, "leaves": ops, "forks": [{**t, "if_true": ["lib.with_bias"], "if_false": ["lib.plain"]}]}
+    text = "\n".join(_ops_lines(lay))
+    assert "runs library: lib.always" in text and "runs library: lib.plain" not in text
+    assert "first outcome library: lib.plain" in text and "only if not has_bias [sglang/srt/x.py:116]" in text
+    assert "depends on `has_bias`  [sglang/srt/x.py:116]" in text
+    assert "if it holds: with_bias" in text and "if not:      plain" in text

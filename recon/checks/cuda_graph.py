@@ -312,17 +312,39 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "path_to_apply": [{"node": h[0], "path": h[2], "line": h[3], "how": h[4], "inferred": h[5]} for h in path_hops],
             "constraints": constraints,
             # the method the view decided runs inside the capture is on the step, whatever its first line
-            **({"placement": "on-step", **_assumed(view)} if in_capture and view is not None and q == view.moe.get("apply") else {}),
+            **(_path_placement(ctx, view, [h[0] for h in kchain]) if in_capture and view is not None and q == view.moe.get("apply") else {}),
         }))
     if unresolved and not any("quant_method" in f.data for f in findings):
         findings.append(_unresolved_finding(ctx, rule, chain, unresolved, params.kernel_depth))
     return findings
 
 
-def _assumed(view) -> dict:
-    """The undecided tests the view's primary MoE path takes as false (said beside the placement)."""
-    got = sorted({w for lf in view.primary_leaves() for w in lf.get("when", []) if w.startswith("not ")})
-    return {"placement_assumed": got} if got else {}
+def _path_placement(ctx, view, named: list) -> dict:
+    """The method the view decided runs inside the capture is on the step, whatever its first line;
+    but the chain this finding names (the functions in ``named``, then the first outcome's ops) may
+    pass through code reached only under tests recon could not decide (either sense): the finding
+    then depends on those tests, each named with its file:line."""
+    from ..placement import ON_STEP, UNDECIDED, step_sites, with_site
+    from ..runtime.moe import cond_text, merge_ways
+    tests = []
+    for lf in view.primary_leaves():
+        if lf.get("decided", not lf.get("when")):
+            continue
+        for t in lf.get("tests") or []:
+            txt = cond_text(t["test"], t["holds"]) + (f" [{t['path']}:{t['line']}]" if t.get("path") else "")
+            if txt not in tests:
+                tests.append(txt)
+    s = step_sites(ctx)
+    walked = {w["node"]: [tuple(x) for x in w.get("when") or [[]]] for w in view.moe.get("walked", [])}
+    for node in named:
+        ways = merge_ways(walked.get(node) or s.functions.get(node, set()) if s is not None else walked.get(node, []))
+        if not ways or () in ways:
+            continue
+        for t in min(ways, key=lambda w: (len(w), w)):
+            txt = with_site(s, t) if s is not None else t
+            if txt not in tests:
+                tests.append(txt)
+    return {"placement": UNDECIDED, "placement_tests": tests} if tests else {"placement": ON_STEP}
 
 
 def _placed(ctx, live: list, by_fn: list) -> tuple:

@@ -28,7 +28,7 @@ import re
 from typing import Optional
 
 from ..runtime.interp import UNKNOWN
-from ..runtime.moe import PathWalker, _from_config, calls_list, registrations, registry, walked_list
+from ..runtime.moe import PathWalker, _from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
 from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
 from ..runtime.dispatch import choices, resolve_held
 
@@ -135,7 +135,9 @@ class Step:
         if qual:
             w.walk(qual, inst, [], (), 0, {**self.mode_args(qual), **(args or {})})
             w.launched_locals()
-        return {"entry": qual, "leaves": [_leaf(self, lf, w.extra_tests) for lf in w.leaves if _is_op(lf)],
+        leaves = [_leaf(self, lf, w.extra_tests, w.test_sites) for lf in w.leaves if _is_op(lf)]
+        return {"entry": qual, "leaves": leaves, "forks": forks(leaves),
+                "test_sites": {t: list(at) for t, at in sorted(w.test_sites.items())},
                 "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
                 "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()},
                 "walked": walked_list(w.walked), "calls": calls_list(w),
@@ -408,6 +410,8 @@ class StepWalker(PathWalker):
                         hop = Hop(f"{_short(qual)} launches {n.func.value.id}[...], the kernel {_short(target)} returns",
                                   path, n.lineno, qual, ())
                         pick = Hop(c.hops[-1][0], c.hops[-1][1], c.hops[-1][2], target, ())
+                        for a in c.assumptions:
+                            self.test_sites.setdefault(a[0], (a[2], a[3]))
                         self._leaf("triton_kernel", c.qual, path, n.lineno, via + [hop, pick], when + tuple((a[0], a[1]) for a in c.assumptions))
 
 
@@ -460,9 +464,11 @@ def _extra_work_tests(fn) -> set:
     return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not _exits(n.body)} if fn is not None else set()
 
 
-def _leaf(step: Step, lf, extra_tests: frozenset = frozenset()) -> dict:
+def _leaf(step: Step, lf, extra_tests: frozenset = frozenset(), sites: Optional[dict] = None) -> dict:
     d = step.G.nodes.get(lf.name, {})
     return {"kind": lf.kind, "name": lf.name, "path": lf.path, "line": lf.line, "primary": lf.primary,
+            # runs whatever recon could not decide; else `tests` (file:line each) picks it or another
+            "decided": lf.decided, "tests": leaf_tests(lf, sites or {}),
             # reached only when a test adding optional work holds (`if grammars: all_reduce(...)`)
             "extra_if": [t for t, h in lf.when if h and t in extra_tests],
             "defined_at": f"{d['path']}:{d.get('line')}" if d.get("path") else None,
@@ -646,7 +652,8 @@ def moe(view) -> dict:
             "gates": m.get("assumed", []),
             "leaves": [{k: v for k, v in lf.items()} for lf in m.get("leaves", [])],
             "switches": m.get("switches", []), "construction": m.get("construction", []),
-            "walked": m.get("walked", []), "calls": m.get("calls", {}),
+            "walked": m.get("walked", []), "calls": m.get("calls", {}), "forks": m.get("forks", []),
+            "test_sites": m.get("test_sites", {}),
             "backend": view.server_args.get("moe_runner_backend"),
             "alternatives": view.alternatives}
 

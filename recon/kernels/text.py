@@ -95,15 +95,18 @@ def _ops_lines(lay: dict, width: int = 96) -> list[str]:
         out.append("runs: no kernel or library op recon can name (torch ops, or the path is not followed)" if lay["kind"] != "communication" else "")
         return [x for x in out + tail if x]
     for o in ops:
-        out.append(f"runs {o['kind']}: {_op_name(o)}  [{_at(o['path'], o['line'])}]")
-        if o.get("when"):
-            out.append("    assuming " + "; ".join(w[:100] for w in o["when"] if not w.startswith("not ") or True)[:300])
+        decided = o.get("decided", not o.get("when"))
+        out.append(f"{'runs' if decided else 'first outcome'} {o['kind']}: {_op_name(o)}  [{_at(o['path'], o['line'])}]")
+        if not decided:
+            # not a claim that it runs: the tests below pick it or another op (listed under "undecided")
+            out.append("    only if " + "; ".join(("" if t["holds"] else "not ") + t["test"][:90] + f" [{_at(t.get('path'), t.get('line'))}]"
+                                                for t in o.get("tests") or [])[:300]
+                       if o.get("tests") else "    assuming " + "; ".join(w[:100] for w in o["when"])[:300])
         for h in o.get("via", []):
             out.append(f"    <- {h['what'][:width - 30]}  [{_at(h['path'], h['line'])}]")
     out += tail
-    rest = len(lay.get("leaves", [])) - len(ops) - len(tail)
-    if rest > 0:
-        out.append(f"({rest} more ops reached only under other conditions; --format json lists them)")
+    from ..runtime_text import fork_lines
+    out += [x for x in fork_lines(lay.get("forks", []), "") if x]
     return out
 
 

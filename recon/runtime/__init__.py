@@ -58,7 +58,12 @@ class RuntimeView:
                 **({"refusals": self.refusals} if self.refusals else {})}
 
     def primary_leaves(self) -> list:
+        """The leaves of the first outcome (every undecided test false): the one way products that
+        need a single path (costs, roofline) read; :meth:`decided_leaves` are those that run for sure."""
         return [lf for lf in self.moe.get("leaves", []) if lf.get("primary")]
+
+    def decided_leaves(self) -> list:
+        return [lf for lf in self.moe.get("leaves", []) if lf.get("decided", not lf.get("when"))]
 
     def grouped_op(self) -> Optional[dict]:
         """The grouped tensor-core op the MoE chain ends in on the primary path, if it does."""
@@ -158,8 +163,12 @@ def _package_of(tree, lf: dict) -> dict:
     return {"package": lf["name"].split(".", 1)[0], "required_by_release": decl.lookup(lf["name"])[0], "requirements": decl.where}
 
 
-def _leaf_dict(lf) -> dict:
+def _leaf_dict(lf, sites: Optional[dict] = None) -> dict:
+    from .moe import leaf_tests
     return {"kind": lf.kind, "name": lf.name, "path": lf.path, "line": lf.line, "primary": lf.primary,
+            # decided: runs whatever recon could not decide; else `tests` picks between it and the
+            # other outcome (file:line of each), and the view shows both
+            "decided": lf.decided, "tests": leaf_tests(lf, sites or {}),
             "when": [_cond(t, h) for t, h in lf.when],
             "via": [{"what": h.what, "path": h.path, "line": h.line, "node": h.node} for h in lf.via]}
 
@@ -230,7 +239,10 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
             moe["apply"] = got["apply"]
             moe["mro"] = world.mro(primary["method"])
             moe["apply_path"] = world.path_of(got["apply"]) if got["apply"] else None
-            moe["leaves"] = [_leaf_dict(lf) for lf in got["leaves"]]
+            moe["leaves"] = [_leaf_dict(lf, got.get("test_sites")) for lf in got["leaves"]]
+            from .moe import forks
+            moe["forks"] = forks(moe["leaves"])
+            moe["test_sites"] = {t: list(at) for t, at in sorted(got.get("test_sites", {}).items())}
             moe["walked"] = got.get("walked", [])
             moe["calls"] = got.get("calls", {})
             for lf in moe["leaves"]:

@@ -55,11 +55,58 @@ class Leaf:
     line: int
     via: list = field(default_factory=list)  # hops from apply to the call site
     when: tuple = ()
+    # every other set of undecided tests (each as ``_cond`` text) under which the walk reached this
+    # same site: a site reached under a test and under its negation runs either way
+    ways: set = field(default_factory=set)
 
     @property
     def primary(self) -> bool:
-        """On the path taken when every undecided test is false (the evaluator's primary rule)."""
+        """On the path taken when every undecided test is false (the evaluator's ordering rule: the
+        first outcome listed, not a claim that it runs; :attr:`decided` says that)."""
         return all(not holds for _, holds in self.when)
+
+    @property
+    def decided(self) -> bool:
+        """Reached with every test on the way decided by the engine, or under each outcome of the
+        tests it could not decide: it runs whichever way those go."""
+        return not self.when or () in merge_ways(self.ways | {way_of(self.when)})
+
+
+def cond_text(test: str, holds: bool) -> str:
+    """One undecided test in the sense a way takes it: ``t`` or ``not t``."""
+    return test if holds else f"not ({test})" if " " in test else f"not {test}"
+
+
+def way_of(when) -> tuple:
+    """A way in: the sorted texts of the undecided tests it takes, in the sense it takes them."""
+    return tuple(sorted({cond_text(t, h) for t, h in when}))
+
+
+def _negation(c: str) -> str:
+    if c.startswith("not (") and c.endswith(")"):
+        return c[5:-1]
+    if c.startswith("not ") and " " not in c[4:]:
+        return c[4:]
+    return cond_text(c, False)
+
+
+def merge_ways(ways) -> set:
+    """The ways in, closed under resolution: two ways that differ only in the sense of one test
+    (``{a, t}`` and ``{a, not t}``) give the way without it (``{a}``): the site is reached whichever
+    way ``t`` goes. ``()`` among the result: reached whatever the undecided tests are."""
+    got = {tuple(sorted(set(w))) for w in ways}
+    for _ in range(8):  # a few tests on a path: a handful of rounds reach the fixed point
+        new = set(got)
+        for a in got:
+            sa = set(a)
+            for c in a:
+                other = tuple(sorted((sa - {c}) | {_negation(c)}))
+                if other in got:
+                    new.add(tuple(sorted(sa - {c})))
+        if new == got:
+            break
+        got = new
+    return got
 
 
 def registry(world) -> dict:
@@ -300,6 +347,9 @@ class PathWalker:
         self.tops = {m.module.split(".", 1)[0] for m in world.tree.index.files.values() if m.module}
         self._local_cache: dict = {}
         self.primary_seen: set = set()  # functions walked on the primary path (undecided tests false)
+        self.fewest: dict = {}  # function -> the fewest undecided tests a way into it took
+        # each undecided test (its text) -> (path, line) where the walk met it
+        self.test_sites: dict = {}
         # every function entered, with the undecided tests taken as true on the way in (an empty
         # tuple: entered on the primary path): the engine-decided reach, function by function
         self.walked: dict = {}
@@ -387,16 +437,22 @@ class PathWalker:
     def walk(self, qual: str, selfval, via: list, when: tuple, depth: int, args: Optional[dict] = None) -> None:
         primary = all(not holds for _, holds in when)
         key = (qual, depth > 0 and id(selfval))
-        if depth > MAX_DEPTH or key in self.seen and not (primary and qual not in self.primary_seen):
+        # walked again on a way with fewer undecided tests (a later unconditional call of a function
+        # first met in a branch): its sites are then reached on that way too
+        fewer = len(when) < self.fewest.get(qual, 1 << 30)
+        if depth > MAX_DEPTH or key in self.seen and not (primary and qual not in self.primary_seen) and not fewer:
             return
         self.seen.add(key)
+        self.fewest[qual] = min(len(when), self.fewest.get(qual, 1 << 30))
         if primary:
             self.primary_seen.add(qual)
         fn = self.ev.model.function_ast(qual)
         node = self.G.nodes.get(qual, {})
         if fn is None or not node.get("path"):
             return
-        taken = tuple(sorted({t for t, holds in when if holds}))
+        # the way in: every undecided test in the sense it was taken (a test taken as false is as
+        # undecided as one taken as true)
+        taken = way_of(when)
         if taken not in self.walked.setdefault(qual, []):
             self.walked[qual].append(taken)
         path = node["path"]
@@ -421,6 +477,7 @@ class PathWalker:
                 v = self._guard_value(test, self.ev.eval(test, env, mod, scope), selfval)
                 if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, EnumVal):
                     left.append((_src(test), holds))
+                    self.test_sites.setdefault(_src(test), (path, getattr(test, "lineno", call.lineno)))
                 elif bool(v) != holds:
                     runs = False
                     break
@@ -430,7 +487,7 @@ class PathWalker:
                 self.dead.add((path, call.lineno))
                 continue
             cwhen = when + tuple(left)
-            taken_here = tuple(sorted({t for t, holds in cwhen if holds}))
+            taken_here = way_of(cwhen)
             if taken_here not in self.call_lines.setdefault((path, call.lineno), []):
                 self.call_lines[(path, call.lineno)].append(taken_here)
             name = _dotted(call.func)
@@ -541,10 +598,14 @@ class PathWalker:
         key = (kind, name, path, line)
         new = Leaf(kind, name, path, line, via, when)
         if key in self.seen:
-            # keep one record a site; the one on the primary path wins
+            # keep one record a site (the one with the fewest undecided tests, else the primary
+            # one), with every way the walk reached it
             for i, old in enumerate(self.leaves):
-                if (old.kind, old.name, old.path, old.line) == key and new.primary and not old.primary:
-                    self.leaves[i] = new
+                if (old.kind, old.name, old.path, old.line) == key:
+                    ways = old.ways | {way_of(old.when), way_of(when)}
+                    if len(when) < len(old.when) or (len(when) == len(old.when) and new.primary and not old.primary):
+                        self.leaves[i] = new
+                    self.leaves[i].ways = ways
             return
         self.seen.add(key)
         self.leaves.append(new)
@@ -587,7 +648,38 @@ def apply_path(world, ev, inst: Instance) -> dict:
     w.walk(apply, inst, [], (), 0)
     world.writes_of(world.path_of(inst.cls) or "", world._module_of(inst.cls), "__init__")  # index the class's file
     return {"apply": apply, "leaves": w.leaves, "switches": w.switches, "construction": construction(world, ev, inst),
-            "walked": walked_list(w.walked), "calls": calls_list(w)}
+            "walked": walked_list(w.walked), "calls": calls_list(w), "test_sites": w.test_sites}
+
+
+def leaf_tests(lf: Leaf, sites: dict) -> list[dict]:
+    """The undecided tests on a leaf's way, each with the sense the way takes and where it is read
+    (``file:line``): what picks between this leaf and the other outcome."""
+    out, seen = [], set()
+    for t, h in lf.when:
+        if (t, h) in seen:
+            continue
+        seen.add((t, h))
+        p, ln = sites.get(t, (None, None))
+        out.append({"test": t[:200], "holds": bool(h), "path": p, "line": ln})
+    return out
+
+
+def forks(leaves: list[dict]) -> list[dict]:
+    """The undecided tests of a layer's path, outcome by outcome: for each test some leaf's way
+    depends on, the ops reached when it holds and when it does not (leaves as dicts with
+    ``tests``, ``decided``). What the map and the view show instead of picking one outcome."""
+    by: dict = {}
+    for lf in leaves:
+        if lf.get("decided"):
+            continue
+        for t in lf.get("tests", []):
+            k = t["test"]
+            f = by.setdefault(k, {"test": k, "path": t.get("path"), "line": t.get("line"), "if_true": [], "if_false": []})
+            side = f["if_true" if t["holds"] else "if_false"]
+            name = lf["name"]
+            if name not in side:
+                side.append(name)
+    return [by[k] for k in sorted(by, key=lambda k: (by[k]["path"] or "", by[k]["line"] or 0, k))]
 
 
 def calls_list(w) -> dict:

@@ -160,6 +160,10 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
         prim = view.primary_leaves()
         leaf = next((lf for lf in prim if lf["kind"] == "triton_kernel"), None) if kernels else \
             next((lf for lf in prim if lf["kind"] in ("library", "native_op")), None)
+        if leaf and not leaf.get("decided", not leaf.get("when")):
+            # the chain is the first outcome of tests recon could not decide: the plan says so
+            ctx["moe_path"]["assumes"] = [("" if t["holds"] else "not ") + t["test"] + (f" [{t['path']}:{t['line']}]" if t.get("path") else "")
+                                          for t in leaf.get("tests") or []]
         seen_at = {h["at"] for h in hops}
         if leaf and _at(leaf["path"], leaf["line"]) not in seen_at:
             for h in leaf["via"]:

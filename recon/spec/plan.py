@@ -110,13 +110,22 @@ def _plan(ctx: dict, model, device) -> list[dict]:
     plan = [best, medium, cheap]
     gop = ctx["moe_path"].get("grouped_op")
     if gop and not slot_found:
-        return _by_share(_plan_for_grouped(ctx, gop, model, device, rl, medium), ctx, model)
+        return _by_share(_assuming(_plan_for_grouped(ctx, gop, model, device, rl, medium), ctx), ctx, model)
     if not slot_found:
         for p in plan:
             p["note"] = "no slot kernel on this device's MoE path in this tree: compare with the path that runs before acting"
     for p, addresses in zip(plan, ("moe", "moe", None)):
         p["addresses"] = addresses
-    return _by_share(plan + _budget_items(ctx), ctx, model)
+    return _by_share(_assuming(plan, ctx) + _budget_items(ctx), ctx, model)
+
+
+def _assuming(plan: list[dict], ctx: dict) -> list[dict]:
+    """The MoE items are written for the chain the spec names; where that chain's ops are reached
+    only under tests recon could not decide, each item says which outcome it assumes."""
+    tests = (ctx.get("moe_path") or {}).get("assumes") or []
+    for p in plan if tests else ():
+        p["assumes"] = list(tests)
+    return plan
 
 
 def _today(row: dict, m: str):
