@@ -31,6 +31,7 @@ from ..runtime.interp import UNKNOWN
 from ..runtime.moe import PathWalker, _from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
 from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
 from ..runtime.dispatch import choices, resolve_held
+from ..runtime.steptensors import entry_tensors
 
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
 _LAYER_MODULES = (
@@ -133,11 +134,15 @@ class Step:
         w.skip = set(skip if skip is not None else self.backend_entries)
         w.follow_modules = follow_modules
         if qual:
-            w.walk(qual, inst, [], (), 0, {**self.mode_args(qual), **(args or {})})
+            # the entry's tensors hold the step's tokens (the scenario's premise: not empty)
+            steps = entry_tensors(self.ev.model.function_ast(qual), _short(qual), varargs=True)
+            w.walk(qual, inst, [], (), 0, {**steps, **self.mode_args(qual), **(args or {})})
             w.launched_locals()
         leaves = [_leaf(self, lf, w.extra_tests, w.test_sites) for lf in w.leaves if _is_op(lf)]
         return {"entry": qual, "leaves": leaves, "forks": forks(leaves),
                 "test_sites": {t: list(at) for t, at in sorted(w.test_sites.items())},
+                # tests the scenario's premise decided (the step's tensors are not empty)
+                "premise_decided": _premise_list(w.premise_sites),
                 "switches": [{**s, "value": plain(s["value"])} for s in w.switches],
                 "dispatchers": {a: _dispatch_dict(d) for a, d in held.items()},
                 "walked": walked_list(w.walked), "calls": calls_list(w),
@@ -464,6 +469,10 @@ def _extra_work_tests(fn) -> set:
     return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not _exits(n.body)} if fn is not None else set()
 
 
+def _premise_list(sites: dict) -> list[dict]:
+    return [{"test": t[:200], "path": at[0], "line": at[1]} for t, at in sorted(sites.items())]
+
+
 def _leaf(step: Step, lf, extra_tests: frozenset = frozenset(), sites: Optional[dict] = None) -> dict:
     d = step.G.nodes.get(lf.name, {})
     return {"kind": lf.kind, "name": lf.name, "path": lf.path, "line": lf.line, "primary": lf.primary,
@@ -654,6 +663,7 @@ def moe(view) -> dict:
             "switches": m.get("switches", []), "construction": m.get("construction", []),
             "walked": m.get("walked", []), "calls": m.get("calls", {}), "forks": m.get("forks", []),
             "test_sites": m.get("test_sites", {}),
+            "premise_decided": m.get("premise_decided", []),
             "backend": view.server_args.get("moe_runner_backend"),
             "alternatives": view.alternatives}
 

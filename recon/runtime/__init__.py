@@ -243,6 +243,7 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
             from .moe import forks
             moe["forks"] = forks(moe["leaves"])
             moe["test_sites"] = {t: list(at) for t, at in sorted(got.get("test_sites", {}).items())}
+            moe["premise_decided"] = got.get("premise_decided", [])
             moe["walked"] = got.get("walked", [])
             moe["calls"] = got.get("calls", {})
             for lf in moe["leaves"]:

@@ -20,6 +20,7 @@ from .. import bounded
 from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value, unpack
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
 from .asts import source_line
+from .steptensors import StepTensor
 
 MAX_OUTCOMES = 16
 
@@ -49,6 +50,7 @@ class Evaluator(Interpreter):
         self._globals: dict = {}
         self.global_sites: dict = {}  # (module, name) -> (value, path, line, function, assumptions)
         self._tables: dict = {}  # module -> {name: display expression bound once at top level}
+        self.step_reads = 0  # reads of a step tensor's size (recon.runtime.steptensors): the premise used
 
     # --- helpers -------------------------------------------------------------------------------
     def note(self, key: str, text: str) -> None:
@@ -258,6 +260,9 @@ class Evaluator(Interpreter):
             if not (isinstance(recv, (EnumVal, Instance, HFConfig, ServerArgsObj)) or self._class_of_ref(recv)):
                 return NotImplemented
         a = node.attr
+        if isinstance(recv, StepTensor):
+            self.step_reads += 1  # the premise (the step's tensors are not empty) is read here
+            return recv.attr(a)
         if isinstance(recv, ServerArgsObj):
             got = recv.state.get(a)
             if got is UNKNOWN and w.schema is not None and a not in w.schema.fields:
@@ -343,6 +348,10 @@ class Evaluator(Interpreter):
                 if self._class_of_ref(recv) is None and not isinstance(recv, (EnumVal, Instance)):
                     slot = w.slot(mod, _dotted(f.value), self, depth)
                     recv = slot if slot is not NotImplemented else NotImplemented
+            if isinstance(recv, StepTensor):
+                # x.numel(), x.size(0), x.view(-1, h): sizes of a tensor of the step, not empty
+                self.step_reads += 1
+                return recv.call(f.attr, [ev(a) for a in node.args if not isinstance(a, ast.Starred)])
             if isinstance(recv, dict) and f.attr == "get":
                 args = [ev(a) for a in node.args]
                 return recv.get(*args) if args and args[0] is not UNKNOWN else UNKNOWN

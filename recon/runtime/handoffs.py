@@ -57,6 +57,26 @@ def _exits(body: list) -> bool:
     return False
 
 
+def raising_guards(fn: ast.AST) -> set:
+    """The tests of ``fn`` one of whose branches only raises (``if score_mod is not None and ...:
+    raise RuntimeError(...)``), as (id of the test node, the sense the code that goes on needs):
+    preconditions. A step that runs at all has met them; the other outcome is an error, not
+    another kernel."""
+    out: set = set()
+    todo = list(getattr(fn, "body", []))
+    while todo:
+        st = todo.pop()
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(st, ast.If):
+            body_raises = bool(st.body) and isinstance(st.body[-1], ast.Raise)
+            else_raises = bool(st.orelse) and isinstance(st.orelse[-1], ast.Raise)
+            if body_raises != else_raises:
+                out.add((id(st.test), not body_raises))
+        todo += [c for c in ast.iter_child_nodes(st) if isinstance(c, ast.stmt)]
+    return out
+
+
 def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
     """Every call in ``fn``'s body with the guards under which it runs: (test, holds) pairs, holds
     False on the else side and after an ``if`` whose body returns."""

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .interp import UNKNOWN, _dotted
-from .handoffs import _guarded_calls
+from .handoffs import _guarded_calls, raising_guards
 from .asts import source_line as _src
 from .registries import custom_op_impl, registrations
+from .steptensors import EntryArgs, StepTensor, bundle_args, entry_tensors, premise_note, rebound, truth
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
 
 # packages whose calls are not the work itself (the standard library is never a kernel either)
@@ -350,6 +351,8 @@ class PathWalker:
         self.fewest: dict = {}  # function -> the fewest undecided tests a way into it took
         # each undecided test (its text) -> (path, line) where the walk met it
         self.test_sites: dict = {}
+        # each test the scenario's premise decided (a step tensor is not empty) -> (path, line)
+        self.premise_sites: dict = {}
         # every function entered, with the undecided tests taken as true on the way in (an empty
         # tuple: entered on the primary path): the engine-decided reach, function by function
         self.walked: dict = {}
@@ -432,6 +435,24 @@ class PathWalker:
                 v = self.ev._eval_raw(k.value, env, mod, scope)
                 if v is not UNKNOWN:
                     out[k.arg] = v
+        if any(isinstance(a, ast.Starred) and isinstance(a.value, ast.Name) and isinstance(env.get(a.value.id), EntryArgs)
+               for a in call.args):
+            # the entry's own arguments handed on whole: the callee's tensors are the step's
+            for k, v in entry_tensors(fn, callee.rsplit(".", 1)[-1]).items():
+                out.setdefault(k, v)
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords) \
+                or not method and names and names[0] in ("self", "cls"):
+            return out  # *args / **kwargs, or a method reached unbound: which parameters the call fills is not known
+        # a parameter the call leaves out holds its default (``score_mod=None``), as Python binds it
+        given = set(names[:len(call.args)]) | {k.arg for k in call.keywords}
+        pos = fn.args.posonlyargs + fn.args.args
+        pairs = list(zip(pos[len(pos) - len(fn.args.defaults):], fn.args.defaults))
+        pairs += [(a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None]
+        for a, d in pairs:
+            if a.arg not in given and a.arg not in out:
+                v = self.world.literal(d)
+                if v is not UNKNOWN:
+                    out[a.arg] = v
         return out
 
     def walk(self, qual: str, selfval, via: list, when: tuple, depth: int, args: Optional[dict] = None) -> None:
@@ -463,6 +484,10 @@ class PathWalker:
             # the layer the method set attributes on in process_weights_after_loading & co.
             env["layer"] = self.world.layer_of(selfval)
         env.update(args or {})
+        # a step tensor (not empty) the body assigns again may hold something else after that line
+        handed = {k: v for k, v in env.items() if isinstance(v, StepTensor)}
+        stale = rebound(fn, set(handed))
+        pre = raising_guards(fn)
         bound = _bound_names(self.world, path, scope)
         edges: dict = {}
         for _, v, d in self.G.out_edges(qual, data=True):
@@ -470,11 +495,29 @@ class PathWalker:
                 edges.setdefault(d.get("line", 0), []).append((v, d))
         for call, guards in _guarded_calls(fn):
             left, runs = [], True
+            for name, ln in stale.items():
+                if ln <= call.lineno and env.get(name) is handed[name]:
+                    env.pop(name)  # its own assignments (``_locals_at``) say what it holds from here
             names = {n.id for t, _ in guards for n in ast.walk(t) if isinstance(n, ast.Name)}
             names |= {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
             self._locals_at(fn, call.lineno, env, mod, scope, names)
             for test, holds in guards:
-                v = self._guard_value(test, self.ev.eval(test, env, mod, scope), selfval)
+                reads = self.ev.step_reads
+                # a test read before the body assigned a handed tensor again still reads that tensor
+                back = {n: handed[n] for n, ln in stale.items() if getattr(test, "lineno", 0) < ln}
+                tenv = {**env, **back} if back else env
+                v = self._guard_value(test, truth(self.ev.eval(test, tenv, mod, scope)), selfval)
+                if v is UNKNOWN and (id(test), holds) in pre:
+                    # a precondition (its other branch only raises): the step that runs met it, as
+                    # the evaluator assumes of the gates it reads; said, and counted as changing no choice
+                    text = f"assumed the precondition holds: {'' if holds else 'not '}({_src(test)[:100]})"
+                    self.world.notes.setdefault(f"pre:{_src(test)}", text)
+                    self.world.notes.idle.add(text)
+                    continue
+                if v is not UNKNOWN and self.ev.step_reads != reads:
+                    # decided by the scenario's premise (the step's tensors are not empty): said once
+                    self.world.notes.setdefault("premise:step-tensors", premise_note())
+                    self.premise_sites.setdefault(_src(test), (path, getattr(test, "lineno", call.lineno)))
                 if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, EnumVal):
                     left.append((_src(test), holds))
                     self.test_sites.setdefault(_src(test), (path, getattr(test, "lineno", call.lineno)))
@@ -645,10 +688,12 @@ def apply_path(world, ev, inst: Instance) -> dict:
     if apply is None:
         return {"apply": None, "leaves": [], "switches": [], "construction": []}
     w = PathWalker(world, ev, inst)
-    w.walk(apply, inst, [], (), 0)
+    mod, scope = ev.model.module_scope(apply)
+    w.walk(apply, inst, [], (), 0, bundle_args(world, ev.model.function_ast(apply), mod, scope))
     world.writes_of(world.path_of(inst.cls) or "", world._module_of(inst.cls), "__init__")  # index the class's file
     return {"apply": apply, "leaves": w.leaves, "switches": w.switches, "construction": construction(world, ev, inst),
-            "walked": walked_list(w.walked), "calls": calls_list(w), "test_sites": w.test_sites}
+            "walked": walked_list(w.walked), "calls": calls_list(w), "test_sites": w.test_sites,
+            "premise_decided": [{"test": t[:200], "path": at[0], "line": at[1]} for t, at in sorted(w.premise_sites.items())]}
 
 
 def leaf_tests(lf: Leaf, sites: dict) -> list[dict]:
