@@ -20,7 +20,7 @@ from .. import bounded
 from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value, unpack
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
 from .asts import source_line
-from .steptensors import StepTensor
+from .steptensors import AtLeast, StepTensor, TensorShape
 
 MAX_OUTCOMES = 16
 
@@ -261,8 +261,10 @@ class Evaluator(Interpreter):
                 return NotImplemented
         a = node.attr
         if isinstance(recv, StepTensor):
-            self.step_reads += 1  # the premise (the step's tensors are not empty) is read here
-            return recv.attr(a)
+            got = recv.attr(a)
+            if isinstance(got, TensorShape):
+                self.step_reads += 1  # the premise (the step's tensors are not empty) is read here
+            return got
         if isinstance(recv, ServerArgsObj):
             got = recv.state.get(a)
             if got is UNKNOWN and w.schema is not None and a not in w.schema.fields:
@@ -350,8 +352,10 @@ class Evaluator(Interpreter):
                     recv = slot if slot is not NotImplemented else NotImplemented
             if isinstance(recv, StepTensor):
                 # x.numel(), x.size(0), x.view(-1, h): sizes of a tensor of the step, not empty
-                self.step_reads += 1
-                return recv.call(f.attr, [ev(a) for a in node.args if not isinstance(a, ast.Starred)])
+                got = recv.call(f.attr, [ev(a) for a in node.args if not isinstance(a, ast.Starred)])
+                if isinstance(got, (TensorShape, AtLeast)):
+                    self.step_reads += 1
+                return got
             if isinstance(recv, dict) and f.attr == "get":
                 args = [ev(a) for a in node.args]
                 return recv.get(*args) if args and args[0] is not UNKNOWN else UNKNOWN
