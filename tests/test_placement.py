@@ -56,10 +56,11 @@ def test_a_site_the_step_reaches_is_on_step(dsv4_h200):
     att = next(lay for lay in m["layers"] if lay["kind"] == "attention")
     # the call that launches an op the map decided (every test on its way decided, or each outcome
     # of one it could not decide reaches it) is on the step
-    # (0.5.23 has none for DeepSeek-V4 on H200: every op sits behind a test on the step's data the
-    # engine leaves open, such as `x.shape[0] == 0`); the functions the walkers entered with every
-    # test decided are on it
+    # (0.5.23, DeepSeek-V4 on H200: the MoE's `cutlass_fused_moe` among them, once the step's
+    # premise decides its `x.shape[0] == 0`); the functions the walkers entered with every test
+    # decided are on it
     prim = [o for lay in m["layers"] for o in lay.get("ops", []) if o.get("decided")]
+    assert prim
     for op in prim:
         assert place(s, op["via"][-1]["path"], op["via"][-1]["line"])["placement"] == ON_STEP
     G = res.context.tree.graph
