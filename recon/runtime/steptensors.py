@@ -28,7 +28,7 @@ PREMISE = ("the mapped step has at least one token on this rank (a decode batch 
 
 # methods that return the same tensor's data under another shape, dtype or layout: as many elements
 _SAME_NUMEL = frozenset({"view", "reshape", "contiguous", "to", "float", "half", "bfloat16", "clone", "detach",
-                         "flatten", "view_as", "reshape_as", "type", "cuda", "requires_grad_", "squeeze", "unsqueeze"})
+                         "flatten", "view_as", "reshape_as", "cuda", "requires_grad_", "squeeze", "unsqueeze"})
 _SIZE_AT_LEAST = frozenset({"numel", "nelement"})
 
 
@@ -42,7 +42,7 @@ class AtLeast:
 
     lo: int
 
-    def _settle(self, other, below, above):
+    def _settle(self, other, below):
         """``below`` when ``other`` is under the bound, else undecided."""
         if isinstance(other, AtLeast):
             raise Undecided(f">={self.lo} vs >={other.lo}")
@@ -55,22 +55,22 @@ class AtLeast:
     def __eq__(self, other):
         if other is None or isinstance(other, str):
             return False  # a size is an int: never None, never a string
-        return self._settle(other, False, None)
+        return self._settle(other, False)
 
     def __ne__(self, other):
         return not self.__eq__(other)
 
     def __gt__(self, other):  # x > k: true when k is under the bound
-        return self._settle(other, True, None)
+        return self._settle(other, True)
 
     def __ge__(self, other):  # x >= k: true when k is at most the bound
-        return self._settle(other - 1 if isinstance(other, (int, float)) and not isinstance(other, bool) else other, True, None)
+        return self._settle(other - 1 if isinstance(other, (int, float)) and not isinstance(other, bool) else other, True)
 
     def __lt__(self, other):  # x < k: false when k is at most the bound
-        return self._settle(other - 1 if isinstance(other, (int, float)) and not isinstance(other, bool) else other, False, None)
+        return self._settle(other - 1 if isinstance(other, (int, float)) and not isinstance(other, bool) else other, False)
 
     def __le__(self, other):  # x <= k: false when k is under the bound
-        return self._settle(other, False, None)
+        return self._settle(other, False)
 
     def __bool__(self) -> bool:
         if self.lo >= 1:
