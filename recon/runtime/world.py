@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Optional
+from typing import Optional
 
-from .asts import tree_memo
+from .asts import module_ast, tree_memo
 from .interp import UNKNOWN
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
@@ -29,7 +29,6 @@ class World:
         self.state = None  # recon.runtime.serverargs.State, set once resolved
         self.schema = None
         self.notes: Reads = Reads()  # what was assumed: env defaults, checkpoint facts
-        self._asts: dict[str, Any] = tree_memo(tree).setdefault("asts", {})
         self._envs: Optional[dict] = None
         self._class_writes: dict = {}
         self._mro: dict = {}
@@ -48,12 +47,10 @@ class World:
     def module_ast(self, path: str):
         if self.shared_asts is not None:
             return self.shared_asts(path)
-        if path not in self._asts:
-            try:
-                self._asts[path] = ast.parse(self.tree.read_text(path))
-            except (SyntaxError, ValueError, OSError, UnicodeDecodeError):
-                self._asts[path] = None
-        return self._asts[path]
+        try:
+            return module_ast(self.tree, path)
+        except OSError:
+            return None
 
     def function_ast(self, qual: str):
         """The def of an in-tree function, found by its file and line (one walk per file)."""
