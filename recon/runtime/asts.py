@@ -88,6 +88,27 @@ def enclosing_function(mod: ast.AST, line: int):
     return best
 
 
+def classes_named(mod: ast.AST, name: str) -> list:
+    """The classes of ``mod`` named ``name``, in ``ast.walk`` order."""
+    by_name = getattr(mod, "_recon_classes_by_name", None)
+    if by_name is None:
+        by_name = {}
+        for n in ast.walk(mod):
+            if isinstance(n, ast.ClassDef):
+                by_name.setdefault(n.name, []).append(n)
+        mod._recon_classes_by_name = by_name
+    return by_name.get(name, ())
+
+
+def single_assignments(mod: ast.AST) -> list:
+    """Every ``target = value`` statement (one target) in ``mod``, in ``ast.walk`` order."""
+    found = getattr(mod, "_recon_single_assignments", None)
+    if found is None:
+        found = [n for n in ast.walk(mod) if isinstance(n, ast.Assign) and len(n.targets) == 1]
+        mod._recon_single_assignments = found
+    return found
+
+
 def if_statements(mod: ast.AST) -> list:
     """Every ``if`` statement in ``mod``, in ``ast.walk`` order."""
     ifs = getattr(mod, "_recon_ifs", None)
