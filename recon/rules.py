@@ -7,6 +7,7 @@ matching. A user adds a rule by adding a YAML file (``--rules DIR`` or ``RECON_R
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import typing
@@ -120,9 +121,20 @@ def _example(path: Path, where: str, item: Any, positive: bool) -> Example:
     return Example(dict(files), tuple(out))
 
 
+# a rule file's text -> its parsed YAML: every scan and map loads the rules again, and parsing them
+# was most of that (the caller gets a deep copy: the parse below edits what it reads)
+_PARSED: dict[str, object] = {}
+
+
+def _yaml_of(text: str):
+    if text not in _PARSED:
+        _PARSED[text] = yaml.safe_load(text)
+    return copy.deepcopy(_PARSED[text])
+
+
 def _load_one(path: Path) -> Rule:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = _yaml_of(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

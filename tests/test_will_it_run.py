@@ -194,3 +194,14 @@ def test_fixed_release_runs_the_same_ops_on_sm120(tree_unseen):
     bad = [f for f in found if f.rule_id == "op-arch-support" and f.severity in ("error", "warning")
            and ("hc_prenorm" in f.data["op"] or "mqa_logits" in f.data["op"])]
     assert not bad, [f.message for f in bad]
+
+
+def test_a_prefill_map_built_on_the_decode_map_equals_one_walk_of_both(tree_0513):
+    # map_for builds a map with a prefill step from the scenario's decode map and a walk of the
+    # prefill attention only; that must be what one walk of every layer and the prefill gives
+    from recon.kernels.kmap import _with_prefill, build_map
+    one_walk = build_map(CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4")), 8192)
+    ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"))
+    composed = _with_prefill(ctx, build_map(ctx), 8192)
+    assert composed["prefill"]["attention"]["ops"]  # the prefill attention launches something
+    assert json.dumps(composed, sort_keys=True, default=str) == json.dumps(one_walk, sort_keys=True, default=str)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..findings import Evidence, Finding
+from ..runtime.asts import _ast, enclosing_function, if_statements, module_ast
 from ..runtime.opreqs import support
 from . import check
 
@@ -80,9 +81,8 @@ def _env_routes(ctx, path: str, line: int, env_read: list) -> list[dict]:
     """Environment variables that decide an ``if`` enclosing the call: a name in the test bound at
     module level from the variable (``_FP8_WO_A_GEMM = envs.SGLANG_OPT_FP8_WO_A_GEMM.get()``) or the
     variable read in the test itself; each with what the layer read for it (its declared default)."""
-    try:
-        mod = ast.parse(ctx.tree.read_text(path))
-    except (SyntaxError, ValueError, OSError, KeyError):
+    mod = _ast(ctx, path)
+    if mod is None:
         return []
     read = {m.group(1): n for n in env_read for m in [_ENV_NAME.match(n)] if m}
     binds = {}
@@ -90,8 +90,8 @@ def _env_routes(ctx, path: str, line: int, env_read: list) -> list[dict]:
         if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
             binds[st.targets[0].id] = (ast.unparse(st.value), st.lineno)
     out, seen = [], set()
-    for n in ast.walk(mod):
-        if not isinstance(n, ast.If) or not (n.lineno < line <= (n.end_lineno or n.lineno)):
+    for n in if_statements(mod):
+        if not (n.lineno < line <= (n.end_lineno or n.lineno)):
             continue
         test = ast.unparse(n.test)
         srcs = [(test, n.lineno)] + [binds[x.id] for x in ast.walk(n.test) if isinstance(x, ast.Name) and x.id in binds]
@@ -242,7 +242,11 @@ def _design(d) -> tuple:
 
 def _local_probes(fn: ast.AST) -> dict:
     """Locals a function binds to a device probe (``sm_version = get_device_sm()``, ``major, minor =
-    torch.cuda.get_device_capability()``): name -> the expression that stands for it in a test."""
+    torch.cuda.get_device_capability()``): name -> the expression that stands for it in a test.
+    Device-independent: kept on the (shared, never edited) def node; the caller gets a copy."""
+    kept = getattr(fn, "_recon_probes", None)
+    if kept is not None:
+        return dict(kept)
     out = {}
     for n in ast.walk(fn):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call) and _PROBE_CALL.search(ast.unparse(n.value.func)):
@@ -252,7 +256,8 @@ def _local_probes(fn: ast.AST) -> dict:
             elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
                 for i, e in enumerate(t.elts):
                     out[e.id] = f"({ast.unparse(n.value)})[{i}]"
-    return out
+    fn._recon_probes = out
+    return dict(out)
 
 
 class _Sub(ast.NodeTransformer):
@@ -263,21 +268,6 @@ class _Sub(ast.NodeTransformer):
         if node.id in self.env:
             return ast.parse(self.env[node.id], mode="eval").body
         return node
-
-
-def _enclosing(tree_ast, line: int):
-    # the module's functions, listed once per parsed module (kept on it): a walk of the whole
-    # module for every call site made this check quadratic on large files
-    funcs = getattr(tree_ast, "_recon_functions", None)
-    if funcs is None:
-        funcs = [n for n in ast.walk(tree_ast) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        tree_ast._recon_functions = funcs
-    best = None
-    for n in funcs:
-        if n.lineno <= line <= (n.end_lineno or n.lineno):
-            if best is None or n.lineno > best.lineno:
-                best = n
-    return best
 
 
 _FLAG_NAME = re.compile(r"^[A-Za-z_][\w.]*$")
@@ -390,11 +380,10 @@ def family_gate(ctx, rule) -> list[Finding]:
             if len(out) >= params.max_sites:
                 return out
             if mod_ast is None:
-                try:
-                    mod_ast = ast.parse(ctx.tree.read_text(path))
-                except (SyntaxError, ValueError):
+                mod_ast = module_ast(ctx.tree, path)
+                if mod_ast is None:  # does not parse
                     break
-            fn = _enclosing(mod_ast, b.line)
+            fn = enclosing_function(mod_ast, b.line)
             env = _local_probes(fn) if fn is not None else {}
             try:
                 node = _Sub(env).visit(ast.parse(b.test.strip(), mode="eval"))

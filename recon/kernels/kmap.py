@@ -217,11 +217,41 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         "path_costs": path_costs(ctx, layers),
     }
     if prefill_m:
-        pre = _guarded("attention", attention, step, "EXTEND")
-        pre["ops"] = _ops(pre)
-        out["prefill"] = {"M": prefill_m, "attention": pre, "cuda_graph": False,
-                          "dense_gemm_roofline": _roofline("dense_gemm", ctx.model, ctx.device, prefill_m),
-                          "moe_roofline": _roofline("moe", ctx.model, ctx.device, prefill_m)}
+        out["prefill"] = _prefill(ctx, step, prefill_m)
+    return out
+
+
+def _prefill(ctx, step, prefill_m: int) -> dict:
+    """The prefill step's part of the map: its attention (``forward_extend``) and rooflines at M tokens."""
+    from .step import attention
+
+    pre = _guarded("attention", attention, step, "EXTEND")
+    pre["ops"] = _ops(pre)
+    return {"M": prefill_m, "attention": pre, "cuda_graph": False,
+            "dense_gemm_roofline": _roofline("dense_gemm", ctx.model, ctx.device, prefill_m),
+            "moe_roofline": _roofline("moe", ctx.model, ctx.device, prefill_m)}
+
+
+def _with_prefill(ctx, decode: dict, prefill_m: int) -> dict:
+    """The map with a prefill step: the decode map (everything but ``prefill`` is the same for any
+    prefill size) and the prefill part walked with the scenario's engine, as build_map would."""
+    import copy
+    import sys
+
+    from ..runtime.engine import engine_for
+    from .step import Step
+
+    if id(ctx) in _BUILDING:
+        raise MapInProgress("the kernel map of this scenario is being built")
+    out = copy.deepcopy(decode)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20000))
+    _BUILDING.add(id(ctx))
+    try:
+        out["prefill"] = _prefill(ctx, Step(ctx, engine_for(ctx)), prefill_m)
+    finally:
+        _BUILDING.discard(id(ctx))
+        sys.setrecursionlimit(old)
     return out
 
 
@@ -250,7 +280,12 @@ def map_for(ctx, prefill_m: Optional[int] = None, context: int = DEFAULT_CONTEXT
     attention roofline at ``context`` tokens of KV cache per sequence."""
     from ..runtime.cached import load_or_build, scenario_key
 
-    m = load_or_build("kernels", scenario_key(ctx, prefill_m), lambda: build_map(ctx, prefill_m))
+    def decode():
+        return load_or_build("kernels", scenario_key(ctx, None), lambda: build_map(ctx, None))
+
+    # a scenario asks for its decode map and for one with a prefill step (the checks' 8192 tokens):
+    # the second reuses the first's walk rather than walking every decode layer again
+    m = load_or_build("kernels", scenario_key(ctx, prefill_m), lambda: _with_prefill(ctx, decode(), prefill_m)) if prefill_m else decode()
     for lay in m["layers"]:
         if lay["kind"] == "attention":
             ms = sorted({r["M"] for r in lay.get("roofline", [])}) or [1]

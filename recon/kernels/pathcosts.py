@@ -15,7 +15,6 @@ One implementation of each measure (the rule's check), so the map and the spec c
 
 from __future__ import annotations
 
-import ast
 from typing import Optional
 
 PATH_RULES = ("per-call-weight-conversion", "eager-epilogue", "missing-device-config")
@@ -41,17 +40,13 @@ def _findings(ctx) -> dict[str, list]:
 
 def _enclosing(tree, path: str, line: int) -> Optional[tuple[str, int]]:
     """(name, first line) of the innermost function of ``path`` holding ``line``."""
-    from .. import bounded
+    from ..runtime.asts import enclosing_function, module_ast
 
     try:
-        mod = bounded.parse(tree.read_text(path))
-    except (SyntaxError, OSError, ValueError):
+        mod = module_ast(tree, path)  # parsed once per loaded tree, not once per call site
+    except (OSError, KeyError):
         return None
-    best = None
-    for n in ast.walk(mod):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or n.lineno):
-            if best is None or n.lineno > best.lineno:
-                best = n
+    best = enclosing_function(mod, line) if mod is not None else None
     return (best.name, best.lineno) if best is not None else None
 
 

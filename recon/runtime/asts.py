@@ -30,14 +30,101 @@ def source_line(node) -> str:
     return re.sub(r"\s+", " ", ast.unparse(node)).strip()
 
 
-def _ast(ctx, path: str) -> Optional[ast.Module]:
-    key = ("ast", path)
-    if key not in ctx.cache:
+def module_ast(tree, path: str) -> Optional[ast.Module]:
+    """The syntax tree of one of the tree's files, parsed once per loaded tree (``bounded.parse``)
+    and shared by every reader and every scenario: the gate model, the engine's world, the checks.
+    None when the file does not parse; a file that cannot be read raises (OSError, KeyError), and
+    is not remembered. Readers never edit what they get (a rewrite works on a copy)."""
+    asts = tree_memo(tree).setdefault("asts", {})
+    if path not in asts:
+        text = tree.read_text(path)
         try:
-            ctx.cache[key] = bounded.parse(ctx.tree.read_text(path))
-        except (SyntaxError, ValueError, OSError, KeyError):
-            ctx.cache[key] = None
-    return ctx.cache[key]
+            asts[path] = bounded.parse(text)
+        except (SyntaxError, ValueError):
+            asts[path] = None
+    return asts[path]
+
+
+def _ast(ctx, path: str) -> Optional[ast.Module]:
+    """:func:`module_ast` for a check, with a file that cannot be read as None."""
+    try:
+        return module_ast(ctx.tree, path)
+    except (OSError, KeyError):
+        return None
+
+
+# Indexes of a parsed module, made on first use and kept on its syntax tree (shared per loaded tree,
+# see module_ast): finding one def by walking the whole module, for every lookup of every scenario,
+# was the largest item of a second device's or model's scan. Each lists in ``ast.walk`` order, so a
+# lookup over it finds what the walk found first.
+
+def functions(mod: ast.AST) -> list:
+    """Every ``def`` / ``async def`` in ``mod``, in ``ast.walk`` order."""
+    funcs = getattr(mod, "_recon_functions", None)
+    if funcs is None:
+        funcs = [n for n in ast.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        mod._recon_functions = funcs
+    return funcs
+
+
+def functions_named(mod: ast.AST, name: str) -> list:
+    """The defs of ``mod`` named ``name``, in ``ast.walk`` order."""
+    by_name = getattr(mod, "_recon_functions_by_name", None)
+    if by_name is None:
+        by_name = {}
+        for n in functions(mod):
+            by_name.setdefault(n.name, []).append(n)
+        mod._recon_functions_by_name = by_name
+    return by_name.get(name, ())
+
+
+def enclosing_function(mod: ast.AST, line: int):
+    """The innermost def of ``mod`` whose lines hold ``line`` (the first listed among equals), or None."""
+    best = None
+    for n in functions(mod):
+        if n.lineno <= line <= (n.end_lineno or n.lineno):
+            if best is None or n.lineno > best.lineno:
+                best = n
+    return best
+
+
+def classes_named(mod: ast.AST, name: str) -> list:
+    """The classes of ``mod`` named ``name``, in ``ast.walk`` order."""
+    by_name = getattr(mod, "_recon_classes_by_name", None)
+    if by_name is None:
+        by_name = {}
+        for n in ast.walk(mod):
+            if isinstance(n, ast.ClassDef):
+                by_name.setdefault(n.name, []).append(n)
+        mod._recon_classes_by_name = by_name
+    return by_name.get(name, ())
+
+
+def single_assignments(mod: ast.AST) -> list:
+    """Every ``target = value`` statement (one target) in ``mod``, in ``ast.walk`` order."""
+    found = getattr(mod, "_recon_single_assignments", None)
+    if found is None:
+        found = [n for n in ast.walk(mod) if isinstance(n, ast.Assign) and len(n.targets) == 1]
+        mod._recon_single_assignments = found
+    return found
+
+
+def if_statements(mod: ast.AST) -> list:
+    """Every ``if`` statement in ``mod``, in ``ast.walk`` order."""
+    ifs = getattr(mod, "_recon_ifs", None)
+    if ifs is None:
+        ifs = [n for n in ast.walk(mod) if isinstance(n, ast.If)]
+        mod._recon_ifs = ifs
+    return ifs
+
+
+def global_names(fn: ast.AST) -> frozenset:
+    """The names a function (nested scopes included) declares ``global``."""
+    names = getattr(fn, "_recon_globals", None)
+    if names is None:
+        names = frozenset(x for n in ast.walk(fn) if isinstance(n, ast.Global) for x in n.names)
+        fn._recon_globals = names
+    return names
 
 
 def _function(ctx, node_id: str) -> Optional[tuple[str, ast.FunctionDef]]:
@@ -49,9 +136,8 @@ def _function(ctx, node_id: str) -> Optional[tuple[str, ast.FunctionDef]]:
     mod = _ast(ctx, path)
     if mod is None:
         return None
-    for n in ast.walk(mod):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == d.get("name"):
-            first = min([n.lineno] + [x.lineno for x in n.decorator_list])
-            if first <= line <= n.lineno or n.lineno == line:
-                return path, n
+    for n in functions_named(mod, d.get("name")):
+        first = min([n.lineno] + [x.lineno for x in n.decorator_list])
+        if first <= line <= n.lineno or n.lineno == line:
+            return path, n
     return None

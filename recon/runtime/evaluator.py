@@ -19,7 +19,7 @@ from typing import Any, Optional
 from .. import bounded
 from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value, unpack
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
-from .asts import source_line
+from .asts import global_names, source_line
 from .steptensors import AtLeast, StepTensor, TensorShape
 
 MAX_OUTCOMES = 16
@@ -710,7 +710,7 @@ class Evaluator(Interpreter):
         for fn in tree.body if tree is not None else ():
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            if not any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(fn)):
+            if name not in global_names(fn):
                 continue
             if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fn)):
                 scoped = True  # a context manager sets the global for its with-block only, not at start-up

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import bounded
+from .asts import functions_named, module_ast
 from .interp import _PROBE_TAILS, UNKNOWN, Dev, Interpreter, _literal_src, public, tree_memo
 
 @dataclass(frozen=True)
@@ -58,7 +59,6 @@ class GateModel:
         self.by_name: dict[str, list[str]] = {}  # short name (and aliases) -> gate qualnames
         self.vars: dict[tuple[str, str], str] = {}  # (module, variable) -> gate
         self.platform_keys: dict[str, str] = {}  # platform property name -> gate
-        self._asts: dict[str, Any] = tree_memo(tree).setdefault("asts", {})  # parsed once per tree, for every device
         self._facts_by_module: dict[str, Any] = {}
         self._alias_map: dict[str, str] = {}  # alias qualname -> the node the chain defines
         self._flags: dict[tuple[str, str], Any] = {}  # (module, name) -> module_flag's answer
@@ -93,12 +93,7 @@ class GateModel:
         return self._alias_map.get(q, q)
 
     def _module_ast(self, path: str):
-        if path not in self._asts:
-            try:
-                self._asts[path] = bounded.parse(self.tree.read_text(path))
-            except (SyntaxError, ValueError):
-                self._asts[path] = None
-        return self._asts[path]
+        return module_ast(self.tree, path)
 
     def function_ast(self, qual: str):
         node = self.G.nodes.get(qual)
@@ -107,12 +102,11 @@ class GateModel:
         tree = self._module_ast(node["path"])
         if tree is None:
             return None
-        line, name = node["line"], node["name"]
-        for n in ast.walk(tree):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
-                first = min([n.lineno] + [d.lineno for d in n.decorator_list])
-                if first <= line <= n.lineno:
-                    return n
+        line = node["line"]
+        for n in functions_named(tree, node["name"]):
+            first = min([n.lineno] + [d.lineno for d in n.decorator_list])
+            if first <= line <= n.lineno:
+                return n
         return None
 
     def gate_var(self, mod: str, dotted: str) -> Optional[str]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Optional
+from typing import Optional
 
-from .asts import tree_memo
+from .asts import classes_named, module_ast, single_assignments, tree_memo
 from .interp import UNKNOWN
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
@@ -29,7 +29,6 @@ class World:
         self.state = None  # recon.runtime.serverargs.State, set once resolved
         self.schema = None
         self.notes: Reads = Reads()  # what was assumed: env defaults, checkpoint facts
-        self._asts: dict[str, Any] = tree_memo(tree).setdefault("asts", {})
         self._envs: Optional[dict] = None
         self._class_writes: dict = {}
         self._mro: dict = {}
@@ -48,12 +47,10 @@ class World:
     def module_ast(self, path: str):
         if self.shared_asts is not None:
             return self.shared_asts(path)
-        if path not in self._asts:
-            try:
-                self._asts[path] = ast.parse(self.tree.read_text(path))
-            except (SyntaxError, ValueError, OSError, UnicodeDecodeError):
-                self._asts[path] = None
-        return self._asts[path]
+        try:
+            return module_ast(self.tree, path)
+        except OSError:
+            return None
 
     def function_ast(self, qual: str):
         """The def of an in-tree function, found by its file and line (one walk per file)."""
@@ -308,8 +305,8 @@ class World:
     def _class_ast(self, cls: str):
         d = self.G.nodes.get(cls, {})
         tree = self.module_ast(d["path"]) if d.get("path") else None
-        for n in ast.walk(tree) if tree is not None else ():
-            if isinstance(n, ast.ClassDef) and n.name == d.get("name") and abs(n.lineno - d.get("line", 0)) <= len(n.decorator_list) + 1:
+        for n in classes_named(tree, d.get("name")) if tree is not None else ():
+            if abs(n.lineno - d.get("line", 0)) <= len(n.decorator_list) + 1:
                 return n
         return None
 
@@ -685,11 +682,10 @@ class World:
         path = self.G.nodes.get(mod, {}).get("path")
         tree = self.module_ast(path) if path else None
         out = []
-        for n in ast.walk(tree) if tree is not None else ():
-            if isinstance(n, ast.Assign) and len(n.targets) == 1:
-                fields = [a.attr for a in ast.walk(n.value) if isinstance(a, ast.Attribute) and self.is_field(a.attr)]
-                if fields:
-                    out.append((ast.unparse(n.targets[0]), (fields[0], n.value)))
+        for n in single_assignments(tree) if tree is not None else ():
+            fields = [a.attr for a in ast.walk(n.value) if isinstance(a, ast.Attribute) and self.is_field(a.attr)]
+            if fields:
+                out.append((ast.unparse(n.targets[0]), (fields[0], n.value)))
         return out
 
     def slot(self, mod: str, dotted: str, ev, depth: int):
