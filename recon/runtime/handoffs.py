@@ -63,17 +63,26 @@ def raising_guards(fn: ast.AST) -> set:
     preconditions. A step that runs at all has met them; the other outcome is an error, not
     another kernel."""
     out: set = set()
-    todo = list(getattr(fn, "body", []))
-    while todo:
-        st = todo.pop()
-        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        if isinstance(st, ast.If):
-            body_raises = bool(st.body) and isinstance(st.body[-1], ast.Raise)
-            else_raises = bool(st.orelse) and isinstance(st.orelse[-1], ast.Raise)
-            if body_raises != else_raises:
-                out.add((id(st.test), not body_raises))
-        todo += [c for c in ast.iter_child_nodes(st) if isinstance(c, ast.stmt)]
+    blocks = [list(getattr(fn, "body", []))]
+    while blocks:
+        block = blocks.pop()
+        for i, st in enumerate(block):
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(st, ast.If):
+                body_raises = bool(st.body) and isinstance(st.body[-1], ast.Raise)
+                else_raises = bool(st.orelse) and isinstance(st.orelse[-1], ast.Raise)
+                if body_raises != else_raises:
+                    out.add((id(st.test), not body_raises))
+                elif not st.orelse and _exits(st.body) and not body_raises and i + 1 < len(block) \
+                        and isinstance(block[i + 1], ast.Raise):
+                    # ``if ok: ...; return x`` then ``raise``: falling through is the error
+                    out.add((id(st.test), True))
+            for field in ("body", "orelse", "finalbody"):
+                sub = getattr(st, field, None)
+                if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                    blocks.append(sub)
+            blocks += [h.body for h in getattr(st, "handlers", [])]
     return out
 
 
