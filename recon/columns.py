@@ -1,5 +1,6 @@
 """Text for people at 100 columns: every line recon prints off a terminal (a pipe, a file, a CI log)
-is folded to at most :data:`WIDTH` characters.
+is folded to at most :data:`WIDTH` characters, except a one-line error (``error: ...``), kept
+whole.
 
 A folded line keeps its indentation, and a list item (``- ``, ``<- ``, ``otherwise, if``...) goes on
 under its text, so a list stays a list and never becomes a paragraph. Lines break at spaces; a
@@ -17,12 +18,15 @@ import re
 WIDTH = 100
 
 # a list marker after the indentation: "- ", "* ", "1. ", "<- ", "== "
+# lines kept whole at any width: an error is one line, so a script (or a person's grep) reads
+# all of it from the line that starts with "error: " (the exit-code table's contract)
+_WHOLE = ("error: ",)
 _MARKER = re.compile(r"^(\s*)((?:[-*+]|\d+\.|<-|==|!!|\?\?)\s+)?")
 
 
 def fold(line: str, width: int = WIDTH) -> list[str]:
     """``line`` as lines of at most ``width`` characters (continuations indented under its text)."""
-    if len(line) <= width:
+    if len(line) <= width or line.startswith(_WHOLE):
         return [line]
     m = _MARKER.match(line)
     lead = m.group(1) or ""
