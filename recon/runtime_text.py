@@ -80,7 +80,6 @@ def render_text(view, verbose: bool = False) -> str:
         out.append("")
         out.append(f"if {cond}: " + ", ".join(f"{k} = {v}" for k, v in a["changes"].items()))
         out.append(f"  runs {a['method'] or 'no MoE method recon can resolve'}" + (": " + ", ".join(o.rsplit('.', 1)[-1] for o in a["ops"]) if a["ops"] else ""))
-    from .kernels.text import notes_lines
 
     out += notes_lines(view.notes, set() if verbose else set(getattr(view, "notes_idle", ())), verbose)
     return "\n".join(out) + "\n"
@@ -89,6 +88,20 @@ def render_text(view, verbose: bool = False) -> str:
 def _names(ops: list, n: int = 4) -> str:
     short = list(dict.fromkeys(o.rsplit(".", 1)[-1] if "/" not in o else o for o in ops))
     return ", ".join(short[:n]) + (f" (+{len(short) - n})" if len(short) > n else "") if short else "nothing recon names"
+
+
+def notes_lines(notes: list, idle, verbose: bool, shown=frozenset()) -> list[str]:
+    """The assumptions at the end of a text view: those whose flip changes a choice, one a line (not
+    again those a layer already showed); the ones that change nothing counted (``-v`` lists them)."""
+    keep = [n for n in notes if (verbose or n not in idle) and n not in shown]
+    quiet = 0 if verbose else sum(1 for n in notes if n in idle)
+    out = []
+    if keep or quiet:
+        out += ["", "assumed (environment defaults, checkpoint facts, tests taken one way):"]
+        out += [f"  - {n}" for n in keep]
+        if quiet:
+            out.append(f"  and {quiet} more that change no kernel or op chosen; -v or --format json lists them")
+    return out
 
 
 def fork_lines(forks: list, indent: str = "  ") -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ..columns import fold_all, markdown
+from ..runtime_text import fork_lines, notes_lines
 from ..safetext import inert, md_code, md_text
 
 _ENV_NOTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*( unset|=)")
@@ -105,7 +106,6 @@ def _ops_lines(lay: dict, width: int = 96) -> list[str]:
         for h in o.get("via", []):
             out.append(f"    <- {h['what'][:width - 30]}  [{_at(h['path'], h['line'])}]")
     out += tail
-    from ..runtime_text import fork_lines
     out += [x for x in fork_lines(lay.get("forks", []), "") if x]
     return out
 
@@ -185,20 +185,6 @@ def render_text(m: dict, verbose: bool = False) -> str:
                 out.append(f"  {key.split('_roofline')[0]} roofline: {r['bytes'] / 1e6:.1f} MB, {r['flops'] / 1e9:.1f} GFLOP; floor {r['floor_us']} us")
     out += notes_lines(m.get("notes", []), idle, verbose, shown={n for lay in m["layers"] for n in lay.get("env_read", []) or []})
     return "\n".join(out) + "\n"
-
-
-def notes_lines(notes: list, idle, verbose: bool, shown=frozenset()) -> list[str]:
-    """The assumptions at the end of a text view: those whose flip changes a choice, one a line (not
-    again those a layer already showed); the ones that change nothing counted (``-v`` lists them)."""
-    keep = [n for n in notes if (verbose or n not in idle) and n not in shown]
-    quiet = 0 if verbose else sum(1 for n in notes if n in idle)
-    out = []
-    if keep or quiet:
-        out += ["", "assumed (environment defaults, checkpoint facts, tests taken one way):"]
-        out += [f"  - {n}" for n in keep]
-        if quiet:
-            out.append(f"  and {quiet} more that change no kernel or op chosen; -v or --format json lists them")
-    return out
 
 
 def render_md(m: dict, verbose: bool = False) -> str:
