@@ -35,10 +35,12 @@ def test_norm_dispatch_resolved_on_first_call_reaches_the_cuda_kernel(gptoss_new
 def test_gpt_oss_attention_runs_the_grouped_triton_decode_kernels(gptoss_new):
     att = _layer(gptoss_new, "attention")
     assert att["backend_name"]["value"] == "triton"
-    assert _names(att) == {"_fwd_grouped_kernel_stage1", "_fwd_kernel_stage2"}
+    # the two decode kernels every layer, and the split-count kernel the backend's metadata launches
+    assert _names(att) == {"_fwd_grouped_kernel_stage1", "_fwd_kernel_stage2", "get_num_kv_splits_triton"}
+    assert [o.get("metadata", False) for o in att["ops"] if o["name"].endswith("get_num_kv_splits_triton")] == [True]
     # reached through the attribute that holds the function torch.compiler.disable wrapped
     assert any("wrapped by torch.compiler.disable" in h["what"] for o in att["ops"] for h in o["via"])
-    assert att["per_step"]["launches"] == 2 * 36
+    assert att["per_step"]["launches"] == 2 * 36 + 1  # the metadata once a step, not once a layer
 
 
 def test_logits_reach_the_lm_head_gemm_and_no_host_library(gptoss_new):

@@ -187,11 +187,16 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         n, why = _instances(lay["kind"], ctx.model, tp)
         ops = _ops(lay)
         lay["ops"] = ops
-        per = _launches(ops) if ops else 0
+        # the attention metadata a backend builds is built once a step, not once a layer
+        each = [o for o in ops if not o.get("metadata")]
+        once = _launches([o for o in ops if o.get("metadata")])
+        per = _launches(each) if each else 0
         if lay["kind"] == "communication" and tp > 1:
             # one collective per site a layer passes (the unconditional ones; the others are listed)
             per = sum(1 for st in lay.get("sites", []) if not st["when"]) or None
-        lay["per_step"] = {"instances": n, "basis": why, "launches": n * per if per else None}
+        if once:
+            why += f" + {once} metadata launch{'es' if once > 1 else ''} once a step"
+        lay["per_step"] = {"instances": n, "basis": why, "launches": (n * (per or 0) + once) if (per or once) else None}
         lay["cuda_graph"] = graph["captured"]
         lay["roofline"] = [r for r in (_roofline(lay["kind"], ctx.model, ctx.device, mm) for mm in sorted({m, mmax})) if r]
         if lay["kind"] == "attention":
