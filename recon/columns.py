@@ -136,8 +136,17 @@ class FoldingStream:
     newline (or a flush)."""
 
     def __init__(self, target):
-        self._target = target
+        self._lookup = target
         self._open = ""
+
+    def _target(self):
+        # A Rich live display (the progress bars) swaps sys.stdout/sys.stderr for a proxy that
+        # prints through a console; when that console writes here, the proxy must not be the
+        # target again (it would call back into this stream without end): write to what it proxies.
+        t = self._lookup()
+        while hasattr(t, "rich_proxied_file"):
+            t = t.rich_proxied_file
+        return t
 
     def write(self, s: str) -> int:
         t = self._target()
