@@ -27,6 +27,13 @@ def _ops(layer: dict) -> list[dict]:
     without an else to hold (optional work: ``if grammars: all_reduce(...)``) is never on it: the
     other outcome of that test runs nothing instead, so it stays among the conditional leaves."""
     leaves = layer.get("leaves", [])
+    # the attention metadata is walked from its own entry (the runner's init_forward_metadata): its
+    # path is chosen apart from the layer's
+    return _runs([lf for lf in leaves if not lf.get("metadata")]) + _runs([lf for lf in leaves if lf.get("metadata")])
+
+
+def _runs(leaves: list[dict]) -> list[dict]:
+    """:func:`_ops` for the leaves of one walk."""
     prim = [lf for lf in leaves if lf.get("primary")]
     if prim or not leaves:
         return prim
