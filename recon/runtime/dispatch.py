@@ -52,6 +52,22 @@ def _fn_path(ev, qual):
     return ev.world.path_of(qual) or ""
 
 
+def bind_args(ev, fn: ast.AST, call: ast.Call, env: dict, mod: str, scope: str) -> dict:
+    """The parameters of ``fn`` a ``call`` to it binds to values the evaluator knows (positional and
+    keyword; an unknown argument leaves its parameter unbound)."""
+    bound = {}
+    for p, a in zip([a.arg for a in fn.args.posonlyargs + fn.args.args], call.args):
+        v = ev._eval_raw(a, env, mod, scope)
+        if v is not UNKNOWN:
+            bound[p] = v
+    for k in call.keywords:
+        if k.arg:
+            v = ev._eval_raw(k.value, env, mod, scope)
+            if v is not UNKNOWN:
+                bound[k.arg] = v
+    return bound
+
+
 def choices(ev: Evaluator, qual: str, args: Optional[dict] = None, assumed: tuple = (), depth: int = 0,
             hops: Optional[list] = None) -> list[Choice]:
     """Every function the dispatcher ``qual`` returns, with the undecided tests on the way."""
@@ -108,16 +124,7 @@ def choices(ev: Evaluator, qual: str, args: Optional[dict] = None, assumed: tupl
                 inner = ev.model.function_ast(target)
                 bound = {}
                 if inner is not None:
-                    pn = [a.arg for a in inner.args.posonlyargs + inner.args.args]
-                    for p, a in zip(pn, expr.args):
-                        v = ev._eval_raw(a, o.env, mod, scope)
-                        if v is not UNKNOWN:
-                            bound[p] = v
-                    for k in expr.keywords:
-                        if k.arg:
-                            v = ev._eval_raw(k.value, o.env, mod, scope)
-                            if v is not UNKNOWN:
-                                bound[k.arg] = v
+                    bound.update(bind_args(ev, inner, expr, o.env, mod, scope))
                 out += choices(ev, target, bound, o.assumptions, depth + 1, here)
         if len(out) >= MAX_CHOICES:
             break

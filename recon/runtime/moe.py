@@ -213,23 +213,13 @@ def quant_methods(world, ev) -> dict:
 def _returned_call(ev, call, o, mod: str, scope: str) -> list:
     """Outcomes of ``get_quant_method`` for a returned call to an in-tree function: the classes
     that function constructs (``runtime.dispatch.choices``), the arguments it is called with bound."""
-    from .dispatch import choices
+    from .dispatch import bind_args, choices
 
     target = ev.model.resolve(mod, scope, _dotted(call.func)) if _dotted(call.func) else None
     inner = ev.model.function_ast(target) if target and ev.model.G.nodes.get(target, {}).get("kind") == "function" else None
     if inner is None:
         return []
-    names = [a.arg for a in inner.args.posonlyargs + inner.args.args]
-    bound = {}
-    for p, a in zip(names, call.args):
-        v = ev._eval_raw(a, o.env, mod, scope)
-        if v is not UNKNOWN:
-            bound[p] = v
-    for k in call.keywords:
-        if k.arg:
-            v = ev._eval_raw(k.value, o.env, mod, scope)
-            if v is not UNKNOWN:
-                bound[k.arg] = v
+    bound = bind_args(ev, inner, call, o.env, mod, scope)
     out = []
     for c in choices(ev, target, bound, tuple(o.assumptions), 1):
         if not c.constructs:
