@@ -31,7 +31,7 @@ from ..runtime.interp import UNKNOWN
 from ..runtime.moe import PathWalker, _from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
 from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
 from ..runtime.dispatch import choices, resolve_held
-from ..runtime.steptensors import entry_tensors
+from ..runtime.steptensors import annotation_of, entry_tensors
 
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
 _LAYER_MODULES = (
@@ -172,12 +172,7 @@ class Step:
         mod, scope = self.ev.model.module_scope(qual)
         out = {}
         for a in fn.args.args[1:] + fn.args.kwonlyargs:
-            ann = a.annotation
-            if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-                try:
-                    ann = ast.parse(ann.value, mode="eval").body
-                except SyntaxError:
-                    continue
+            ann = annotation_of(a.annotation)
             # `Union[LogitsMetadata, ForwardBatch]`: the first named class that has the field
             for n in ast.walk(ann) if ann is not None else ():
                 if not isinstance(n, (ast.Name, ast.Attribute)) or not _dotted_name(n):

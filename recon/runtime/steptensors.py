@@ -149,13 +149,20 @@ class StepTensor:
         return f"<step tensor {self.of}>"
 
 
-def _is_tensor_annotation(ann) -> bool:
-    """``torch.Tensor`` (or ``"torch.Tensor"``), not Optional nor a Union: a parameter that is a tensor."""
+def annotation_of(ann):
+    """A parameter's annotation as an expression: a string annotation (``"torch.Tensor"``) parsed,
+    None where there is none or the string does not parse."""
     if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
         try:
-            ann = ast.parse(ann.value, mode="eval").body
+            return ast.parse(ann.value, mode="eval").body
         except SyntaxError:
-            return False
+            return None
+    return ann
+
+
+def _is_tensor_annotation(ann) -> bool:
+    """``torch.Tensor`` (or ``"torch.Tensor"``), not Optional nor a Union: a parameter that is a tensor."""
+    ann = annotation_of(ann)
     return isinstance(ann, ast.Attribute) and ann.attr == "Tensor" and isinstance(ann.value, ast.Name) \
         and ann.value.id == "torch" or isinstance(ann, ast.Name) and ann.id == "Tensor"
 
@@ -238,12 +245,7 @@ def bundle_args(world, fn, mod: str, scope: str) -> dict:
         return {}
     out = {}
     for a in fn.args.posonlyargs + fn.args.args:
-        ann = a.annotation
-        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-            try:
-                ann = ast.parse(ann.value, mode="eval").body
-            except SyntaxError:
-                continue
+        ann = annotation_of(a.annotation)
         if not isinstance(ann, (ast.Name, ast.Attribute)):
             continue
         cls = world.R.resolve(mod, scope, ast.unparse(ann))
