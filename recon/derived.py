@@ -49,7 +49,7 @@ def derived_key(tree, *parts) -> str | None:
 def _shipped_state(tree) -> tuple:
     """What the tree's pinned kernel wheels ship, as read now (:mod:`recon.shipped`): a result made
     while a wheel could not be read (offline) is not reused once it can be, nor the other way."""
-    from .runtime.packages import declared
+    from .engine.packages import declared
 
     decl = declared(tree) if getattr(tree, "target", None) is not None else None
     return decl.shipped_state() if decl is not None else ()

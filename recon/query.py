@@ -136,7 +136,7 @@ def callers(G: nx.MultiDiGraph, symbol: str, dynamic: bool = True, tree=None) ->
     node = find(G, symbol)
     rows = _edges(G, node, "in", DYNAMIC_KINDS if dynamic else CALL_KINDS)
     if tree is not None and G.nodes[node].get("kind") == "function":
-        from .runtime.tables import readers
+        from .engine.tables import readers
         rows += readers(tree, node)
     return rows
 

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from .runtime.dtypes import ELEMENT_BITS, SCALE_BYTES
+from .engine.dtypes import ELEMENT_BITS, SCALE_BYTES
 
 ANCHORS_DIR = Path(__file__).resolve().parent / "data" / "anchors"
 

@@ -31,7 +31,7 @@ class Scenario:
 
     @property
     def engine(self):
-        from .runtime.engine import engine_for
+        from .engine.engine import engine_for
 
         return engine_for(self.ctx)
 

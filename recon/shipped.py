@@ -29,7 +29,7 @@ from typing import Optional
 from .cache import cache_dir, load_entry, save_entry
 
 # Distributions read this way: the kernel wheels a release pins, which ship more top-level
-# packages than their own. Others install the package their name says (recon.runtime.packages).
+# packages than their own. Others install the package their name says (recon.engine.packages).
 BUNDLES = frozenset({"sgl_kernel", "sglang_kernel"})
 # Linux x86_64 wheels of any manylinux level, for a CPython the kernel wheels' abi3 tags cover.
 _PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64", "manylinux_2_34_x86_64")

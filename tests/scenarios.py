@@ -59,7 +59,7 @@ def _turn(name: str):
 def install_tree_memo() -> None:
     import recon.tree
     from recon.cache import wait_for_writers
-    from recon.runtime.interp import tree_memo
+    from recon.engine.interp import tree_memo
 
     real = getattr(recon.tree.load, "__wrapped__", recon.tree.load)
 

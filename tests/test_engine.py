@@ -18,7 +18,7 @@ runner = CliRunner()
 
 @pytest.fixture
 def count_resolutions(monkeypatch):
-    import recon.runtime.engine as engine
+    import recon.engine.engine as engine
 
     calls = []
     real = engine.resolve
@@ -50,7 +50,7 @@ def test_view_and_map_share_the_engine(tree_new, count_resolutions, monkeypatch)
     values each shows (the view's server arguments; the map's attention backend, MoE runner backend,
     tp_size and CUDA-graph setting) are that engine's state."""
     from recon.runtime import cached
-    from recon.runtime.values import plain
+    from recon.engine.values import plain
     from recon.scenario import open_scenario
 
     monkeypatch.setattr(cached, "load_or_build", lambda area, key, build: build())  # a cold view: its engine is built here
@@ -134,7 +134,7 @@ def test_a_data_edit_changes_every_derived_key(tmp_path, monkeypatch, tree_new):
 
 def test_warm_spec_reflects_an_edit_of_external_ops(tmp_path, monkeypatch, tree_new):
     """The spec reads the view kept with the findings: an edit of the op table must reach it."""
-    import recon.runtime as runtime
+    import recon.engine.opreqs as opreqs
     from recon.rules import load_rules
     from recon.spec.context import _view_of, scan
 
@@ -156,5 +156,5 @@ def test_warm_spec_reflects_an_edit_of_external_ops(tmp_path, monkeypatch, tree_
     ops.write_text(ops.read_text() + "- match: 'sgl_kernel\\.moe_sum_reduce$'\n  what: top-k sum over experts (test entry)\n"
                    "  grouped_tensor_core: false\n")
     monkeypatch.setattr(derived, "_DIGEST", {})  # as a new process would
-    monkeypatch.setattr(runtime, "_OPS", {})
+    monkeypatch.setattr(opreqs, "_OPS", {})
     assert leaf_what()["sgl_kernel.moe_sum_reduce"] == "top-k sum over experts (test entry)"

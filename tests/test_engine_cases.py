@@ -10,9 +10,9 @@ import pytest
 
 from recon.checks import CheckContext
 from recon.profiles import load_device, load_model
-from recon.runtime.engine import Engine
-from recon.runtime.interp import UNKNOWN
-from recon.runtime.values import plain
+from recon.engine.engine import Engine
+from recon.engine.interp import UNKNOWN
+from recon.engine.values import plain
 
 CASES = Path(__file__).parent / "engine_cases"
 
@@ -78,7 +78,7 @@ def test_undecided_branch_keeps_both_outcomes(engines):
     from recon.placement import ON_STEP, UNDECIDED, _spans, place, sites_from_map
     from recon.runtime import _leaf_dict
     from recon.runtime.moe import PathWalker, calls_list, forks, walked_list
-    from recon.runtime.values import Instance
+    from recon.engine.values import Instance
 
     case = CASES / "undecided_branch.py"
     eng = engines(case)

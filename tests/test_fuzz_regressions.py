@@ -130,7 +130,7 @@ def test_bombs_evaluate_to_unknown_not_to_a_value():
     tree = load(from_path(root))
     res = run_rules(tree, load_device("h200"), load_model(None), load_rules(), use_cache=False)
     assert res.errors == []
-    from recon.runtime.gatemodel import DEFAULT_DISCOVERY
+    from recon.engine.gatemodel import DEFAULT_DISCOVERY
 
     gates = res.context.cache[("gates", DEFAULT_DISCOVERY)]  # arch-gate's settings are the defaults
     assert gates["sglang.srt.layers.g.is_sm_fuzz"] is None

@@ -83,7 +83,7 @@ _MEASURE = textwrap.dedent("""
     from recon.scan import run_rules
     from recon.target import from_path
     from recon.tree import load
-    from recon.runtime.gatemodel import DEFAULT_DISCOVERY
+    from recon.engine.gatemodel import DEFAULT_DISCOVERY
     tree = load(from_path(sys.argv[1]))
     t = time.perf_counter()
     res = run_rules(tree, load_device("h200"), load_model(None), load_rules(), use_cache=False)

@@ -56,12 +56,12 @@ def import_graph(module_level_only: bool, package: str = "recon") -> nx.DiGraph:
 
 def test_the_graph_is_read():
     G = import_graph(True)
-    assert G.has_edge("recon.runtime.engine", "recon.runtime.evaluator")
+    assert G.has_edge("recon.engine.engine", "recon.engine.evaluator")
     assert G.has_edge("recon.kernels.step", "recon.runtime.moe")
     assert import_graph(True, "reference_impl").has_edge("reference_impl.moe", "reference_impl.configs")
     # an import inside a function is an edge of the full graph only
-    assert not import_graph(True).has_edge("recon.runtime.evaluator", "recon.runtime.registries")
-    assert import_graph(False).has_edge("recon.runtime.evaluator", "recon.runtime.registries")
+    assert not import_graph(True).has_edge("recon.engine.evaluator", "recon.engine.registries")
+    assert import_graph(False).has_edge("recon.engine.evaluator", "recon.engine.registries")
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))

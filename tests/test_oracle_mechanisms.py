@@ -75,10 +75,10 @@ _PROPERTY_TREE = {
 def _evaluator(tree, device="b200"):
     from recon.checks import CheckContext
     from recon.profiles import load_device, load_model
-    from recon.runtime.evaluator import Evaluator
-    from recon.runtime.gatemodel import _model
-    from recon.runtime.interp import Dev
-    from recon.runtime.world import World
+    from recon.engine.evaluator import Evaluator
+    from recon.engine.gatemodel import _model
+    from recon.engine.interp import Dev
+    from recon.engine.world import World
 
     ctx = CheckContext(tree, load_device(device), load_model("qwen3-30b-a3b"))
     world = World(tree, ctx.model, {})
@@ -93,7 +93,7 @@ def _eval(ev, text, **env):
 
 
 def test_property_is_its_getters_value_and_self_reads_see_earlier_writes(synthetic):
-    from recon.runtime.values import Instance
+    from recon.engine.values import Instance
 
     tree = synthetic(_PROPERTY_TREE)
     world, ev = _evaluator(tree)
@@ -456,13 +456,13 @@ _RUNNER_TREE = {
 
 
 def test_a_stand_in_answers_what_its_constructor_derives_from_what_it_holds(synthetic):
-    from recon.runtime.interp import UNKNOWN
-    from recon.runtime.values import EnumVal, Instance
-    from recon.runtime.world import World
+    from recon.engine.interp import UNKNOWN
+    from recon.engine.values import EnumVal, Instance
+    from recon.engine.world import World
     from recon.runtime import _Blank
-    from recon.runtime.evaluator import Evaluator
-    from recon.runtime.gatemodel import _model
-    from recon.runtime.interp import Dev
+    from recon.engine.evaluator import Evaluator
+    from recon.engine.gatemodel import _model
+    from recon.engine.interp import Dev
     from recon.checks import CheckContext
     from recon.profiles import load_device, load_model
 
@@ -530,7 +530,7 @@ def test_get_quant_method_that_returns_another_functions_choice_is_followed(synt
 
     from recon.checks import CheckContext
     from recon.profiles import load_device, load_model
-    from recon.runtime.engine import Engine
+    from recon.engine.engine import Engine
     from recon.runtime.moe import quant_methods
 
     tree = synthetic(_DELEGATING_QUANT)

@@ -34,7 +34,7 @@ _REQUIRES = {"sglang/srt/probe.py": (
 
 
 def _lookup(synthetic, module):
-    from recon.runtime.packages import declared
+    from recon.engine.packages import declared
 
     return declared(synthetic(_REQUIRES)).lookup(module)
 

@@ -139,7 +139,7 @@ GATED = {
 
 
 def test_gate_model_is_keyed_by_discovery_settings(synthetic):
-    from recon.runtime.gatemodel import DEFAULT_DISCOVERY, GateDiscovery, _model, evaluate_gates
+    from recon.engine.gatemodel import DEFAULT_DISCOVERY, GateDiscovery, _model, evaluate_gates
 
     tree = synthetic(GATED)
     ctx = CheckContext(tree, load_device("rtx-pro-6000"), load_model(None))

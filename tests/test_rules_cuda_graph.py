@@ -234,7 +234,7 @@ def test_module_flags_evaluated_on_a_real_tree(tree_0513):
     _is_hip` (mxfp4.py) is false on NVIDIA GPUs and open on AMD ones; `_is_cuda = is_cuda()` and the
     Blackwell flags of fp8_utils.py decide `_raw_triton_mxfp8_blockscaled_linear`'s guard per GPU."""
     from recon.checks import CheckContext
-    from recon.runtime.gatemodel import eval_test
+    from recon.engine.gatemodel import eval_test
     from recon.profiles import load_model
 
     mx = ("sglang/srt/layers/quantization/mxfp4.py", "sglang.srt.layers.quantization.mxfp4", "Mxfp4MoEMethod.apply")
@@ -253,7 +253,7 @@ def test_module_flags_evaluated_on_a_real_tree(tree_0513):
 
 
 def test_handoff_guards_read_as_written():
-    from recon.runtime.handoffs import _negate
+    from recon.engine.handoffs import _negate
 
     assert _negate("self.x == 'bf16'") == "self.x != 'bf16'"
     assert _negate("a is not None") == "a is None"

@@ -70,7 +70,7 @@ def test_gates_false_on_h200(tree_0513, scan_0513_h200):
 
 
 def test_evaluate_gates_shared_cache(tree_0513):
-    from recon.runtime.gatemodel import DEFAULT_DISCOVERY, evaluate_gates
+    from recon.engine.gatemodel import DEFAULT_DISCOVERY, evaluate_gates
 
     ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"))
     vals = evaluate_gates(ctx)
@@ -228,7 +228,7 @@ def test_gate_forms_synthetic(synthetic):
             "def supports_nvswitch():\n    return is_bw() and os.path.exists('/dev/nvidia-nvswitchctl')\n"
         ),
     })
-    from recon.runtime.gatemodel import evaluate_gates
+    from recon.engine.gatemodel import evaluate_gates
 
     vals = {k.rsplit(".", 1)[-1]: v for k, v in evaluate_gates(_ctx(tree)).items()}
     assert vals["is_bw"] is True and vals["is_sm90_plus"] is True
@@ -248,7 +248,7 @@ def test_gate_predicate_folds_early_returns():
     with the final return, any other early return becomes a conditional (not just the last line)."""
     import ast
 
-    from recon.runtime.gatemodel import _predicate_of
+    from recon.engine.gatemodel import _predicate_of
 
     def pred(src):
         return _predicate_of(ast.parse(src).body[0])

@@ -306,7 +306,7 @@ def test_a_server_argument_read_through_its_namespace_accessor(tree_new):
 
 
 def test_optional_packages_are_decided_by_the_release_requirements(tree_new, tree_old):
-    from recon.runtime.packages import declared
+    from recon.engine.packages import declared
     new = declared(tree_new)
     assert new is not None and new.provides("flashinfer").startswith("flashinfer")
     assert new.provides("flashinfer.fused_moe") == new.provides("flashinfer")

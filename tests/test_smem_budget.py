@@ -61,7 +61,7 @@ def test_the_sm12x_branch_fits(tree_059):
 
 
 def test_kernel_regions_sum_the_dot_operands_of_one_loop(tree_058):
-    from recon.runtime.smem import dot_regions, need
+    from recon.engine.smem import dot_regions, need
     mod = ast.parse(tree_058.read_text(EXTEND))
     k = next(n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "_fwd_kernel")
     regions = dot_regions(k)

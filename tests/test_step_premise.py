@@ -8,8 +8,8 @@ import ast
 
 import pytest
 
-from recon.runtime.interp import UNKNOWN
-from recon.runtime.steptensors import PREMISE_NOTE, AtLeast, StepTensor, Undecided, entry_tensors, rebound, truth
+from recon.engine.interp import UNKNOWN
+from recon.engine.steptensors import PREMISE_NOTE, AtLeast, StepTensor, Undecided, entry_tensors, rebound, truth
 from tests import scenarios
 
 

@@ -140,8 +140,8 @@ def test_assumptions_that_change_nothing_are_counted_not_listed(sglang_0513, tre
 def test_a_flip_that_changes_the_value_is_kept():
     """The mechanism on a function of three ways: a test whose other branch returns the same value
     changes nothing; one whose other branch returns another value, or raises, changes it."""
-    from recon.runtime.evaluator import Outcome
-    from recon.runtime.world import _flip_changes
+    from recon.engine.evaluator import Outcome
+    from recon.engine.world import _flip_changes
 
     a = ("x", False, "f.py", 3)
     primary = Outcome("triton", (a,), 5)

@@ -29,7 +29,7 @@ def _findings(tree, device, model="dsv4"):
 
 
 def test_op_data_rows_carry_evidence_and_known_archs():
-    from recon.runtime.opreqs import _rows
+    from recon.engine.opreqs import _rows
     archs = {d.sm for d in __import__("recon.profiles", fromlist=["x"]).list_devices()}
     for _, d in _rows():
         assert str(d.get("evidence", "")).strip(), d["match"]
@@ -39,7 +39,7 @@ def test_op_data_rows_carry_evidence_and_known_archs():
 
 
 def test_support_follows_the_pinned_version(tree_0513):
-    from recon.runtime.opreqs import support
+    from recon.engine.opreqs import support
     s = support(tree_0513, "deep_gemm.fp8_einsum", "sm_120")
     assert (s.runs, s.version, s.first_with) == (False, "0.1.2", ">=0.1.5")
     assert support(tree_0513, "deep_gemm.fp8_einsum", "sm_90").runs is True

@@ -117,12 +117,12 @@ def server_args_view(ctx, flags: dict, env: dict):
     and the same records (decisions, defaults of the tracked fields, later writers, forks)."""
     from types import SimpleNamespace
 
-    from recon.runtime.evaluator import Evaluator
-    from recon.runtime.gatemodel import _model
-    from recon.runtime.interp import Dev
-    from recon.runtime.serverargs import load_schema, open_later_writers, refusals, resolve
-    from recon.runtime.values import plain
-    from recon.runtime.world import World
+    from recon.engine.evaluator import Evaluator
+    from recon.engine.gatemodel import _model
+    from recon.engine.interp import Dev
+    from recon.engine.serverargs import load_schema, open_later_writers, refusals, resolve
+    from recon.engine.values import plain
+    from recon.engine.world import World
 
     world = World(ctx.tree, ctx.model, env)
     gm = _model(ctx)

@@ -18,7 +18,7 @@ from typing import Optional
 
 from ..checks import CheckContext
 from ..runtime.selections import resolve_selections
-from ..runtime.kernelfacts import kernel_summary
+from ..engine.kernelfacts import kernel_summary
 from ..errors import NothingToDo, ReconError
 
 # apply() of a quant method for MXFP4 MoE experts (Mxfp4MarlinMoEMethod, Mxfp4MoEMethod, ...)

@@ -130,7 +130,7 @@ class CheckContext:
     cache: dict = field(default_factory=dict)  # shared by checks within one run (e.g. evaluated gates)
     server_flags: dict = field(default_factory=dict)  # --server-args, parsed against the tree's ServerArgs
     env: dict = field(default_factory=dict)  # --env NAME=VALUE
-    # the scenario's one engine (recon.runtime.engine): built on first use, never pickled
+    # the scenario's one engine (recon.engine.engine): built on first use, never pickled
     engine: Any = field(default=None, repr=False, compare=False)
     # its runtime view (recon.runtime.runtime_view): a value of the scenario, never a cache entry
     view: Any = field(default=None, repr=False, compare=False)

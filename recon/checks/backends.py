@@ -4,7 +4,7 @@ Pattern: one method stores a constant in an attribute under arch gates
 (``layer._dsv4_mxfp4_backend = "sm120_triton"`` in ``process_weights_after_loading``) and another
 method compares the same attribute with the same constant (``if layer._dsv4_mxfp4_backend ==
 "sm120_triton":`` in ``apply``). The setter is walked statement by statement with the gates
-evaluated for the device (:mod:`recon.runtime.gatemodel`), which tells the value this device stores;
+evaluated for the device (:mod:`recon.engine.gatemodel`), which tells the value this device stores;
 the comparison then tells which part of the comparing method runs, and the graph's ``calls`` and
 ``launches`` edges from that part give the chain down to the kernel.
 

@@ -18,8 +18,8 @@ from typing import Optional
 
 from .. import tunedconfigs as tc
 from ..findings import Evidence, Finding
-from ..runtime.asts import _ast, _function
-from ..runtime.configwalk import _dict_values, _Eval
+from ..engine.asts import _ast, _function
+from ..engine.configwalk import _dict_values, _Eval
 from . import check
 
 
@@ -65,7 +65,7 @@ def _folder(ctx, fn: str, lookups: list[str]) -> Optional[tuple[str, str, int]]:
     return None
 
 
-# --- the default config: walk the fallback branch (recon.runtime.configwalk) -----------------------
+# --- the default config: walk the fallback branch (recon.engine.configwalk) -----------------------
 
 
 def _default(ctx, lookups: list[str], env: dict, params: "MissingConfigParams") -> Optional[dict]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..runtime import runtime_view
-from ..runtime.handoffs import IGNORE, describe, handoffs
+from ..engine.handoffs import IGNORE, describe, handoffs
 from ..findings import Evidence, Finding
 from . import check
 from ..runtime.capture import CaptureScope, _chain, _capture_chains, _model_forwards, _quant_methods, _reach

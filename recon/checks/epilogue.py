@@ -3,7 +3,7 @@
 eager-epilogue: in a function that launches a Triton kernel (graph ``launches`` edges) or calls a
 native op, the chain of elementwise torch ops applied to the kernel's output buffers afterwards,
 with the bytes each op reads and writes at the model's decode shapes (a small shape interpreter
-over the function's statements; sizes bound as in :mod:`recon.runtime.shapes`).
+over the function's statements; sizes bound as in :mod:`recon.engine.shapes`).
 
 per-call-weight-conversion: ``.to(torch.float32)`` / ``.float()`` of weight- or scale-named tensors
 inside forward/apply functions, with the bytes converted per call at the model's shapes.
@@ -20,8 +20,8 @@ from ..facts import Call
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
 from . import CheckContext, check, params_dict
-from ..runtime.dtypes import DTYPE_BYTES, SCALE_BYTES
-from ..runtime.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
+from ..engine.dtypes import DTYPE_BYTES, SCALE_BYTES
+from ..engine.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 
 ELEMENTWISE = {
     "silu", "gelu", "relu", "sigmoid", "tanh", "exp", "clamp", "clamp_", "clip", "mul", "mul_", "add", "add_",

@@ -14,8 +14,8 @@ value (``_is_sm120_supported = is_sm120_supported()``), a platform property, or 
 capability probe; each is evaluated for the device and for reference devices, and reported when the
 device takes a different branch than a reference does (that is where dispatch diverges).
 
-The interpreter is :mod:`recon.runtime.interp`, the gate model and the shared evaluation
-(:func:`evaluate_gates`, :func:`gate_sites`, :func:`eval_test`) :mod:`recon.runtime.gatemodel`.
+The interpreter is :mod:`recon.engine.interp`, the gate model and the shared evaluation
+(:func:`evaluate_gates`, :func:`gate_sites`, :func:`eval_test`) :mod:`recon.engine.gatemodel`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..findings import Evidence, Finding
-from ..runtime.gatemodel import GateDiscovery, _model, eval_test, evaluate_gates, gate_sites, interpreter
-from ..runtime.interp import public
+from ..engine.gatemodel import GateDiscovery, _model, eval_test, evaluate_gates, gate_sites, interpreter
+from ..engine.interp import public
 from . import Devices, check
 
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Optional
 
 from ..findings import Evidence, Finding
-from ..runtime.kernelfacts import kernels_by_file
+from ..engine.kernelfacts import kernels_by_file
 from ..tritonast import file_summary
 from . import CheckContext, check
 

@@ -18,8 +18,8 @@ from .. import bounded
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, parse_expr
 from . import CheckContext, check
-from ..runtime.kernelfacts import kernel_summary
-from ..runtime.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
+from ..engine.kernelfacts import kernel_summary
+from ..engine.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 
 TRITON_DEFAULT_WARPS = 4
 

@@ -3,7 +3,7 @@
 
 Both read the kernel map (:func:`recon.kernels.kmap.map_for`: what the engine says runs, decode and
 the prefill attention), never the whole tree by name. What each op is built for is data with
-evidence (``data/external_ops.yaml``, :mod:`recon.runtime.opreqs`), for the package version the
+evidence (``data/external_ops.yaml``, :mod:`recon.engine.opreqs`), for the package version the
 release pins; an op with no entry is "not known" and said so, never assumed to run.
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..findings import Evidence, Finding
-from ..runtime.asts import _ast, enclosing_function, if_statements, module_ast
-from ..runtime.opreqs import support
+from ..engine.asts import _ast, enclosing_function, if_statements, module_ast
+from ..engine.opreqs import support
 from . import check
 
 
@@ -277,7 +277,7 @@ def _flag_module(ctx, mod: str, name: str, hops: int = 4) -> Optional[tuple]:
     """(module, value node) of the module-level flag ``name`` read in ``mod``: bound there, or
     imported (by name or through ``from m import *``, as deep_gemm_wrapper/__init__.py re-exports
     its configurer's flags)."""
-    from ..runtime.gatemodel import _model
+    from ..engine.gatemodel import _model
     model = _model(ctx)
     found = model._module_flags(mod).get(name)
     if found is not None or hops <= 0:
@@ -339,7 +339,7 @@ def _route_flags(ctx, lf: dict) -> dict:
 @check("family_gate", params=FamilyGateParams, payload=(FamilyGateData,))
 def family_gate(ctx, rule) -> list[Finding]:
     from ..profiles import list_devices
-    from ..runtime.gatemodel import eval_test
+    from ..engine.gatemodel import eval_test
 
     params: FamilyGateParams = rule.params
     dev = ctx.device

@@ -3,8 +3,8 @@ block than the device has (the launch raises ``OutOfResources`` at its first cal
 
 Reads the kernel map (decode layers and the prefill attention), so only launches that run are
 judged. The config of each launch is evaluated in its launcher on the device
-(:func:`recon.runtime.smem.launch_config`: the branch on the capability that picks the tiles), the
-kernel's dot operands give the tiles (:func:`recon.runtime.smem.dot_regions`). The attention's head
+(:func:`recon.engine.smem.launch_config`: the branch on the capability that picks the tiles), the
+kernel's dot operands give the tiles (:func:`recon.engine.smem.dot_regions`). The attention's head
 dimensions are the model's; where the step takes one of two attention forms that the engine cannot
 decide (DeepSeek's MLA prefill: MHA without a cached prefix, the absorbed MLA form with one), each
 form is judged and named.
@@ -78,8 +78,8 @@ def _leaves(m: dict):
 
 @check("triton_smem_budget", params=SmemParams, payload=(SmemData,))
 def triton_smem_budget(ctx, rule) -> list[Finding]:
-    from ..runtime.gatemodel import interpreter
-    from ..runtime.smem import dot_regions, launch_config, need
+    from ..engine.gatemodel import interpreter
+    from ..engine.smem import dot_regions, launch_config, need
     from .oparch import _map
 
     params: SmemParams = rule.params

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .. import roofline
-from ..runtime.dtypes import ELEMENT_BITS
+from ..engine.dtypes import ELEMENT_BITS
 
 DECODE_M = (1, 64)
 DEFAULT_PREFILL_M = 4096  # the prefill M a budget shows when none is asked for (--prefill-m)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..roofline import moe_roofline
-from ..runtime.values import EnumVal
+from ..engine.values import EnumVal
 
 ORDER = ("embedding", "norm", "decoder_layer", "attention", "attention_module", "rotary", "dense_gemm", "moe", "communication", "logits", "sampling")
 
@@ -147,7 +147,7 @@ def build_map(ctx, prefill_m: Optional[int] = None) -> dict:
 
 def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
     from ..runtime import runtime_view
-    from ..runtime.engine import engine_for
+    from ..engine.engine import engine_for
     from .step import Step, attention, attention_module, communication, decoder_layer, dense, model_class, moe, simple_layers
 
     view = runtime_view(ctx)  # walked with the context's engine when it is not in the cache
@@ -250,7 +250,7 @@ def _with_prefill(ctx, decode: dict, prefill_m: int) -> dict:
     import copy
     import sys
 
-    from ..runtime.engine import engine_for
+    from ..engine.engine import engine_for
     from .step import Step
 
     if id(ctx) in _BUILDING:
@@ -270,7 +270,7 @@ def _with_prefill(ctx, decode: dict, prefill_m: int) -> dict:
 def _tensor_cores(ctx, ops: list[dict]) -> Optional[bool]:
     """Whether the layer's Triton kernels do their math on tensor cores (a ``tl.dot``/``tl.dot_scaled``
     in the kernel's body); None when it launches no Triton kernel recon can read (a library op)."""
-    from ..runtime.kernelfacts import kernel_summary
+    from ..engine.kernelfacts import kernel_summary
 
     got = []
     for o in ops:
@@ -283,7 +283,7 @@ def _tensor_cores(ctx, ops: list[dict]) -> Optional[bool]:
 
 
 def _plain(v):
-    from ..runtime.values import plain
+    from ..engine.values import plain
     return plain(v)
 
 
@@ -314,7 +314,7 @@ def _mark_will_run(ctx, m: dict) -> None:
     version the release pins): ``will_run`` lists those on the layer's path that have no kernels for
     the device (runs False) or that recon does not know (runs None). Read at render time, so an edit
     of the data shows without rebuilding the cached map."""
-    from ..runtime.opreqs import support
+    from ..engine.opreqs import support
 
     lays = list(m.get("layers", [])) + ([m["prefill"]["attention"]] if (m.get("prefill") or {}).get("attention") else [])
     for lay in lays:

@@ -40,7 +40,7 @@ def _findings(ctx) -> dict[str, list]:
 
 def _enclosing(tree, path: str, line: int) -> Optional[tuple[str, int]]:
     """(name, first line) of the innermost function of ``path`` holding ``line``."""
-    from ..runtime.asts import enclosing_function, module_ast
+    from ..engine.asts import enclosing_function, module_ast
 
     try:
         mod = module_ast(tree, path)  # parsed once per loaded tree, not once per call site

@@ -27,11 +27,11 @@ import ast
 import re
 from typing import Optional
 
-from ..runtime.interp import UNKNOWN
+from ..engine.interp import UNKNOWN
 from ..runtime.moe import PathWalker, _from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
-from ..runtime.values import EnumVal, FuncRef, Instance, LayerObj, plain
-from ..runtime.dispatch import choices, resolve_held
-from ..runtime.steptensors import annotation_of, entry_tensors
+from ..engine.values import EnumVal, FuncRef, Instance, LayerObj, plain
+from ..engine.dispatch import choices, resolve_held
+from ..engine.steptensors import annotation_of, entry_tensors
 
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
 _LAYER_MODULES = (
@@ -116,7 +116,7 @@ class Step:
         mr = self.classes("ModelRunner", "model_executor/")
         if not mr:
             return None
-        from ..runtime.values import ServerArgsObj
+        from ..engine.values import ServerArgsObj
         return Instance(mr[0], {"model_config": self.world.model_config(), "server_args": ServerArgsObj(self.world.state),
                                 "__only__": True})
 
@@ -459,8 +459,8 @@ def _is_op(lf) -> bool:
 def _extra_work_tests(fn) -> set:
     """Tests of the ``if`` statements in ``fn`` that have no else and do not leave the function:
     work added to the path when the test holds, with nothing instead when it does not."""
-    from ..runtime.asts import source_line as _src
-    from ..runtime.handoffs import _exits
+    from ..engine.asts import source_line as _src
+    from ..engine.handoffs import _exits
     return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not _exits(n.body)} if fn is not None else set()
 
 
@@ -846,8 +846,8 @@ def collective_sites(step: Step, mcls: Optional[str]) -> list[dict]:
     tree = step.world.module_ast(d["path"]) if d.get("path") else None
     if tree is None:
         return []
-    from ..runtime.asts import source_line as _src
-    from ..runtime.handoffs import _guarded_calls
+    from ..engine.asts import source_line as _src
+    from ..engine.handoffs import _guarded_calls
     mod = step.world._module_of(mcls)
     out = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):

@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..engine.opreqs import external_ops
+from ..engine.serverargs import ServerArgsError, load_schema, open_later_writers, parse_flags, refusals
+from ..engine.values import plain
+from ..engine.world import World
 from .moe import apply_path, quant_methods
-from .serverargs import ServerArgsError, load_schema, open_later_writers, parse_flags, refusals
-from .values import plain
-from .world import World
 
 __all__ = ["RuntimeView", "runtime_view", "ServerArgsError", "parse_server_args", "parse_env", "undeclared_envs"]
 
@@ -121,26 +122,10 @@ class _Blank:
     hf_config: dict = {}
 
 
-_OPS: dict = {}
-
-
-def _external_ops() -> list:
-    """recon's table of outside ops (``data/external_ops.yaml``), read once per data directory."""
-    from .. import derived
-
-    if derived.DATA_DIR not in _OPS:
-        import re
-
-        import yaml
-        data = yaml.safe_load((derived.DATA_DIR / "external_ops.yaml").read_text()) or []
-        _OPS[derived.DATA_DIR] = [(re.compile(d["match"]), d) for d in data]
-    return _OPS[derived.DATA_DIR]
-
-
 def classify(tree, lf: dict) -> dict:
     """What a leaf is: a grouped tensor-core GEMM over experts or not (None: cannot tell)."""
     if lf["kind"] in ("library", "native_op", "jit_kernel"):
-        for rx, d in _external_ops():
+        for rx, d in external_ops():
             if "grouped_tensor_core" in d and rx.search(lf["name"]):  # the MoE classification rows
                 return {"what": d["what"], "grouped_tensor_core": bool(d.get("grouped_tensor_core"))}
         return {"what": "", "grouped_tensor_core": None}
@@ -156,7 +141,7 @@ def _package_of(tree, lf: dict) -> dict:
     (``triton_kernels`` on releases that do not require it: the op runs only where a user added it)."""
     if lf["kind"] != "library":
         return {}
-    from .packages import declared
+    from ..engine.packages import declared
     decl = declared(tree)
     if decl is None:
         return {}
@@ -180,7 +165,7 @@ def _cond(test: str, holds: bool) -> str:
 def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=None) -> RuntimeView:
     """The view for the context, walked with its engine (:func:`engine.engine_for`); other
     ``flags``/``env`` than the context's get an engine of their own."""
-    from .engine import Engine, engine_for
+    from ..engine.engine import Engine, engine_for
 
     flags, env = dict(flags or {}), dict(env or {})
     if engine is None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..graph import MODEL_FORWARD
-from .asts import _ast, _function
+from ..engine.asts import _ast, _function
 
 
 @dataclass(frozen=True)

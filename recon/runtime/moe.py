@@ -26,12 +26,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .interp import UNKNOWN, _dotted
-from .handoffs import _guarded_calls, raising_guards
-from .asts import source_line as _src
-from .registries import custom_op_impl, registrations
-from .steptensors import EntryArgs, StepTensor, bundle_args, entry_tensors, premise_note, rebound, truth
-from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
+from ..engine.interp import UNKNOWN, _dotted
+from ..engine.handoffs import _guarded_calls, raising_guards
+from ..engine.asts import source_line as _src
+from ..engine.registries import custom_op_impl, registrations
+from ..engine.steptensors import EntryArgs, StepTensor, bundle_args, entry_tensors, premise_note, rebound, truth
+from ..engine.values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
 
 # packages whose calls are not the work itself (the standard library is never a kernel either)
 _NOT_KERNELS = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "triton", "einops", "tvm_ffi", "sailify", "packaging", "psutil"}
@@ -112,7 +112,7 @@ def merge_ways(ways) -> set:
 
 def registry(world) -> dict:
     """quant method name -> (config class, path, line) from the tree's own registry dicts."""
-    from .asts import tree_memo
+    from ..engine.asts import tree_memo
     memo = tree_memo(world.tree)
     if "qreg" in memo:
         return memo["qreg"]
@@ -213,7 +213,7 @@ def quant_methods(world, ev) -> dict:
 def _returned_call(ev, call, o, mod: str, scope: str) -> list:
     """Outcomes of ``get_quant_method`` for a returned call to an in-tree function: the classes
     that function constructs (``runtime.dispatch.choices``), the arguments it is called with bound."""
-    from .dispatch import bind_args, choices
+    from ..engine.dispatch import bind_args, choices
 
     target = ev.model.resolve(mod, scope, _dotted(call.func)) if _dotted(call.func) else None
     inner = ev.model.function_ast(target) if target and ev.model.G.nodes.get(target, {}).get("kind") == "function" else None
@@ -353,7 +353,7 @@ class PathWalker:
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
-        from .writes import MISSING_LOCAL, _locals, local_value
+        from ..engine.writes import MISSING_LOCAL, _locals, local_value
         key = id(fn)
         if key not in self._local_cache:
             self._local_cache[key] = _locals(fn)
@@ -380,7 +380,7 @@ class PathWalker:
     def _imports_of(self, fn) -> dict:
         key = ("imports", id(fn))
         if key not in self._local_cache:
-            from .writes import local_imports
+            from ..engine.writes import local_imports
             self._local_cache[key] = local_imports(fn)
         return self._local_cache[key]
 

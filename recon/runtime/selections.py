@@ -2,7 +2,7 @@
 attribute under arch gates (``layer._dsv4_mxfp4_backend = "sm120_triton"`` in
 ``process_weights_after_loading``) and another compares the same attribute with the same constant
 (``if layer._dsv4_mxfp4_backend == "sm120_triton":`` in ``apply``). The setter is walked statement
-by statement with the gates evaluated for the device (:mod:`recon.runtime.gatemodel`), which tells
+by statement with the gates evaluated for the device (:mod:`recon.engine.gatemodel`), which tells
 the value this device stores; the comparison then tells which part of the comparing method runs,
 and the graph's ``calls`` and ``launches`` edges from that part give the chain down to the kernel.
 """
@@ -15,8 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional
 
-from .gatemodel import _model, interpreter
-from .interp import UNKNOWN
+from ..engine.gatemodel import _model, interpreter
+from ..engine.interp import UNKNOWN
 
 @dataclass(frozen=True)
 class SelectionScope:

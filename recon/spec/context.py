@@ -6,7 +6,7 @@ import json
 from typing import Optional
 
 from .. import notanalyzed, roofline
-from ..runtime.handoffs import describe as describe_handoff
+from ..engine.handoffs import describe as describe_handoff
 from ..placement import on_step, placement_counts
 from .common import TYPICAL_BATCH, _at, _by_name, _fd, _mb, _node, _short
 from .moepath import _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime, _slot_causes

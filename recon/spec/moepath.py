@@ -171,7 +171,7 @@ def _runtime(view) -> Optional[dict]:
         "alternatives": [" and ".join(f"`{x['test'][:100]}`" for x in a["assumptions"]) + ": " + ", ".join(f"`{k} = {v}`" for k, v in a["changes"].items())
                          + f", and the MoE runs `{(a['method'] or '?').rsplit('.', 1)[-1]}`" + (" → " + ", ".join(f"`{o}`" for o in a["ops"]) if a["ops"] else "")
                          for a in getattr(view, "alternatives", [])],
-        # what the view assumed whose flip changes a choice; the rest counted (recon.runtime.world)
+        # what the view assumed whose flip changes a choice; the rest counted (recon.engine.world)
         "assumed": [n for n in view.notes if n not in set(getattr(view, "notes_idle", ()))],
         "assumed_idle": len(set(view.notes) & set(getattr(view, "notes_idle", ()))),
         "notes_idle": sorted(set(view.notes) & set(getattr(view, "notes_idle", ()))),

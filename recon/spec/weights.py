@@ -8,8 +8,8 @@ import math
 from typing import Optional
 
 from .. import bounded
-from ..runtime.dtypes import DTYPE_BYTES
-from ..runtime.shapes import int_arith, model_size
+from ..engine.dtypes import DTYPE_BYTES
+from ..engine.shapes import int_arith, model_size
 from .common import _at, _node
 
 

@@ -1,6 +1,6 @@
 """The statements that pick a tuned config's fallback, walked for the case "no file matches":
 :class:`_Eval` evaluates them with the lookup functions returning None and follows in-module
-``*default*`` helpers; what it cannot tell is :data:`recon.runtime.interp.UNKNOWN`.
+``*default*`` helpers; what it cannot tell is :data:`recon.engine.interp.UNKNOWN`.
 
 Its semantics differ from the gate interpreter's on purpose: it needs no device, a call to a
 lookup is *known* (None: the case being evaluated), and an ``if`` whose test is unknown takes its

@@ -26,7 +26,7 @@ class World:
         self.model = model
         self.hf = HFConfig(dict(getattr(model, "hf_config", None) or {"architectures": list(model.architectures)}))
         self.env = dict(env or {})
-        self.state = None  # recon.runtime.serverargs.State, set once resolved
+        self.state = None  # recon.engine.serverargs.State, set once resolved
         self.schema = None
         self.notes: Reads = Reads()  # what was assumed: env defaults, checkpoint facts
         self._envs: Optional[dict] = None

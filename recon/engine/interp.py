@@ -4,7 +4,7 @@ standing in for the probes. Three-valued: True, False, or :data:`UNKNOWN` (what 
 without running the code); :func:`public` maps unknown to None at the boundaries.
 
 Where the gates are (definitions, variables holding their values, platform tables) is
-:mod:`recon.runtime.gatemodel`.
+:mod:`recon.engine.gatemodel`.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class Interpreter:
     def _package(self, module) -> Any:
         """``importlib.util.find_spec(module)``: found where the release requires the package that
         provides it, by name or inside a pinned kernel wheel that ships it
-        (:mod:`recon.runtime.packages`), else unknown (a user may have installed it)."""
+        (:mod:`recon.engine.packages`), else unknown (a user may have installed it)."""
         if not isinstance(module, str):
             return UNKNOWN
         node = self.model.G.nodes.get(module)

@@ -50,7 +50,7 @@ class Evaluator(Interpreter):
         self._globals: dict = {}
         self.global_sites: dict = {}  # (module, name) -> (value, path, line, function, assumptions)
         self._tables: dict = {}  # module -> {name: display expression bound once at top level}
-        self.step_reads = 0  # reads of a step tensor's size (recon.runtime.steptensors): the premise used
+        self.step_reads = 0  # reads of a step tensor's size (recon.engine.steptensors): the premise used
 
     # --- helpers -------------------------------------------------------------------------------
     def note(self, key: str, text: str) -> None:

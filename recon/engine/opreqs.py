@@ -40,9 +40,24 @@ class Support:
         return self.runs is not None
 
 
+_OPS: dict = {}
+
+
+def external_ops() -> list:
+    """recon's table of outside ops (``data/external_ops.yaml``), read once per data directory."""
+    from .. import derived
+
+    if derived.DATA_DIR not in _OPS:
+        import re
+
+        import yaml
+        data = yaml.safe_load((derived.DATA_DIR / "external_ops.yaml").read_text()) or []
+        _OPS[derived.DATA_DIR] = [(re.compile(d["match"]), d) for d in data]
+    return _OPS[derived.DATA_DIR]
+
+
 def _rows() -> list:
-    from . import _external_ops
-    return [(rx, d) for rx, d in _external_ops() if "archs" in d or "builds" in d]
+    return [(rx, d) for rx, d in external_ops() if "archs" in d or "builds" in d]
 
 
 def entry(name: str) -> Optional[dict]:

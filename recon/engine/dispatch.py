@@ -3,7 +3,7 @@
 SGLang picks many kernels by calling a function that returns a function
 (``self.w8a8_block_fp8_linear = dispatch_w8a8_block_fp8_linear()``), which reads module state a
 start-up function set from the server arguments (``global FP8_GEMM_RUNNER_BACKEND`` in
-``initialize_fp8_gemm_config``). The runtime's one evaluator (:mod:`recon.runtime.evaluator`)
+``initialize_fp8_gemm_config``). The runtime's one evaluator (:mod:`recon.engine.evaluator`)
 follows that: a module global that a function declares ``global`` and assigns is evaluated by
 exploring that function with the resolved server arguments, and read back where it is read.
 

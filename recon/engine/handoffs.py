@@ -12,7 +12,7 @@ Two kinds of call leave the analysed code:
 Each comes with the branch tests that guard it, read from the method's syntax tree: the tests of
 the enclosing ``if``/``else`` branches, and the negated test of an earlier ``if`` whose body always
 returns or raises (``if self.use_flashinfer: ... return out`` guards everything after it). The
-tests are evaluated for the device like arch gates (recon.runtime.gatemodel): a hand-off behind a test
+tests are evaluated for the device like arch gates (recon.engine.gatemodel): a hand-off behind a test
 that fails there is left out, and a test that holds there is not repeated.
 """
 

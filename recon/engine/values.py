@@ -33,7 +33,7 @@ MISSING = Missing()
 class ServerArgsObj:
     """The server arguments: reading a field gives its value in the resolution state."""
 
-    state: Any  # recon.runtime.serverargs.State
+    state: Any  # recon.engine.serverargs.State
 
     def __repr__(self) -> str:
         return "<server_args>"
