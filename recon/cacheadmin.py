@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-DERIVED = ("facts", "index", "graph", "findings", "tritonast", "runtime", "kernels")  # rebuilt by any run that needs them
+DERIVED = ("facts", "index", "graph", "findings", "tritonast", "runtime", "kernels", "pathcosts")  # rebuilt by any run that needs them
 FETCHED = ("downloads", "wheels")  # SGLang wheels from PyPI and their unpacked trees
 _TMP_GRACE_S = 3600  # a temporary file younger than this may belong to a write in progress
 

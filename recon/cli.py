@@ -187,7 +187,7 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
     """``runtime``: (device, model, server_args, env, fn(G, view)) when the question is asked for
     what runs on a device for a model and flags."""
     from .query import AmbiguousSymbol
-    from .querytext import ambiguous
+    from .render.query import ambiguous
 
     try:
         if runtime is not None and any(runtime[:4]):
@@ -216,7 +216,7 @@ def _run_query(fn, fmt: Fmt, path, rev, sglang, render, runtime=None):
 @query_app.command("where")
 def q_where(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts.")) -> None:
     """Where SYMBOL is defined, and how (def, class, or assignment wrapping another callable)."""
-    from . import querytext
+    from .render import query as querytext
     from .query import where
 
     _run_query(lambda G: where(G, symbol), fmt, path, rev, sglang, querytext.where)
@@ -225,7 +225,7 @@ def q_where(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Option
 @query_app.command("callers")
 def q_callers(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch).")) -> None:
     """Who calls, launches, wraps or captures SYMBOL, and who reaches it through a name table (get_platform().is_sm120)."""
-    from . import querytext
+    from .render import query as querytext
     from .query import callers
 
     _run_query(lambda G, tree: callers(G, symbol, dynamic, tree), fmt, path, rev, sglang, lambda r: querytext.edges(r, f"callers of {symbol}"))
@@ -235,7 +235,7 @@ def q_callers(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Opti
 def q_callees(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), dynamic: bool = typer.Option(True, help="Include calls inferred by method name (dynamic dispatch)."),
               device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
     """What SYMBOL calls, launches or wraps; with --device/--model/--server-args, only the calls on the path that runs there."""
-    from . import querytext
+    from .render import query as querytext
     from .query import callees
     from .runtime.query import callees_on_path
 
@@ -247,7 +247,7 @@ def q_callees(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Opti
 def q_path(src: str = typer.Argument(..., metavar="SRC", help="Where the path starts (a symbol)."), dst: str = typer.Argument(..., metavar="DST", help="Where it ends (a symbol)."), path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."),
            device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
     """The call path from SRC to DST, each hop with file:line; with --device/--model/--server-args, the path that runs there (none when DST is not reached on it)."""
-    from . import querytext
+    from .render import query as querytext
     from .query import path as find_path
     from .runtime.query import path_on_path
 
@@ -259,7 +259,7 @@ def q_path(src: str = typer.Argument(..., metavar="SRC", help="Where the path st
 def q_launches(symbol: str = SymbolArg, path: Optional[Path] = PathOpt, rev: Optional[str] = RevOpt, sglang: Optional[str] = VersionOpt, fmt: Fmt = typer.Option(Fmt.text, "--format", help="text to read, json for scripts."), depth: int = typer.Option(8, metavar="N", help="How many call hops to follow."), dynamic: bool = typer.Option(False, help="Also follow calls inferred by method name."),
                device: Optional[str] = QDeviceOpt, model: Optional[str] = QModelOpt, server_args: Optional[str] = ServerArgsOpt, env: Optional[list[str]] = EnvOpt) -> None:
     """Triton kernels and native ops reachable from SYMBOL, as one tree of the routes to them; with --device/--model/--server-args, only those on the path that runs there."""
-    from . import querytext
+    from .render import query as querytext
     from .query import launches
     from .runtime.query import launches_on_path
 
@@ -279,7 +279,7 @@ def graph_export(
 ) -> None:
     """Export the graph as GraphML, JSON, DOT or Mermaid."""
     from .cache import atomic_write_bytes
-    from .export import export
+    from .render.graph import export
 
     try:
         tree = load_target(path, rev, sglang)
@@ -446,7 +446,7 @@ def scan(
     """Findings for a device and a model, each with file:line evidence (text, JSON or SARIF 2.1.0)."""
     from .cache import atomic_write_bytes
     from .rules import load_rules
-    from .sarif import to_sarif
+    from .render.sarif import to_sarif
     from .scan import run_scenario
 
     rules: list = []
@@ -682,7 +682,7 @@ def runtime(
 ) -> None:
     """What runs for the MoE layer on a device for a model and server flags: the server arguments SGLang resolves, the quant method its registry and get_quant_method pick, and the kernels or library ops its apply reaches. A dense model (no routed experts) has no MoE layer: its server arguments are printed and the exit code is 1 (nothing to do)."""
     from .progress import phase
-    from .runtime_text import render_text
+    from .render.runtime import render_text
 
     try:
         sc = _scenario(lambda: load_target(path, rev, sglang, quiet=fmt == Fmt.json), device, model, server_args, env)
@@ -734,7 +734,7 @@ def kernels(
 ) -> None:
     """Every layer kind's kernel for one decode step on a device, for a model and server flags: the code path that runs (file:line per hop), the gates, flags and environment defaults that chose it, CUDA-graph capture, launches per step and the roofline floor."""
     from .kernels.kmap import diff_maps
-    from .kernels.text import render_diff, render_md, render_text
+    from .render.kernels import render_diff, render_md, render_text
     from .progress import phase
 
     try:

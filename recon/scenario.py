@@ -43,9 +43,23 @@ class Scenario:
         return runtime_view(self.ctx)
 
     def kernel_map(self, prefill_m: Optional[int] = None, context: Optional[int] = None) -> dict:
-        from .kernels.kmap import DEFAULT_CONTEXT, map_for
+        return kernel_map_of(self.ctx, prefill_m, context)
 
-        return map_for(self.ctx, prefill_m, context or DEFAULT_CONTEXT)
+
+def kernel_map_of(ctx, prefill_m: Optional[int] = None, context: Optional[int] = None) -> dict:
+    """The kernel map of the scenario with its step budget: the map says what runs
+    (:func:`recon.kernels.kmap.map_for`); the work the path rules find beside its launches (per-call
+    conversions, eager epilogues, tuned configs: :mod:`recon.checks.pathcosts`, cached like the map)
+    adds budget rows. The checks read the map, so the budget is put together here, above both."""
+    from .checks.pathcosts import path_costs
+    from .kernels.budget import step_budget
+    from .kernels.kmap import DEFAULT_CONTEXT, map_for
+    from .runtime.cached import load_or_build, scenario_key
+
+    m = map_for(ctx, prefill_m, context or DEFAULT_CONTEXT)
+    m["path_costs"] = load_or_build("pathcosts", scenario_key(ctx, None), lambda: path_costs(ctx, m["layers"]))
+    m["budget"] = step_budget(m, ctx.model, ctx.device, prefill_m)
+    return m
 
 
 def open_scenario(tree: Union[Any, Callable[[], Any]], device: Optional[str] = None, model: Optional[str] = None,

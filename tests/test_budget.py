@@ -41,15 +41,15 @@ def test_prefill_floor_counts_compute():
 
 
 def _scenario(tree, device):
-    from recon.kernels.kmap import map_for
     from recon.scan import run_rules
+    from recon.scenario import kernel_map_of
     from recon.rules import load_rules
     from recon.spec import spec_for
 
     dev, model = load_device(device), load_model("dsv4")
     spec = json.loads(json.dumps(spec_for(tree, dev, model)))
     res = run_rules(tree, dev, model, load_rules())
-    kmap = json.loads(json.dumps(map_for(res.context)))
+    kmap = json.loads(json.dumps(kernel_map_of(res.context)))
     return dev, model, spec, kmap
 
 

@@ -57,7 +57,7 @@ def test_dense_kernel_map_on_real_wheels(request, models, which):
     tree = request.getfixturevalue(which)
     for kind, path in models.items():
         m = kernel_map(tree, "h200", path)
-        budget = step_budget(m, load_model(path), load_device("h200"))  # as map_for adds it
+        budget = step_budget(m, load_model(path), load_device("h200"))  # as kernel_map_of adds it
         kinds = [lay["kind"] for lay in m["layers"]]
         assert "moe" not in kinds and "attention" in kinds and "dense_gemm" in kinds, (kind, kinds)
         assert all(r["kind"] != "moe" for r in budget["rows"])

@@ -18,7 +18,7 @@ import networkx as nx
 import pytest
 
 from recon import bounded, safetext
-from recon.export import to_dot, to_graphml, to_mermaid, subgraph
+from recon.render.graph import to_dot, to_graphml, to_mermaid, subgraph
 from recon.profiles import ProfileError, list_models, load_model
 from tests.conftest import make_tree
 
@@ -277,7 +277,7 @@ def test_graph_exports_keep_names_inside_their_quotes():
 
 
 def _json_export(G) -> str:
-    from recon.export import to_json
+    from recon.render.graph import to_json
 
     text = to_json(G)
     json.loads(text)

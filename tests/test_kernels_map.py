@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from recon.cli import app
 from recon.kernels.kmap import diff_maps
-from recon.kernels.text import render_diff, render_md, render_text
+from recon.render.kernels import render_diff, render_md, render_text
 from recon.profiles import load_device, load_model
 from tests import scenarios
 
@@ -163,7 +163,7 @@ def test_diff_between_devices_names_the_activation_format(new_rtx, tree_new):
 def test_an_undecided_fork_is_shown_with_both_outcomes():
     """A layer whose ops depend on a test recon could not decide: the first outcome's op is not
     printed as what runs, and the fork lists each outcome with the test and its file:line."""
-    from recon.kernels.text import _ops_lines
+    from recon.render.kernels import _ops_lines
 
     t = {"test": "has_bias", "path": "sglang/srt/x.py", "line": 116}
     ops = [{"kind": "library", "name": "lib.plain", "path": "sglang/srt/x.py", "line": 120, "primary": True, "decided": False,

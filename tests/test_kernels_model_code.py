@@ -8,7 +8,7 @@ import pytest
 
 from recon.checks import CheckContext
 from recon.kernels.kmap import build_map
-from recon.kernels.text import render_text
+from recon.render.kernels import render_text
 from recon.profiles import load_device, load_model
 from tests import scenarios
 

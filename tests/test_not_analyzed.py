@@ -11,7 +11,7 @@ import pytest
 
 from recon import notanalyzed
 from recon.profiles import load_device, load_model
-from recon.sarif import to_sarif
+from recon.render.sarif import to_sarif
 from recon.spec import render, spec_for
 from recon.target import from_path
 from recon.tree import load

@@ -112,7 +112,7 @@ def test_host_sync_blames_only_syncs_the_step_reaches(dsv4_h200):
 
 
 def test_sarif_marks_elsewhere_results(dsv4_h200):
-    from recon.sarif import to_sarif
+    from recon.render.sarif import to_sarif
 
     res, rules = dsv4_h200
     log = to_sarif(res.findings, rules, "t", "sglang==0.5.23")

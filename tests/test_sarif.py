@@ -6,7 +6,7 @@ import json
 
 from recon.findings import Evidence, Finding
 from recon.rules import Rule
-from recon.sarif import to_sarif
+from recon.render.sarif import to_sarif
 
 
 def _rule(rid="arch-gate", severity="note"):

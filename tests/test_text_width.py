@@ -126,7 +126,7 @@ def test_assumptions_that_change_nothing_are_counted_not_listed(sglang_0513, tre
     m = kernel_map(tree_0513, "rtx-pro-6000")
     idle = set(m["notes_idle"])
     assert idle and idle <= set(m["notes"])  # the mechanism marked some, and only notes
-    from recon.kernels.text import render_text
+    from recon.render.kernels import render_text
 
     quiet, loud = render_text(m), render_text(m, verbose=True)
     assert not any(n in quiet for n in idle)

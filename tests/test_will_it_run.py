@@ -78,7 +78,7 @@ def test_a_release_pinning_sm120_kernels_gives_no_error():
 
 def test_kernels_marks_the_layer(tree_0513):
     from recon.kernels.kmap import map_for
-    from recon.kernels.text import render_text
+    from recon.render.kernels import render_text
     ctx = CheckContext(tree_0513, load_device("rtx-pro-6000"), load_model("dsv4"))
     m = map_for(ctx)
     lay = next(x for x in m["layers"] if x["kind"] == "attention_module")
@@ -103,7 +103,7 @@ def test_spec_says_it_will_not_run_before_the_moe_path(tree_0513):
 
 
 def test_sarif_levels(tree_0513):
-    from recon.sarif import to_sarif
+    from recon.render.sarif import to_sarif
     found = _findings(tree_0513, "rtx-pro-6000")
     doc = to_sarif(found, RULES, "test", "sglang==0.5.13.post1")
     doc = json.loads(doc) if isinstance(doc, str) else doc

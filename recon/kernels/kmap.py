@@ -211,7 +211,6 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
     layers.sort(key=lambda lay: ORDER.index(lay["kind"]) if lay["kind"] in ORDER else len(ORDER))
     for lay in layers:
         lay["tensor_cores"] = _tensor_cores(ctx, lay.get("ops", []))
-    from .pathcosts import path_costs
     out = {
         "target": ctx.tree.target.label, "version": ctx.tree.target.version,
         "device": ctx.device.name, "arch": ctx.device.sm, "model": ctx.model.name, "model_class": mcls,
@@ -225,8 +224,6 @@ def _build_map(ctx, prefill_m: Optional[int] = None) -> dict:
         "notes_idle": sorted((set(view.notes) | set(step.world.notes.values()))
                              & (set(getattr(view, "notes_idle", ())) | getattr(step.world.notes, "idle", set()))),
         "diagnostics": list(view.diagnostics),
-        # work beside the launches (per-call conversions, eager epilogues, tuned configs): budget rows
-        "path_costs": path_costs(ctx, layers),
     }
     if prefill_m:
         out["prefill"] = _prefill(ctx, step, prefill_m)
@@ -304,8 +301,6 @@ def map_for(ctx, prefill_m: Optional[int] = None, context: int = DEFAULT_CONTEXT
             lay["roofline"] = [attention_roofline(ctx.model, ctx.device, mm, context) for mm in ms]
     m["context"] = context
     _mark_will_run(ctx, m)
-    from .budget import step_budget
-    m["budget"] = step_budget(m, ctx.model, ctx.device, prefill_m)
     return m
 
 

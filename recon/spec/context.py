@@ -285,11 +285,11 @@ def spec_of(ctx, rules=None, target_reason: Optional[str] = None) -> dict:
     res = run_scenario(ctx, rules)
     if not ctx.model.is_moe:
         # a dense model: the spec of its attention and dense GEMMs, read from the kernel map
-        from ..kernels.kmap import map_for
         from ..runtime import runtime_view
+        from ..scenario import kernel_map_of
         from .dense import build_dense_context
         out = build_dense_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules,
-                                  runtime_view(ctx), map_for(ctx))
+                                  runtime_view(ctx), kernel_map_of(ctx))
     else:
         view = _view_of(res)
         out = build_context(ctx.tree, ctx.device, ctx.model, res.findings, res.errors, target_reason, rules, view, _budget_of(res))
@@ -319,8 +319,8 @@ def _budget_of(res) -> Optional[dict]:
     ctx = res.context
     if ctx is None:
         return None
-    from ..kernels.kmap import map_for
-    return map_for(ctx)["budget"]
+    from ..scenario import kernel_map_of
+    return kernel_map_of(ctx)["budget"]
 
 
 def _view_of(res):

@@ -9,8 +9,8 @@ from typing import Optional
 
 import networkx as nx
 
-from . import safetext
-from .query import DYNAMIC_KINDS, find
+from .. import safetext
+from ..query import DYNAMIC_KINDS, find
 
 FORMATS = ("graphml", "json", "dot", "mermaid")
 _SCALAR = (str, int, float, bool)

@@ -23,7 +23,7 @@ PATH_RULES = ("per-call-weight-conversion", "eager-epilogue", "missing-device-co
 def _findings(ctx) -> dict[str, list]:
     """{rule id: findings} of the path rules, for the map's scenario (a crashing check gives none:
     the budget then says it has no such row, it never guesses one)."""
-    from ..checks import registry
+    from . import registry
     from ..rules import load_rules
 
     checks = registry()

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from . import notanalyzed
-from .findings import Finding
-from .rules import Rule
+from .. import notanalyzed
+from ..findings import Finding
+from ..rules import Rule
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 VERSION = "2.1.0"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..columns import fold_all, markdown
-from ..runtime_text import fork_lines, notes_lines
+from .runtime import fork_lines, notes_lines
 from ..safetext import inert, md_code, md_text
 
 _ENV_NOTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*( unset|=)")
@@ -246,7 +246,7 @@ def render_diff(a: dict, b: dict, rows: list[dict]) -> str:
         for mm in sorted({*(tu.get("before") or {}), *(tu.get("after") or {})}, key=int):
             p, q = (tu.get("before") or {}).get(mm), (tu.get("after") or {}).get(mm)
             out.append(f"  time per step at M={mm}: {_timed(p)} -> {_timed(q)}")
-    from .kmap import budget_totals
+    from ..kernels.kmap import budget_totals
 
     ta, tb = budget_totals(a) or {}, budget_totals(b) or {}
     changed = [mm for mm in sorted(set(ta) & set(tb), key=int) if ta[mm] != tb[mm]]
