@@ -69,3 +69,44 @@ def test_the_graph_is_read():
 def test_no_import_cycle(package, module_level_only):
     cycles = list(nx.simple_cycles(import_graph(module_level_only, package)))
     assert cycles == [], cycles
+
+
+# The floors of the house, bottom up: a module imports only from its own floor or below. Every module
+# of recon has a floor here (a new top-level module or package fails until it is placed).
+FLOORS = {
+    # files, trees, the index and graph, profiles, findings as data: nothing about what runs
+    0: {"errors", "safepath", "safetext", "links", "bounded", "columns", "progress", "cachekey", "cache", "cacheadmin",
+        "wheelcache", "sources", "target", "facts", "pyfacts", "indexer", "graph", "tree", "tritonast", "profiles",
+        "resources", "findings", "notanalyzed", "tunedconfigs", "shipped"},
+    # how recon reads SGLang's code; the derived-data key; roofline math; graph queries
+    1: {"engine", "derived", "roofline", "query"},
+    # what runs for one scenario: the runtime view, the MoE chain, the per-layer kernel map
+    2: {"runtime", "kernels", "refkernel"},
+    # the rules and their checks, which read what runs; the scenario that puts them together
+    3: {"checks", "rules", "placement", "scan", "scenario"},
+    # products and their output formats
+    4: {"spec", "apply", "render"},
+    # the command line
+    5: {"cli", "__main__"},
+}
+
+
+def _floor(module: str):
+    part = module.split(".")[1:2]
+    name = part[0] if part else "__init__"
+    return next((f for f, names in FLOORS.items() if name in names), None)
+
+
+def test_every_module_has_a_floor():
+    assert [m for m in import_graph(False) if m != "recon" and _floor(m) is None] == []
+
+
+def test_no_import_runs_up_a_floor():
+    up = [f"{a} ({_floor(a)}) -> {b} ({_floor(b)})" for a, b in import_graph(False).edges() if _floor(b) > _floor(a)]
+    assert up == []
+
+
+def test_the_floors_are_read():
+    # the check itself can fail: runtime imports the engine, never the other way round
+    G = import_graph(False)
+    assert G.has_edge("recon.runtime.moe", "recon.engine.values") and _floor("recon.runtime.moe") > _floor("recon.engine.values")
