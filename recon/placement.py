@@ -151,9 +151,9 @@ def step_sites(ctx, prefill_m: int = PREFILL_M) -> Optional[StepSites]:
     key = ("step-sites", prefill_m)
     if key in ctx.cache:
         return ctx.cache[key]
-    from .checks.oparch import _map
+    from .checks.oparch import scenario_map
 
-    m = _map(ctx, prefill_m)
+    m = scenario_map(ctx, prefill_m)
     # a map that entered no code (a tree without the model's classes or ServerArgs) places nothing
     s = sites_from_map(m) if m and any(lay.get("walked") for _, lay in _layers(m)) else None
     if s is not None:

@@ -32,7 +32,7 @@ class UnknownSymbol(NothingToDo):
     pass
 
 
-def _name_index(G: nx.MultiDiGraph) -> dict[str, list[str]]:
+def name_index(G: nx.MultiDiGraph) -> dict[str, list[str]]:
     idx = G.graph.get("_by_name")
     if idx is None:
         idx = {}
@@ -47,7 +47,7 @@ def find(G: nx.MultiDiGraph, symbol: str) -> str:
     if symbol in G:
         return symbol
     short = symbol.rsplit(".", 1)[-1]
-    cands = [n for n in _name_index(G).get(short, ()) if n == symbol or n.endswith("." + symbol)]
+    cands = [n for n in name_index(G).get(short, ()) if n == symbol or n.endswith("." + symbol)]
     if not cands:
         raise UnknownSymbol(f"no symbol {symbol!r} in this tree")
     if len(cands) > 1:

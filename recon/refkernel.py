@@ -57,7 +57,7 @@ def layer_times(model, device, ms) -> dict:
     predicted elsewhere for the path the device's architecture runs (its row of the per-architecture
     table), absent where neither holds."""
     rl = roofline.moe_roofline(model, device, batches=sorted(set(ms)))
-    ref = _reference_kernel(model, device, rl)
+    ref = reference_kernel(model, device, rl)
     od = ref.get("on_device") if ref.get("available") else None
     if not od:
         return {}
@@ -77,7 +77,7 @@ def layer_times(model, device, ms) -> dict:
 ARCH_SOURCE = "reference_impl/arch.py"  # the per-architecture table, read as data (never imported: it needs torch)
 
 
-def _arch_table() -> Optional[dict]:
+def arch_table() -> Optional[dict]:
     """reference_impl/arch.py's ``_TABLE`` (major -> the flags set on that row) and ``COMPILED`` (the
     (major, minor) pairs the compile test compiles for), read from its AST; None when not installed."""
     spec = importlib.util.find_spec("reference_impl")
@@ -104,12 +104,12 @@ def _arch_table() -> Optional[dict]:
     return {"table": table, "compiled": compiled}
 
 
-def _arch_paths(device) -> dict:
+def arch_paths(device) -> dict:
     """What reference_impl may run on this device's architecture, from arch.py's table: the config
     paths (``dot``, ``mma``, ``wgmma``) and whether CI compiles that row (the compile test,
     tests/reference_impl/test_gluon_compile.py, compiles every launched kernel for each of ``COMPILED``)."""
     out = {"arch": device.sm, "source": ARCH_SOURCE, "supported": False, "paths": [], "compiled_in_ci": False, "compiled_as": None}
-    data = _arch_table() if device.vendor == "nvidia" else None
+    data = arch_table() if device.vendor == "nvidia" else None
     if data is None:
         out["why_not"] = "not a CUDA GPU" if device.vendor != "nvidia" else f"{ARCH_SOURCE} not found beside recon"
         return out
@@ -130,12 +130,12 @@ def _arch_paths(device) -> dict:
     return out
 
 
-def _on_device(model, device, rl: dict, data: dict, rows: list) -> dict:
+def on_device(model, device, rl: dict, data: dict, rows: list) -> dict:
     """The kernel on this device: measured where the anchor was measured; elsewhere a prediction per M:
     the path this architecture runs there (the H200's measured path where arch.py allows it), and the
     device's floor (the model's MoE bytes per step / the profile's bandwidth) divided by that path's
     measured H200 fraction of the roofline."""
-    arch = _arch_paths(device)
+    arch = arch_paths(device)
     if device.name == data.get("device"):
         return {**arch, "measured": True, "device": device.name, "rows": []}
     floors = {r["M"]: r for r in rl["rows"]}
@@ -166,10 +166,10 @@ def _on_device(model, device, rl: dict, data: dict, rows: list) -> dict:
 
 
 
-_measuring_bandwidth = roofline.measuring_bandwidth  # the one bandwidth of the device an anchor was measured on
+measuring_bandwidth = roofline.measuring_bandwidth  # the one bandwidth of the device an anchor was measured on
 
 
-def _reference_kernel(model, device, rl: dict) -> dict:
+def reference_kernel(model, device, rl: dict) -> dict:
     """recon's grouped kernel (reference_impl/) as measured on the H200, and scaled to this device."""
     try:
         data = roofline._anchor(REFERENCE_RESULTS)
@@ -179,7 +179,7 @@ def _reference_kernel(model, device, rl: dict) -> dict:
     measured = [r for r in data.get("rows", []) if (r.get("E"), r.get("H"), r.get("I"), r.get("topk")) == shape]
     # one bandwidth per device: the floor of the measuring device is its profile's (measured) bandwidth,
     # and the slot kernel it is compared with is the one baseline, the E8M0-scale anchor
-    bw_meas = _measuring_bandwidth(data)
+    bw_meas = measuring_bandwidth(data)
     slot = {r["M"]: r["slot_ms"] for r in roofline.anchor_rows(model, SLOT_ANCHOR)}
     rows = []
     for r in measured:
@@ -198,4 +198,4 @@ def _reference_kernel(model, device, rl: dict) -> dict:
     decode = [r["pct_roofline"] for r in out if r["M"] <= 64]
     return {"available": bool(out), "device": data.get("device"), "copy_bw_tbs": round(bw_meas, 2), "slot_anchor": SLOT_ANCHOR, "timing": data.get("timing"), "rows": out,
             "decode_pct": (min(decode), max(decode)) if decode else None, "source": f"{REFERENCE_SOURCE} (bench/reference_impl/bench_moe.py)",
-            "on_device": _on_device(model, device, rl, data, rows) if out else None}
+            "on_device": on_device(model, device, rl, data, rows) if out else None}

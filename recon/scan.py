@@ -24,7 +24,7 @@ class ScanResult:
     context: CheckContext | None = None
 
 
-def _cache_key(ctx: CheckContext, rules: list[Rule]) -> str | None:
+def cache_key(ctx: CheckContext, rules: list[Rule]) -> str | None:
     """Findings depend on what the scenario's view does (the tree's content, recon's code and data,
     the device, the model, the flags and env: :func:`recon.derived.scenario_key`) and the rules."""
     from .derived import scenario_key
@@ -48,7 +48,7 @@ def run_scenario(ctx: CheckContext, rules: list[Rule], use_cache: bool = True) -
 
     Results are cached by everything they depend on, so a warm scan or spec costs a lookup.
     """
-    key = _cache_key(ctx, rules) if use_cache else None
+    key = cache_key(ctx, rules) if use_cache else None
     store = cache_dir() / "findings" / f"{key}.pkl" if key else None
     if store is not None:
         hit = load_pickle(store)

@@ -29,14 +29,14 @@ def test_one_bandwidth_per_device_measured_where_recon_measured_it():
 
 
 def test_prefill_floor_counts_compute():
-    from recon.kernels.budget import _dense, _point
+    from recon.kernels.budget import dense_floor_inputs, floor_point
 
     m, d = load_model("dsv4"), load_device("rtx-pro-6000")
-    b, f = _dense(m, 4096)
-    p = _point(4096, b, f, d, "fp8")
+    b, f = dense_floor_inputs(m, 4096)
+    p = floor_point(4096, b, f, d, "fp8")
     assert p["bound"] == "compute" and p["floor_us"] == pytest.approx(f / (2 * d.bf16_tflops * 1e12) * 1e6, rel=1e-3)
     assert p["floor_us"] > p["memory_us"]
-    one = _point(1, *_dense(m, 1), d, "fp8")
+    one = floor_point(1, *dense_floor_inputs(m, 1), d, "fp8")
     assert one["bound"] == "memory"
 
 

@@ -116,7 +116,7 @@ def test_no_guess_by_name_where_the_view_decided(tree_new, tmp_path):
 
 def test_a_data_edit_changes_every_derived_key(tmp_path, monkeypatch, tree_new):
     from recon.rules import load_rules
-    from recon.scan import _cache_key
+    from recon.scan import cache_key
 
     data = tmp_path / "data"
     shutil.copytree(derived.DATA_DIR, data)
@@ -125,10 +125,10 @@ def test_a_data_edit_changes_every_derived_key(tmp_path, monkeypatch, tree_new):
     rules = load_rules()
     from recon.derived import scenario_key
 
-    before = (_cache_key(ctx, rules), scenario_key(ctx))
+    before = (cache_key(ctx, rules), scenario_key(ctx))
     (data / "external_ops.yaml").write_text((data / "external_ops.yaml").read_text() + "\n# edited\n")
     monkeypatch.setattr(derived, "_DIGEST", {})  # a new process hashes the edited file
-    after = (_cache_key(ctx, rules), scenario_key(ctx))
+    after = (cache_key(ctx, rules), scenario_key(ctx))
     assert before[0] != after[0] and before[1] != after[1]
 
 

@@ -285,9 +285,9 @@ def _json_export(G) -> str:
 
 
 def test_spec_mermaid_chain_is_inert():
-    from recon.spec.moepath import _mermaid
+    from recon.spec.moepath import mermaid_flow
 
-    out = _mermaid([{"symbol": 'A"]\n  click n0 "http://evil"', "at": "a.py:1"}, {"symbol": "B<script>", "at": "b\x1b.py:2", "inferred": True}])
+    out = mermaid_flow([{"symbol": 'A"]\n  click n0 "http://evil"', "at": "a.py:1"}, {"symbol": "B<script>", "at": "b\x1b.py:2", "inferred": True}])
     lines = out.splitlines()
     assert len(lines) == 4 and "click" not in "".join(x for x in lines if not x.strip().startswith("n0[")) and ESC not in out
     assert "<script>" not in out

@@ -110,3 +110,28 @@ def test_the_floors_are_read():
     # the check itself can fail: runtime imports the engine, never the other way round
     G = import_graph(False)
     assert G.has_edge("recon.runtime.moe", "recon.engine.values") and _floor("recon.runtime.moe") > _floor("recon.engine.values")
+
+
+def _private_imports(package: str) -> list[str]:
+    """``module: from X import _name`` for every private name one module of the package imports from
+    another (a name with a leading underscore is the defining module's own business)."""
+    root = PACKAGES[package]
+    out = []
+    for p in root.rglob("*.py"):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").split(".")[0] == package):
+                out += [f"{_name(p, root)}: from {'.' * n.level}{n.module or ''} import {a.name}"
+                        for a in n.names if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_private_name_is_imported_across_modules(package):
+    assert _private_imports(package) == []
+
+
+def test_the_private_import_check_can_fail(tmp_path, monkeypatch):
+    (tmp_path / "a.py").write_text("def _hidden():\n    return 1\n")
+    (tmp_path / "b.py").write_text("from .a import _hidden, shown\n")
+    monkeypatch.setitem(PACKAGES, "recon", tmp_path)
+    assert _private_imports("recon") == [f"{tmp_path.name}.b: from .a import _hidden"]

@@ -76,13 +76,13 @@ def _evaluator(tree, device="b200"):
     from recon.checks import CheckContext
     from recon.profiles import load_device, load_model
     from recon.engine.evaluator import Evaluator
-    from recon.engine.gatemodel import _model
+    from recon.engine.gatemodel import gate_model
     from recon.engine.interp import Dev
     from recon.engine.world import World
 
     ctx = CheckContext(tree, load_device(device), load_model("qwen3-30b-a3b"))
     world = World(tree, ctx.model, {})
-    gm = _model(ctx)
+    gm = gate_model(ctx)
     world.shared_asts = gm._module_ast
     return world, Evaluator(world, Dev.of(ctx.device), gm)
 
@@ -461,7 +461,7 @@ def test_a_stand_in_answers_what_its_constructor_derives_from_what_it_holds(synt
     from recon.engine.world import World
     from recon.runtime import _Blank
     from recon.engine.evaluator import Evaluator
-    from recon.engine.gatemodel import _model
+    from recon.engine.gatemodel import gate_model
     from recon.engine.interp import Dev
     from recon.checks import CheckContext
     from recon.profiles import load_device, load_model
@@ -469,7 +469,7 @@ def test_a_stand_in_answers_what_its_constructor_derives_from_what_it_holds(synt
     tree = synthetic(_RUNNER_TREE)
     ctx = CheckContext(tree, load_device("b200"), load_model("qwen3-30b-a3b"))
     world = World(tree, _Blank())
-    ev = Evaluator(world, Dev.of(ctx.device), _model(ctx))
+    ev = Evaluator(world, Dev.of(ctx.device), gate_model(ctx))
     cls = "sglang.srt.model_executor.model_runner.ModelRunner"
     arch = "sglang.srt.configs.model_config.AttentionArch"
     for member, value, want in (("MHA", 2, False), ("MLA", 1, True)):

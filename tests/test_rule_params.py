@@ -139,13 +139,13 @@ GATED = {
 
 
 def test_gate_model_is_keyed_by_discovery_settings(synthetic):
-    from recon.engine.gatemodel import DEFAULT_DISCOVERY, GateDiscovery, _model, evaluate_gates
+    from recon.engine.gatemodel import DEFAULT_DISCOVERY, GateDiscovery, gate_model, evaluate_gates
 
     tree = synthetic(GATED)
     ctx = CheckContext(tree, load_device("rtx-pro-6000"), load_model(None))
     narrow = GateDiscovery(gate_name_pattern=r"^never_a_gate$", platform_receiver="^never$")
-    assert _model(ctx, narrow).gates == {}  # asked first, with other settings ...
-    default = _model(ctx)  # ... does not become everyone's model
+    assert gate_model(ctx, narrow).gates == {}  # asked first, with other settings ...
+    default = gate_model(ctx)  # ... does not become everyone's model
     assert default.discovery == DEFAULT_DISCOVERY
     assert any(q.endswith("is_sm120_supported") for q in default.gates)
     assert evaluate_gates(ctx, narrow) == {}

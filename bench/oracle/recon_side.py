@@ -118,14 +118,14 @@ def server_args_view(ctx, flags: dict, env: dict):
     from types import SimpleNamespace
 
     from recon.engine.evaluator import Evaluator
-    from recon.engine.gatemodel import _model
+    from recon.engine.gatemodel import gate_model
     from recon.engine.interp import Dev
     from recon.engine.serverargs import load_schema, open_later_writers, refusals, resolve
     from recon.engine.values import plain
     from recon.engine.world import World
 
     world = World(ctx.tree, ctx.model, env)
-    gm = _model(ctx)
+    gm = gate_model(ctx)
     world.shared_asts = gm._module_ast
     world.schema = load_schema(world)
     ev = Evaluator(world, Dev.of(ctx.device), gm)

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from ..findings import Evidence, Finding
 from . import check
-from ..runtime.selections import SelectionScope, _chain, _fmt_chain, resolve_selections
+from ..runtime.selections import SelectionScope, selection_chain, fmt_chain, resolve_selections
 from . import Devices
 
 
@@ -96,11 +96,11 @@ def backend_selection(ctx, rule) -> list[Finding]:
             if rs:
                 ref_data[d.short] = {"value": rs[0]["value"], "taken": rs[0]["taken"], "chain": [list(c) for c in rs[0]["chain"]]}
                 if rs[0]["value"] != s["value"]:
-                    ref_txt.append(f"on {d.short} it is {rs[0]['value']!r} and runs {_fmt_chain(rs[0]['chain'][1:]) or 'the other path'}")
+                    ref_txt.append(f"on {d.short} it is {rs[0]['value']!r} and runs {fmt_chain(rs[0]['chain'][1:]) or 'the other path'}")
         kernels = [q for q, _, _ in s["chain"] if ctx.tree.graph.nodes.get(q, {}).get("kind") == "triton_kernel"]
         msg = (f"{short_cls}.{setter} sets {s['attribute']} = {s['value']!r} on {dev.short} ({dev.sm}); "
                f"{short_cls}.{meth} {what} `{s['attribute']} {s['op']} {s['const']!r}` and runs "
-               f"{_fmt_chain(s['chain'][1:]) or 'the code after it'}")
+               f"{fmt_chain(s['chain'][1:]) or 'the code after it'}")
         if ref_txt:
             msg += "; " + "; ".join(ref_txt)
         ev = []
@@ -151,9 +151,9 @@ def misleading_backend_name(ctx, rule) -> list[Finding]:
         other_rng = None
         if b is not None:
             other_rng = (b.else_line or b.end_line + 1, b.end_line if b.else_line else end) if s["taken"] else (b.line, b.body_end)
-        skipped = [q for q, _, _ in (_chain(ctx, meth, *other_rng, depth=1) if other_rng else []) if any(re.search(t, q, re.I) for t in named)]
+        skipped = [q for q, _, _ in (selection_chain(ctx, meth, *other_rng, depth=1) if other_rng else []) if any(re.search(t, q, re.I) for t in named)]
         label = named[0].split("|")[0]
-        runs = _fmt_chain(s["chain"][1:])
+        runs = fmt_chain(s["chain"][1:])
         msg = (f"{cls} is named for {label} but on {ctx.device.short} ({ctx.device.sm}) {cls}.{meth.rsplit('.', 1)[-1]} runs "
                f"{runs} ({'/'.join(o.split('|')[0] for o in others)}, backend {s['value']!r})"
                + (f"; the {label} path ({', '.join(q.rsplit('.', 1)[-1] for q in skipped[:3])}) never runs here" if skipped else ""))

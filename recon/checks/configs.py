@@ -18,8 +18,8 @@ from typing import Optional
 
 from .. import tunedconfigs as tc
 from ..findings import Evidence, Finding
-from ..engine.asts import _ast, _function
-from ..engine.configwalk import _dict_values, _Eval
+from ..engine.asts import check_ast, graph_function
+from ..engine.configwalk import dict_values, ConfigEval
 from . import check
 
 
@@ -43,7 +43,7 @@ def _callees(G, node_id: str) -> list[str]:
 
 def _configs_join(ctx, path: str) -> Optional[int]:
     """Line of the ``"configs"`` argument of an ``os.path.join`` in ``path``, or None."""
-    mod = _ast(ctx, path)
+    mod = check_ast(ctx, path)
     if mod is None:
         return None
     for n in ast.walk(mod):
@@ -78,13 +78,13 @@ def _default(ctx, lookups: list[str], env: dict, params: "MissingConfigParams") 
         if fn in seen:
             continue
         seen.add(fn)
-        got = _function(ctx, fn)
+        got = graph_function(ctx, fn)
         if got is None:
             continue
         path, node = got
-        mod = _ast(ctx, path)
+        mod = check_ast(ctx, path)
         funcs = {n.name: n for n in mod.body if isinstance(n, ast.FunctionDef)}
-        ev = _Eval(ctx, names, env, funcs)
+        ev = ConfigEval(ctx, names, env, funcs)
         # bind the function's own parameters the check knows (M, N, K, block_size, ...)
         ret = ev.block(node.body)
         cand = ev.env.get("config") if isinstance(ev.env.get("config"), ast.Dict) else (ret if isinstance(ret, ast.Dict) else None)
@@ -92,12 +92,12 @@ def _default(ctx, lookups: list[str], env: dict, params: "MissingConfigParams") 
             continue
         if not any(isinstance(k, ast.Constant) and k.value == key for k in cand.keys):
             continue
-        vals, srcs = _dict_values(ev, cand)
+        vals, srcs = dict_values(ev, cand)
         line = next(k.lineno for k in cand.keys if isinstance(k, ast.Constant) and k.value == key)
         # the literal may live in a *default* helper: find the file that holds this node
         holder = path
         for f in [path] + [G.nodes[c].get("path") for c in _callees(G, fn)]:
-            m = _ast(ctx, f) if f else None
+            m = check_ast(ctx, f) if f else None
             if m is not None and any(n is cand for n in ast.walk(m)):
                 holder = f
                 break
@@ -149,7 +149,7 @@ def _hf_id(model) -> str:
 
 
 def _argparse_flags(ctx, path: str) -> Optional[set]:
-    mod = _ast(ctx, path)
+    mod = check_ast(ctx, path)
     if mod is None:
         return None
     flags = set()

@@ -31,7 +31,7 @@ from ..runtime import runtime_view
 from ..engine.handoffs import IGNORE, describe, handoffs
 from ..findings import Evidence, Finding
 from . import check
-from ..runtime.capture import CaptureScope, _chain, _capture_chains, _model_forwards, _quant_methods, _reach
+from ..runtime.capture import CaptureScope, capture_route, capture_chains, model_forwards, capture_quant_methods, reach
 
 _DEFAULT_HAZARDS = {
     ".item": "host sync",
@@ -179,8 +179,8 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     G = ctx.tree.graph
     params: CudaGraphParams = rule.params
     constraints = list(params.constraints)
-    forwards = _model_forwards(ctx)
-    chains = _capture_chains(ctx, params)
+    forwards = model_forwards(ctx)
+    chains = capture_chains(ctx, params)
     if not forwards or not chains:
         return []
     # the plain capture (graph_ctx / torch.cuda.graph) before breakable or piecewise variants
@@ -198,10 +198,10 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     else:
         # the view had no ServerArgs to evaluate (the synthetic capture trees): a guess by class
         # name, labelled as such in the finding
-        qm, device_matched = _quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
+        qm, device_matched = capture_quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
     primary_qm = qm[:1] if device_matched else qm
     fwd = forwards[0]
-    parent = _reach(ctx, [fwd], params, primary_qm)
+    parent = reach(ctx, [fwd], params, primary_qm)
     fd = G.nodes[fwd]
     model_hop = {"what": f"model forward: {fd['qualname']} (EntryClass for {', '.join(ctx.model.architectures)})", "path": fd["path"], "line": fd["line"], "text": "def forward", "inferred": True}
     capture_hops = chain["hops"] + [model_hop]
@@ -213,7 +213,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
         guarded += [h for h in hz if h["guarded_by"]]
         live = [h for h in hz if not h["guarded_by"]]
         if live:
-            hops = _chain(parent, n)
+            hops = capture_route(parent, n)
             live_all += live
             by_fn.append({"function": n, "hazards": [{k: h[k] for k in ("path", "line", "call", "kind")} for h in live],
                           "reached_by": [{"node": h[0], "from": h[1], "path": h[2], "line": h[3], "how": h[4], "inferred": h[5]} for h in hops]})
@@ -246,7 +246,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
         in_capture = q in parent
         if not in_capture:  # a path not reached from the captured forward is not a capture fact
             continue
-        sub = _reach(ctx, [q], dataclasses.replace(params, max_depth=params.kernel_depth), [])
+        sub = reach(ctx, [q], dataclasses.replace(params, max_depth=params.kernel_depth), [])
         kernels = sorted(v for v in sub if G.nodes[v].get("kind") == "triton_kernel")
         natives = sorted(v for v in sub if G.nodes[v].get("kind") == "native_op")
         libraries: list = []
@@ -256,7 +256,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             kernels = sorted({lf["name"] for lf in leaves if lf["kind"] == "triton_kernel" and lf["name"] in G})
             natives = sorted({lf["name"] for lf in leaves if lf["kind"] == "native_op"})
             libraries = [{"op": lf["name"], "path": lf["path"], "line": lf["line"]} for lf in leaves if lf["kind"] == "library"]
-            sub = _reach(ctx, [q], dataclasses.replace(params, max_depth=params.kernel_depth), []) if not kernels else \
+            sub = reach(ctx, [q], dataclasses.replace(params, max_depth=params.kernel_depth), []) if not kernels else \
                 {k: v for k, v in sub.items() if k == q or k in kernels or not (G.nodes[k].get("kind") == "triton_kernel")}
             walked = {w["node"] for w in view.moe.get("walked", []) if [] in (w.get("when") or [[]])}
             if walked:  # the functions the view entered on the path taken, not all the graph reaches
@@ -267,8 +267,8 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
         hz = [h for v in sorted(sub) for h in _hazards(ctx, v, params)]
         live = [h for h in hz if not h["guarded_by"]]
         qd = G.nodes[q]
-        path_hops = _chain(parent, q) if in_capture else []
-        kchain = _chain(sub, kernels[0]) if kernels else []
+        path_hops = capture_route(parent, q) if in_capture else []
+        kchain = capture_route(sub, kernels[0]) if kernels else []
         if libraries or (kernels and not kchain and view is not None and q == view.moe.get("apply")):
             # hops as the runtime view walked them: (node, parent, path, line, how, inferred)
             first = next((lf for lf in view.primary_leaves() if lf["name"] in kernels), None) or \

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..findings import Evidence, Finding
-from ..engine.gatemodel import GateDiscovery, _model, eval_test, evaluate_gates, gate_sites, interpreter
+from ..engine.gatemodel import GateDiscovery, gate_model, eval_test, evaluate_gates, gate_sites, interpreter
 from ..engine.interp import public
 from . import Devices, check
 
@@ -91,7 +91,7 @@ class GatedSiteData:
 def arch_gate(ctx, rule) -> list[Finding]:
     params: ArchGateParams = rule.params
     disc = params.discovery
-    model = _model(ctx, disc)
+    model = gate_model(ctx, disc)
     values = evaluate_gates(ctx, disc)
     devices = list(params.truth_table_devices)
     findings: list[Finding] = []

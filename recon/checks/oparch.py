@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..findings import Evidence, Finding
-from ..engine.asts import _ast, enclosing_function, if_statements, module_ast
+from ..engine.asts import check_ast, enclosing_function, if_statements, module_ast
 from ..engine.opreqs import support
 from . import check
 
@@ -81,7 +81,7 @@ def _env_routes(ctx, path: str, line: int, env_read: list) -> list[dict]:
     """Environment variables that decide an ``if`` enclosing the call: a name in the test bound at
     module level from the variable (``_FP8_WO_A_GEMM = envs.SGLANG_OPT_FP8_WO_A_GEMM.get()``) or the
     variable read in the test itself; each with what the layer read for it (its declared default)."""
-    mod = _ast(ctx, path)
+    mod = check_ast(ctx, path)
     if mod is None:
         return []
     read = {m.group(1): n for n in env_read for m in [_ENV_NAME.match(n)] if m}
@@ -107,7 +107,7 @@ def _ops_key(lay: dict) -> set:
     return {(o["name"], o.get("path"), o.get("line")) for o in lay.get("ops", [])}
 
 
-def _map(ctx, prefill_m: int) -> Optional[dict]:
+def scenario_map(ctx, prefill_m: int) -> Optional[dict]:
     from ..kernels.kmap import map_for
     key = ("kernel_map", prefill_m)
     if key not in ctx.cache:
@@ -120,7 +120,7 @@ def _map(ctx, prefill_m: int) -> Optional[dict]:
 
 def path_ops(ctx, params: OpArchParams) -> list[dict]:
     """Every library leaf on the mapped step with what it needs: one row per (op, call site, step)."""
-    m = _map(ctx, params.prefill_m)
+    m = scenario_map(ctx, params.prefill_m)
     if not m:
         return []
     rows, seen = [], set()
@@ -277,8 +277,8 @@ def _flag_module(ctx, mod: str, name: str, hops: int = 4) -> Optional[tuple]:
     """(module, value node) of the module-level flag ``name`` read in ``mod``: bound there, or
     imported (by name or through ``from m import *``, as deep_gemm_wrapper/__init__.py re-exports
     its configurer's flags)."""
-    from ..engine.gatemodel import _model
-    model = _model(ctx)
+    from ..engine.gatemodel import gate_model
+    model = gate_model(ctx)
     found = model._module_flags(mod).get(name)
     if found is not None or hops <= 0:
         return found

@@ -80,11 +80,11 @@ def _leaves(m: dict):
 def triton_smem_budget(ctx, rule) -> list[Finding]:
     from ..engine.gatemodel import interpreter
     from ..engine.smem import dot_regions, launch_config, need
-    from .oparch import _map
+    from .oparch import scenario_map
 
     params: SmemParams = rule.params
     dev = ctx.device
-    m = _map(ctx, params.prefill_m)
+    m = scenario_map(ctx, params.prefill_m)
     if not m or dev.vendor != "nvidia":
         return []
     it = interpreter(ctx)

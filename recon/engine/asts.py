@@ -45,7 +45,7 @@ def module_ast(tree, path: str) -> Optional[ast.Module]:
     return asts[path]
 
 
-def _ast(ctx, path: str) -> Optional[ast.Module]:
+def check_ast(ctx, path: str) -> Optional[ast.Module]:
     """:func:`module_ast` for a check, with a file that cannot be read as None."""
     try:
         return module_ast(ctx.tree, path)
@@ -127,13 +127,13 @@ def global_names(fn: ast.AST) -> frozenset:
     return names
 
 
-def _function(ctx, node_id: str) -> Optional[tuple[str, ast.FunctionDef]]:
+def graph_function(ctx, node_id: str) -> Optional[tuple[str, ast.FunctionDef]]:
     """(path, def node) of a graph function node, found by its line."""
     d = ctx.tree.graph.nodes.get(node_id) or {}
     path, line = d.get("path"), d.get("line")
     if not path or d.get("kind") not in ("function", "triton_kernel"):
         return None
-    mod = _ast(ctx, path)
+    mod = check_ast(ctx, path)
     if mod is None:
         return None
     for n in functions_named(mod, d.get("name")):

@@ -1,5 +1,5 @@
 """The statements that pick a tuned config's fallback, walked for the case "no file matches":
-:class:`_Eval` evaluates them with the lookup functions returning None and follows in-module
+:class:`ConfigEval` evaluates them with the lookup functions returning None and follows in-module
 ``*default*`` helpers; what it cannot tell is :data:`recon.engine.interp.UNKNOWN`.
 
 Its semantics differ from the gate interpreter's on purpose: it needs no device, a call to a
@@ -16,7 +16,7 @@ from .. import bounded
 from .interp import UNKNOWN
 
 
-class _Eval:
+class ConfigEval:
     """A tiny evaluator of the statements that pick a default config.
 
     ``env`` binds names to values; calls to the lookup functions evaluate to None (no file); a call
@@ -94,7 +94,7 @@ class _Eval:
         for kw in call.keywords:
             if kw.arg:
                 env[kw.arg] = self.expr(kw.value)
-        sub = _Eval(self.ctx, self.lookups, {**self.env, **env}, self.funcs)
+        sub = ConfigEval(self.ctx, self.lookups, {**self.env, **env}, self.funcs)
         ret = sub.block(fn.body)
         self.assumed += sub.assumed
         return ret
@@ -123,7 +123,7 @@ class _Eval:
         return UNKNOWN
 
 
-def _dict_values(ev: _Eval, d: ast.Dict) -> tuple[dict, dict]:
+def dict_values(ev: ConfigEval, d: ast.Dict) -> tuple[dict, dict]:
     """(values, sources): each key's evaluated value, and the source of values that were expressions."""
     vals, srcs = {}, {}
     for k, v in zip(d.keys, d.values):

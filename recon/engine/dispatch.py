@@ -25,7 +25,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .interp import UNKNOWN, _dotted
+from .interp import UNKNOWN, dotted_name
 from .evaluator import Evaluator
 from .values import ClassRef, FuncRef, Instance
 
@@ -87,7 +87,7 @@ def choices(ev: Evaluator, qual: str, args: Optional[dict] = None, assumed: tupl
         if o.raises or o.line not in rets:
             continue
         expr = rets[o.line].value
-        if isinstance(expr, ast.Call) and _dotted(expr.func).endswith("partial") and expr.args:
+        if isinstance(expr, ast.Call) and dotted_name(expr.func).endswith("partial") and expr.args:
             expr = expr.args[0]  # partial(f, ...) runs f
         here = (hops or []) + [(f"{qual.rsplit('.', 1)[-1]} returns {ast.unparse(expr)[:60]}", path, o.line)]
         selfval = (args or {}).get(names[0]) if names else None
@@ -97,7 +97,7 @@ def choices(ev: Evaluator, qual: str, args: Optional[dict] = None, assumed: tupl
             out.append(Choice(ev.world.method(selfval.cls, expr.attr), expr.attr, o.assumptions, here))
         elif isinstance(expr, (ast.Name, ast.Attribute)) and not isinstance(o.value, Instance) and not (
                 isinstance(expr, ast.Name) and expr.id in o.env):
-            d = _dotted(expr)
+            d = dotted_name(expr)
             target = ev.model.resolve(mod, scope, d) if d else None
             if target and ev.model.G.nodes.get(target, {}).get("kind") in ("function", "triton_kernel"):
                 out.append(Choice(target, target, o.assumptions, here))
@@ -118,7 +118,7 @@ def choices(ev: Evaluator, qual: str, args: Optional[dict] = None, assumed: tupl
             if isinstance(last, ast.Call):
                 expr = last
         if isinstance(expr, ast.Call) and not isinstance(o.value, Instance):
-            d = _dotted(expr.func)
+            d = dotted_name(expr.func)
             target = ev.model.resolve(mod, scope, d) if d else None
             if target and ev.model.G.nodes.get(target, {}).get("kind") == "function":
                 inner = ev.model.function_ast(target)
@@ -161,8 +161,8 @@ def held_dispatcher(world, ev, cls: str, attr: str):
         v = w.value
         if w.receiver != "self" or not w.scope.endswith("__init__"):
             continue
-        if isinstance(v, ast.Call) and _dotted(v.func):
-            d = _dotted(v.func)
+        if isinstance(v, ast.Call) and dotted_name(v.func):
+            d = dotted_name(v.func)
             if d.startswith("self.") and d.count(".") == 1:
                 q = world.method(cls, d.split(".", 1)[1])
             else:
@@ -186,7 +186,7 @@ def resolve_held(world, ev, inst: Instance, attrs) -> dict:
         bound = {}
         if fn is not None:
             pn = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-            if _dotted(call.func).startswith("self."):
+            if dotted_name(call.func).startswith("self."):
                 bound[pn[0]] = inst
                 pn = pn[1:]
             for p, a in zip(pn, call.args):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .evaluator import Evaluator
-from .gatemodel import _model
+from .gatemodel import gate_model
 from .interp import Dev
 from .serverargs import Schema, State, load_schema, resolve
 from .world import World
@@ -22,7 +22,7 @@ class Engine:
     def __init__(self, ctx, flags: Optional[dict] = None, env: Optional[dict] = None):
         self.flags, self.env = dict(flags or {}), dict(env or {})
         self.world = World(ctx.tree, ctx.model, self.env)
-        gm = _model(ctx)
+        gm = gate_model(ctx)
         self.world.shared_asts = gm._module_ast  # one parse per file, shared with the gate model
         self.world.schema = load_schema(self.world)
         self.ev = Evaluator(self.world, Dev.of(ctx.device), gm)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import bounded
-from .interp import STEP_BUDGET, UNKNOWN, Interpreter, _Ref, _Return, _dotted, _value, unpack
+from .interp import STEP_BUDGET, UNKNOWN, Interpreter, FuncHandle, Returned, dotted_name, truth_value, unpack
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
 from .asts import global_names, source_line
 from .steptensors import AtLeast, StepTensor, TensorShape
@@ -59,7 +59,7 @@ class Evaluator(Interpreter):
     def _class_of_ref(self, v) -> Optional[str]:
         if isinstance(v, ClassRef):
             return v.qual
-        if isinstance(v, _Ref) and v.qual and self.model.G.nodes.get(v.qual, {}).get("kind") == "class":
+        if isinstance(v, FuncHandle) and v.qual and self.model.G.nodes.get(v.qual, {}).get("kind") == "class":
             return v.qual
         return None
 
@@ -95,7 +95,7 @@ class Evaluator(Interpreter):
         mod, scope = self.model.module_scope(qual)
         try:
             self.exec_block(fn.body, env, mod, scope, depth + 1)
-        except _Return as r:
+        except Returned as r:
             return r.value
         return None
 
@@ -122,7 +122,7 @@ class Evaluator(Interpreter):
                         env[st.target.id] = item
                         if any(isinstance(x, ast.Break) for x in st.body) or any(
                                 isinstance(n, (ast.Break, ast.Continue)) for x in st.body for n in ast.walk(x)):
-                            raise _Return(UNKNOWN)  # control flow inside: out of this evaluator's depth
+                            raise Returned(UNKNOWN)  # control flow inside: out of this evaluator's depth
                         super().exec_block(st.body, env, mod, scope, depth)
                     continue
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
@@ -138,11 +138,11 @@ class Evaluator(Interpreter):
             self.steps = STEP_BUDGET
         try:
             v = self._eval(node, env, mod, scope, depth)
-        except _Return:
+        except Returned:
             raise
         except Exception:  # as in ``eval``: what cannot be evaluated is unknown
             return UNKNOWN
-        return v if isinstance(v, (_Ref, ClassRef, FuncRef, Partial)) else _value(v)
+        return v if isinstance(v, (FuncHandle, ClassRef, FuncRef, Partial)) else truth_value(v)
 
     # --- expressions ---------------------------------------------------------------------------
     def _eval_core(self, node, env, mod, scope, depth):
@@ -166,7 +166,7 @@ class Evaluator(Interpreter):
             # Python's value semantics (`cfg or {}` is the dict), unknown where it matters
             last, unknown = None, False
             for v in node.values:
-                x = _value(self._eval(v, env, mod, scope, depth))
+                x = truth_value(self._eval(v, env, mod, scope, depth))
                 if x is UNKNOWN:
                     unknown = True
                     continue
@@ -177,13 +177,13 @@ class Evaluator(Interpreter):
                     return x
             return UNKNOWN if unknown else last
         elif isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
-            keys = [_value(self._eval(k, env, mod, scope, depth)) for k in node.keys]
+            keys = [truth_value(self._eval(k, env, mod, scope, depth)) for k in node.keys]
             if any(k is UNKNOWN or isinstance(k, (dict, list)) for k in keys):
                 return UNKNOWN
-            return bounded.build_dict((k, _value(self._eval(v, env, mod, scope, depth))) for k, v in zip(keys, node.values))
+            return bounded.build_dict((k, truth_value(self._eval(v, env, mod, scope, depth))) for k, v in zip(keys, node.values))
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
-            a = _value(self._eval(node.left, env, mod, scope, depth))
-            b = _value(self._eval(node.comparators[0], env, mod, scope, depth))
+            a = truth_value(self._eval(node.left, env, mod, scope, depth))
+            b = truth_value(self._eval(node.comparators[0], env, mod, scope, depth))
             if a is UNKNOWN and not (isinstance(node.left, ast.Constant)) or b is UNKNOWN and not isinstance(node.comparators[0], ast.Constant):
                 return UNKNOWN
             same = (a is b) or (a is MISSING and b is None) or (isinstance(a, EnumVal) and a == b)
@@ -212,9 +212,9 @@ class Evaluator(Interpreter):
         while isinstance(base, ast.Attribute):
             groups.append(base.attr)
             base = base.value
-        if not (isinstance(base, ast.Call) and not base.args and not base.keywords and _dotted(base.func)) or len(groups) > 2:
+        if not (isinstance(base, ast.Call) and not base.args and not base.keywords and dotted_name(base.func)) or len(groups) > 2:
             return NotImplemented
-        qual = self.model.resolve(mod, scope, _dotted(base.func))
+        qual = self.model.resolve(mod, scope, dotted_name(base.func))
         spaces = self.world.namespaces_returned(qual) if qual else ()
         want = info.group.lower()
         tail = "".join(reversed(groups)).lower().replace("_", "")
@@ -229,7 +229,7 @@ class Evaluator(Interpreter):
 
     def _attribute_raw_core(self, node: ast.Attribute, env, mod, scope, depth):
         w = self.world
-        dotted = _dotted(node)
+        dotted = dotted_name(node)
         prop = self.model.platform_property(dotted) if dotted else None
         if prop:  # get_platform().is_sm120: a platform property looked up through a probe table
             probe = self._probe(prop.rsplit(".", 1)[-1], prop, [])  # a device probe (is_cuda): the device answers
@@ -244,13 +244,13 @@ class Evaluator(Interpreter):
         recv = self._receiver(node.value, env, mod, scope, depth)
         if recv is NotImplemented:
             # a class attribute: an enum member, or a constant in the class body
-            ref = self._name(_dotted(node.value), mod, scope, depth) if _dotted(node.value) else None
+            ref = self._name(dotted_name(node.value), mod, scope, depth) if dotted_name(node.value) else None
             cls = self._class_of_ref(ref)
             if cls:
                 member = w.class_constant(cls, node.attr)
                 if member is not NotImplemented:
                     return member
-            slot = w.slot(mod, _dotted(node), self, depth)
+            slot = w.slot(mod, dotted_name(node), self, depth)
             if slot is not NotImplemented:
                 return slot
             if not isinstance(node.value, (ast.Attribute, ast.Subscript, ast.IfExp)):
@@ -296,15 +296,15 @@ class Evaluator(Interpreter):
             member = w.class_constant(cls, a)
             if member is not NotImplemented:
                 return member
-        slot = w.slot(mod, _dotted(node), self, depth) if _dotted(node) else NotImplemented
+        slot = w.slot(mod, dotted_name(node), self, depth) if dotted_name(node) else NotImplemented
         if slot is not NotImplemented:
             return slot
-        return UNKNOWN if recv is UNKNOWN or isinstance(recv, _Ref) else NotImplemented
+        return UNKNOWN if recv is UNKNOWN or isinstance(recv, FuncHandle) else NotImplemented
 
     def _call_known_core(self, node: ast.Call, env, mod, scope, depth):
         w = self.world
         f = node.func
-        ev = lambda n: _value(self._eval(n, env, mod, scope, depth))  # noqa: E731
+        ev = lambda n: truth_value(self._eval(n, env, mod, scope, depth))  # noqa: E731
         got = self._model_path_call(node, env, mod, scope, depth)
         if got is not NotImplemented:
             return got
@@ -317,7 +317,7 @@ class Evaluator(Interpreter):
                 if f.id in ("getattr", "hasattr") and len(node.args) >= 2 else None
             if isinstance(attr_name, str) and attr_name.isidentifier():
                 obj = self._eval(node.args[0], env, mod, scope, depth)
-                if f.id == "hasattr" and isinstance(obj, _Ref) and obj.dotted == "torch" and not obj.qual:
+                if f.id == "hasattr" and isinstance(obj, FuncHandle) and obj.dotted == "torch" and not obj.qual:
                     return True  # torch's device modules (torch.cuda, torch.xpu) exist in every build
                 got = self._attribute(ast.Attribute(value=node.args[0], attr=attr_name, ctx=ast.Load()), env, mod, scope, depth, True) \
                     if isinstance(obj, (HFConfig, Instance, ServerArgsObj, EnumVal)) else UNKNOWN
@@ -338,17 +338,17 @@ class Evaluator(Interpreter):
                 if got is not NotImplemented:
                     return got
             # os.environ.get("X", d) / os.getenv("X", d)
-            dotted = _dotted(f)
+            dotted = dotted_name(f)
             if dotted in ("os.environ.get", "os.getenv", "environ.get") and node.args:
                 name = ev(node.args[0])  # a constant, or the name a helper was given
                 if isinstance(name, str):
                     dflt = ev(node.args[1]) if len(node.args) > 1 else None
                     return w.env_raw(name, dflt, f"{dotted}({name!r})")
             recv = self._receiver(f.value, env, mod, scope, depth)
-            if recv is NotImplemented and _dotted(f.value):
-                recv = self._name(_dotted(f.value), mod, scope, depth)
+            if recv is NotImplemented and dotted_name(f.value):
+                recv = self._name(dotted_name(f.value), mod, scope, depth)
                 if self._class_of_ref(recv) is None and not isinstance(recv, (EnumVal, Instance)):
-                    slot = w.slot(mod, _dotted(f.value), self, depth)
+                    slot = w.slot(mod, dotted_name(f.value), self, depth)
                     recv = slot if slot is not NotImplemented else NotImplemented
             if isinstance(recv, StepTensor):
                 # x.numel(), x.size(0), x.view(-1, h): sizes of a tensor of the step, not empty
@@ -402,7 +402,7 @@ class Evaluator(Interpreter):
         """``get_global_server_args()``: an in-tree accessor taking no argument whose declared return
         type is the ServerArgs class gives the process's (resolved) server arguments."""
         sch = self.world.schema
-        d = _dotted(f)
+        d = dotted_name(f)
         if sch is None or self.world.state is None or not d:
             return False
         q = self.model.resolve(mod, scope, d)
@@ -416,9 +416,9 @@ class Evaluator(Interpreter):
         """Filesystem questions about the checkpoint's path (:class:`ModelPath`): it is no single
         file; whether it is a local folder is unknown. ``Path(p)`` keeps it a model path."""
         f = node.func
-        dotted = _dotted(f)
+        dotted = dotted_name(f)
         if dotted in _PATH_FUNCS and len(node.args) == 1 and not self.model.resolve(mod, scope, dotted):
-            v = _value(self._eval(node.args[0], env, mod, scope, depth))
+            v = truth_value(self._eval(node.args[0], env, mod, scope, depth))
             if isinstance(v, ModelPath):
                 return {"wrap": v, "file": False}.get(_PATH_FUNCS[dotted], UNKNOWN)
         elif isinstance(f, ast.Attribute) and f.attr in _PATH_METHODS and not node.args \
@@ -441,7 +441,7 @@ class Evaluator(Interpreter):
         args = [ev(a) for a in node.args]
         if not all(isinstance(a, str) for a in args) or not any(tuple(r[0]) == tuple(args) for r in regs):
             return None
-        callee = self.world.R.resolve(mod, scope, _dotted(f)) if _dotted(f) else None
+        callee = self.world.R.resolve(mod, scope, dotted_name(f)) if dotted_name(f) else None
         reads = container_names(self.world, callee, "load") if callee else frozenset()
         if not reads:
             return None
@@ -455,7 +455,7 @@ class Evaluator(Interpreter):
         wanted = cls_node.elts if isinstance(cls_node, ast.Tuple) else [cls_node]
         builtin = {"dict": dict, "list": list, "str": str, "int": int, "tuple": tuple, "bool": bool, "float": float, "set": set}
         if all(isinstance(c, ast.Name) and c.id in builtin and c.id not in env for c in wanted):
-            if obj is UNKNOWN or isinstance(obj, _Ref):
+            if obj is UNKNOWN or isinstance(obj, FuncHandle):
                 return UNKNOWN
             return isinstance(obj, tuple(builtin[c.id] for c in wanted))
         quals = []
@@ -535,17 +535,17 @@ class Evaluator(Interpreter):
             self.steps = STEP_BUDGET  # a top-level evaluation, as in ``eval``
         try:
             v = self._eval(node, env, mod, scope, depth)
-        except _Return:
+        except Returned:
             raise
         except Exception:
             return UNKNOWN
         cls = self._class_of_ref(v)
         if cls:
             return ClassRef(cls)
-        if isinstance(v, _Ref) and not (v.qual and v.qual in self.model.G):
+        if isinstance(v, FuncHandle) and not (v.qual and v.qual in self.model.G):
             full = self.world.imported_as(mod, scope, v.dotted) or (v.qual if v.qual and "." in v.qual else None)
             return ExtRef(full or v.dotted)
-        return _value(v)
+        return truth_value(v)
 
 
     # --- what a whole step reads besides the MoE layer ---------------------------------------------
@@ -562,7 +562,7 @@ class Evaluator(Interpreter):
             if isinstance(st, ast.For) and isinstance(st.target, ast.Name) and not st.orelse and _jumps(st.body):
                 seq = self.eval(st.iter, env, mod, scope, depth)
                 if not isinstance(seq, (list, tuple, dict, str)) or len(seq) > 64:
-                    raise _Return(UNKNOWN)
+                    raise Returned(UNKNOWN)
                 for item in seq:
                     env[st.target.id] = item
                     try:
@@ -576,7 +576,7 @@ class Evaluator(Interpreter):
                 # a test guarding a break/continue: taken only where it is decided
                 t = self.eval(st.test, env, mod, scope, depth)
                 if t is UNKNOWN:
-                    raise _Return(UNKNOWN)
+                    raise Returned(UNKNOWN)
                 self.exec_block(st.body if t else st.orelse, env, mod, scope, depth)
                 continue
             self._exec_stmts([st], env, mod, scope, depth)
@@ -728,7 +728,7 @@ class Evaluator(Interpreter):
             body = list(fn.body) + [ast.Return(value=ast.Name(id=name, ctx=ast.Load()), lineno=stores[-1].lineno, col_offset=0)]
             outs = [o for o in self.explore(body, env, mod, fn.name, path, depth + 1) if not o.raises]
             outs.sort(key=lambda o: sum(1 for a in o.assumptions if a[1]))
-            if outs and outs[0].value is not UNKNOWN and not isinstance(outs[0].value, _Ref):
+            if outs and outs[0].value is not UNKNOWN and not isinstance(outs[0].value, FuncHandle):
                 found = outs[0].value
                 self.global_sites[key] = (found, path, stores[-1].lineno, fn.name, outs[0].assumptions)
                 break
@@ -766,7 +766,7 @@ class Evaluator(Interpreter):
                     return UNKNOWN
                 return table[key] if key in table else (self._eval_raw(node.args[1], env, mod, scope, depth) if len(node.args) > 1 else None)
         got = self._call_known_core(node, env, mod, scope, depth)
-        if got is NotImplemented and len(node.args) == 1 and _dotted(f):
+        if got is NotImplemented and len(node.args) == 1 and dotted_name(f):
             wrapped = self._wrapped(node, f, env, mod, scope, depth)
             if wrapped is not None:
                 return wrapped
@@ -787,39 +787,39 @@ class Evaluator(Interpreter):
         """``functools.partial(fn, 3)`` of an in-tree function is a :class:`Partial`; calling one runs
         ``fn`` with the bound arguments first. NotImplemented for any other call."""
         f = node.func
-        args = lambda: [_value(self._eval(a, env, mod, scope, depth)) for a in node.args[1:] if not isinstance(a, ast.Starred)]  # noqa: E731
+        args = lambda: [truth_value(self._eval(a, env, mod, scope, depth)) for a in node.args[1:] if not isinstance(a, ast.Starred)]  # noqa: E731
         if isinstance(f, ast.Name) and isinstance(env.get(f.id), Partial):
             p = env[f.id]
             if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                 return UNKNOWN
-            rest = [_value(self._eval(a, env, mod, scope, depth)) for a in node.args]
-            kw = {**dict(p.kwargs), **{k.arg: _value(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords}}
+            rest = [truth_value(self._eval(a, env, mod, scope, depth)) for a in node.args]
+            kw = {**dict(p.kwargs), **{k.arg: truth_value(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords}}
             return self.call_function(p.qual, list(p.args) + rest, kw, depth + 1)
-        dotted = _dotted(f)
+        dotted = dotted_name(f)
         if not node.args or not dotted or dotted.rsplit(".", 1)[-1] != "partial" or isinstance(f, ast.Name) and f.id in env:
             return NotImplemented
         if (self.world.imported_as(mod, scope, dotted) or "") != "functools.partial":
             return NotImplemented
         fn = self._eval(node.args[0], env, mod, scope, depth)
-        q = fn.qual if isinstance(fn, (_Ref, FuncRef)) else None
+        q = fn.qual if isinstance(fn, (FuncHandle, FuncRef)) else None
         if not q or self.model.G.nodes.get(q, {}).get("kind") != "function" or isinstance(fn, FuncRef) and fn.bound is not None:
             return NotImplemented
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             return NotImplemented
-        kw = tuple((k.arg, _value(self._eval(k.value, env, mod, scope, depth))) for k in node.keywords)
+        kw = tuple((k.arg, truth_value(self._eval(k.value, env, mod, scope, depth))) for k in node.keywords)
         return Partial(q, tuple(args()), kw)
 
     def _wrapped(self, node, f, env, mod, scope, depth) -> Optional[FuncRef]:
         """``torch.compiler.disable(decode_attention_fwd)``: a callable from outside the tree handed
         one in-tree function gives back a callable that runs it."""
         callee = self._eval(f, env, mod, scope, depth)
-        if not isinstance(callee, _Ref) or (callee.qual and callee.qual in self.model.G):
+        if not isinstance(callee, FuncHandle) or (callee.qual and callee.qual in self.model.G):
             return None
         arg = self._eval(node.args[0], env, mod, scope, depth)
-        q = arg.qual if isinstance(arg, _Ref) else arg.qual if isinstance(arg, FuncRef) else None
+        q = arg.qual if isinstance(arg, FuncHandle) else arg.qual if isinstance(arg, FuncRef) else None
         if not q or self.model.G.nodes.get(q, {}).get("kind") not in ("function", "triton_kernel"):
             return None
-        full = self.world.imported_as(mod, scope, _dotted(f)) or _dotted(f)
+        full = self.world.imported_as(mod, scope, dotted_name(f)) or dotted_name(f)
         return FuncRef(q, (f"wrapped by {full}",), (self.world.G.nodes.get(mod, {}).get("path", ""), node.lineno))
 
 
@@ -857,7 +857,7 @@ def _defined_names(cls_node) -> frozenset:
 
 
 def _plainval(v):
-    return UNKNOWN if isinstance(v, _Ref) else v
+    return UNKNOWN if isinstance(v, FuncHandle) else v
 
 
 _src = source_line

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from .. import bounded
 from .asts import functions_named, module_ast
-from .interp import _PROBE_TAILS, UNKNOWN, Dev, Interpreter, _literal_src, public, tree_memo
+from .interp import PROBE_TAILS, UNKNOWN, Dev, Interpreter, literal_src, public, tree_memo
 
 @dataclass(frozen=True)
 class GateDiscovery:
@@ -207,7 +207,7 @@ class GateModel:
                 continue
             for c in f.calls:
                 tail = c.func.replace("()", "").rsplit(".", 1)[-1]
-                if tail in _PROBE_TAILS and c.scope:
+                if tail in PROBE_TAILS and c.scope:
                     probe_scopes.add(f"{f.module}.{c.scope}")
             for d in f.defs:
                 if d.kind == "callable_assign":
@@ -244,7 +244,7 @@ class GateModel:
             scope = d.qualname.rsplit(".", 1)[0] if "." in d.qualname else ""
             target = self.resolve(f.module, scope, d.wraps) if d.wraps else None
             if target and (target in probe_scopes or target in self.gates) and q in self.G:
-                kwargs = {k: _literal_src(v) for k, v in d.wrap_kwargs}
+                kwargs = {k: literal_src(v) for k, v in d.wrap_kwargs}
                 fn = self.function_ast(target)
                 pred = _predicate_of(fn, kwargs) if fn is not None else f"{d.wraps}()"
                 add(q, "assignment", pred, wraps=d.wraps, kwargs=kwargs)
@@ -363,7 +363,7 @@ def _returns_folded(stmts):
 # --- the shared evaluation ----------------------------------------------------------------------
 
 
-def _model(ctx, discovery: Optional[GateDiscovery] = None) -> GateModel:
+def gate_model(ctx, discovery: Optional[GateDiscovery] = None) -> GateModel:
     """The gate model for ``discovery`` (default: :data:`DEFAULT_DISCOVERY`): device-independent,
     so one per tree and setting for the life of the process. Keyed by the setting, so what a rule
     sees never depends on which rule happened to ask first."""
@@ -386,7 +386,7 @@ def interpreter(ctx, device=None, discovery: Optional[GateDiscovery] = None) -> 
     key = ("gate_interp", device.name, discovery)
     it = ctx.cache.get(key)
     if it is None:
-        it = ctx.cache[key] = Interpreter(ctx.tree, Dev.of(device), _model(ctx, discovery))
+        it = ctx.cache[key] = Interpreter(ctx.tree, Dev.of(device), gate_model(ctx, discovery))
     return it
 
 
@@ -396,7 +396,7 @@ def evaluate_gates(ctx, discovery: Optional[GateDiscovery] = None) -> dict:
     key = ("gates", discovery)
     if key in ctx.cache:
         return ctx.cache[key]
-    model = _model(ctx, discovery)
+    model = gate_model(ctx, discovery)
     it = interpreter(ctx, None, discovery)
     out = {q: public(it.gate_value(q)) for q in sorted(model.gates)}
     ctx.cache[key] = out
@@ -415,7 +415,7 @@ def eval_test(ctx, path: str, module: str, scope: str, test_src: str, device=Non
 
 def branch_gates(ctx, module: str, scope: str, names, discovery: Optional[GateDiscovery] = None) -> list[str]:
     """The gates an ``if`` test refers to (by the names its facts recorded), or 'inline' probes."""
-    model = _model(ctx, discovery)
+    model = gate_model(ctx, discovery)
     out = []
     for n in names:
         bare = n[:-2] if n.endswith("()") else n
@@ -427,7 +427,7 @@ def branch_gates(ctx, module: str, scope: str, names, discovery: Optional[GateDi
             g = q if q in model.gates else None
         if not g and bare.rsplit(".", 1)[-1] in model.by_name and re.search(r"platform", bare, re.I):
             g = sorted(model.by_name[bare.rsplit(".", 1)[-1]])[0]
-        if not g and bare.rsplit(".", 1)[-1] in _PROBE_TAILS:
+        if not g and bare.rsplit(".", 1)[-1] in PROBE_TAILS:
             g = "<inline>." + bare.rsplit(".", 1)[-1]
         if g and g not in out:
             out.append(g)

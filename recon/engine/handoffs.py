@@ -21,8 +21,8 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from .gatemodel import _model, interpreter
-from .interp import UNKNOWN, _dotted
+from .gatemodel import gate_model, interpreter
+from .interp import UNKNOWN, dotted_name
 
 
 def _test_text(test: ast.expr, limit: int = 80) -> str:
@@ -44,7 +44,7 @@ def _negate(text: str) -> str:
     return f"not {text}" if " " not in text else f"not ({text})"
 
 
-def _exits(body: list) -> bool:
+def exits(body: list) -> bool:
     """Every path through ``body`` ends in return/raise (checked on the last statement, and on both
     branches of a trailing if/else)."""
     if not body:
@@ -53,7 +53,7 @@ def _exits(body: list) -> bool:
     if isinstance(last, (ast.Return, ast.Raise)):
         return True
     if isinstance(last, ast.If):
-        return _exits(last.body) and _exits(last.orelse)
+        return exits(last.body) and exits(last.orelse)
     return False
 
 
@@ -74,7 +74,7 @@ def raising_guards(fn: ast.AST) -> set:
                 else_raises = bool(st.orelse) and isinstance(st.orelse[-1], ast.Raise)
                 if body_raises != else_raises:
                     out.add((id(st.test), not body_raises))
-                elif not st.orelse and _exits(st.body) and not body_raises and i + 1 < len(block) \
+                elif not st.orelse and exits(st.body) and not body_raises and i + 1 < len(block) \
                         and isinstance(block[i + 1], ast.Raise):
                     # ``if ok: ...; return x`` then ``raise``: falling through is the error
                     out.add((id(st.test), True))
@@ -86,7 +86,7 @@ def raising_guards(fn: ast.AST) -> set:
     return out
 
 
-def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
+def guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
     """Every call in ``fn``'s body with the guards under which it runs: (test, holds) pairs, holds
     False on the else side and after an ``if`` whose body returns."""
     out: list[tuple[ast.Call, tuple]] = []
@@ -102,9 +102,9 @@ def _guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
                 calls_in(st.test, guards)
                 walk(st.body, guards + ((st.test, True),))
                 walk(st.orelse, guards + ((st.test, False),))
-                if _exits(st.body) and not _exits(st.orelse):
+                if exits(st.body) and not exits(st.orelse):
                     guards = guards + ((st.test, False),)  # what follows runs only when the test failed
-                elif _exits(st.orelse) and not _exits(st.body):
+                elif exits(st.orelse) and not exits(st.body):
                     guards = guards + ((st.test, True),)
             elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue  # nested definitions run when called, not here
@@ -151,7 +151,7 @@ IGNORE = ("torch", "numpy", "triton", "logging", "typing", "functools", "math", 
 def handoffs(ctx, qual: str, ignore=IGNORE) -> list[dict]:
     """The calls in function ``qual`` that leave the analysed code (library calls, delegations to a
     held object), each with its line, target and guards; in source order."""
-    model = _model(ctx)
+    model = gate_model(ctx)
     fn = model.function_ast(qual)
     node = ctx.tree.graph.nodes.get(qual, {})
     if fn is None or not node.get("path"):
@@ -175,8 +175,8 @@ def handoffs(ctx, qual: str, ignore=IGNORE) -> list[dict]:
     mod, mscope = model.module_scope(qual)
     evaluate = lambda test: it.eval(test, {}, mod, mscope)  # noqa: E731
     out, seen = [], set()
-    for call, guards in _guarded_calls(fn):
-        name = _dotted(call.func)
+    for call, guards in guarded_calls(fn):
+        name = dotted_name(call.func)
         if not name:
             continue
         head = name.split(".", 1)[0]

@@ -52,7 +52,7 @@ UNKNOWN = _Unknown()  # three-valued logic: True, False, or UNKNOWN
 def public(v):
     """A value for code outside the interpreter: unknown is None there."""
     return None if v is UNKNOWN else v
-_PROBE_TAILS = ("get_device_capability", "get_device_sm", "has_device_capability", "is_device_capability", "device_capability", "device_sm")
+PROBE_TAILS = ("get_device_capability", "get_device_sm", "has_device_capability", "is_device_capability", "device_capability", "device_sm")
 
 
 class Cap(tuple):
@@ -82,7 +82,7 @@ class Dev:
 
 
 
-class _Ref:
+class FuncHandle:
     """A callable the interpreter met: an in-tree function (qualname) or an outside dotted name."""
 
     def __init__(self, dotted: str, qual: Optional[str] = None, bound: Any = None):
@@ -117,7 +117,7 @@ class _Found:
 FOUND = _Found()
 
 
-class _Return(Exception):
+class Returned(Exception):
     def __init__(self, value):
         self.value = value
 
@@ -236,7 +236,7 @@ class Interpreter:
         mod, scope = self.model.module_scope(qual)
         try:
             self.exec_block(fn.body, env, mod, scope, depth)
-        except _Return as r:
+        except Returned as r:
             return r.value
         return None if not fn.body else UNKNOWN
 
@@ -295,7 +295,7 @@ class Interpreter:
         for st in stmts:
             self._step()
             if isinstance(st, ast.Return):
-                raise _Return(self.eval(st.value, env, mod, scope, depth) if st.value is not None else None)
+                raise Returned(self.eval(st.value, env, mod, scope, depth) if st.value is not None else None)
             if isinstance(st, ast.If):
                 t = self.eval(st.test, env, mod, scope, depth)
                 if t is UNKNOWN:
@@ -305,14 +305,14 @@ class Interpreter:
                         try:
                             self.exec_block(body, dict(env), mod, scope, depth)
                             outs.append(KeyError)
-                        except _Return as r:
+                        except Returned as r:
                             outs.append(r.value)
                     if outs[0] is not KeyError and outs[0] == outs[1]:
-                        raise _Return(outs[0])
+                        raise Returned(outs[0])
                     if KeyError not in outs:
-                        raise _Return(UNKNOWN)
+                        raise Returned(UNKNOWN)
                     # one side falls through: what follows is reached only on some paths
-                    raise _Return(UNKNOWN)
+                    raise Returned(UNKNOWN)
                 self.exec_block(st.body if t else st.orelse, env, mod, scope, depth)
             elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
                 env[st.targets[0].id] = self.eval(st.value, env, mod, scope, depth)
@@ -323,19 +323,19 @@ class Interpreter:
             elif isinstance(st, ast.Try):
                 self.exec_block(st.body, env, mod, scope, depth)
             elif isinstance(st, ast.Raise):
-                raise _Return(UNKNOWN)
+                raise Returned(UNKNOWN)
             elif isinstance(st, (ast.Expr, ast.Pass, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom)):
                 continue
             else:
-                raise _Return(UNKNOWN)  # loops, with, ...: out of this interpreter's depth
+                raise Returned(UNKNOWN)  # loops, with, ...: out of this interpreter's depth
 
     # --- expressions ---------------------------------------------------------------------------
     def eval(self, node, env, mod, scope, depth=0):
         if depth == 0:
             self.steps = STEP_BUDGET
         try:
-            return _value(self._eval(node, env, mod, scope, depth))
-        except _Return:
+            return truth_value(self._eval(node, env, mod, scope, depth))
+        except Returned:
             raise
         except Exception:  # unknown names, bad operands, _OutOfSteps, bounded.TooLarge, recursion
             return UNKNOWN
@@ -346,7 +346,7 @@ class Interpreter:
         if len(node.generators) != 1 or node.generators[0].is_async:
             return UNKNOWN
         gen = node.generators[0]
-        seq = _value(self._eval(gen.iter, env, mod, scope, depth))
+        seq = truth_value(self._eval(gen.iter, env, mod, scope, depth))
         if isinstance(seq, (set, frozenset)):
             seq = sorted(seq, key=repr)
         if not isinstance(seq, (tuple, list, str, dict)) or len(seq) > 256:
@@ -358,12 +358,12 @@ class Interpreter:
                 return UNKNOWN
             keep = True
             for cond in gen.ifs:
-                c = _value(self._eval(cond, inner, mod, scope, depth))
+                c = truth_value(self._eval(cond, inner, mod, scope, depth))
                 if c is UNKNOWN:
                     return UNKNOWN
                 keep = keep and bool(c)
             if keep:
-                v = _value(self._eval(node.elt, inner, mod, scope, depth))
+                v = truth_value(self._eval(node.elt, inner, mod, scope, depth))
                 if v is UNKNOWN:
                     return UNKNOWN
                 out.append(v)
@@ -376,7 +376,7 @@ class Interpreter:
 
     def _eval(self, node, env, mod, scope, depth):
         self._step()
-        ev = lambda n: _value(self._eval(n, env, mod, scope, depth))  # noqa: E731
+        ev = lambda n: truth_value(self._eval(n, env, mod, scope, depth))  # noqa: E731
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -401,7 +401,7 @@ class Interpreter:
                 return _SAFE_BUILTINS[node.id]
             return self._name(node.id, mod, scope, depth)
         if isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
+            dotted = dotted_name(node)
             if dotted == "torch.version.cuda":
                 self.touched = True
                 return ".".join(map(str, self.dev.cuda)) if self.dev.cuda else None
@@ -475,11 +475,11 @@ class Interpreter:
             return self.gate_value(gate, depth + 1)
         qual = self.model.resolve(mod, scope, dotted)
         if self.model.G.nodes.get(qual, {}).get("kind") in ("function", "class"):
-            return _Ref(dotted, qual)
+            return FuncHandle(dotted, qual)
         if qual is None and "." not in dotted:
             lam = self._lambda_bound(mod, dotted, 3)
             if lam is not None:  # `name = lambda: ...` here or where it is imported from: a function
-                return _Ref(dotted, lam)
+                return FuncHandle(dotted, lam)
         flag = self.model.module_flag(mod, dotted)
         if flag is not None:
             fmod, expr = flag
@@ -488,12 +488,12 @@ class Interpreter:
                 self.flag_memo[key] = UNKNOWN  # recursion guard: `_a = _b and x`, `_b = _a or y`
                 self.flag_memo[key] = self.eval(expr, {}, fmod, "", depth + 1) if depth < self.depth_limit else UNKNOWN
             return self.flag_memo[key]
-        return _Ref(dotted, qual)
+        return FuncHandle(dotted, qual)
 
     def _call(self, node, env, mod, scope, depth):
         func = node.func
-        args = [_value(self._eval(a, env, mod, scope, depth)) for a in node.args if not isinstance(a, ast.Starred)]
-        kwargs = {k.arg: _value(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords if k.arg}
+        args = [truth_value(self._eval(a, env, mod, scope, depth)) for a in node.args if not isinstance(a, ast.Starred)]
+        kwargs = {k.arg: truth_value(self._eval(k.value, env, mod, scope, depth)) for k in node.keywords if k.arg}
         # method on a plain value: "12.8".split(".")
         if isinstance(func, ast.Attribute) and func.attr in _STR_METHODS:
             base = self._eval(func.value, env, mod, scope, depth)
@@ -502,12 +502,12 @@ class Interpreter:
             if isinstance(base, (str, tuple, list)):
                 return bounded.check(getattr(base, func.attr)(*args, **kwargs))
         target = self._eval(func, env, mod, scope, depth)
-        if callable(target) and not isinstance(target, _Ref):
+        if callable(target) and not isinstance(target, FuncHandle):
             if any(a is UNKNOWN for a in args):
                 return UNKNOWN
             out = target(*args, **kwargs)
             return bounded.build(tuple, out) if isinstance(out, map) else bounded.check(out)
-        if isinstance(target, _Ref):
+        if isinstance(target, FuncHandle):
             probe = self._probe(target.tail, target.dotted, args)
             if probe is not KeyError:
                 return probe
@@ -539,12 +539,12 @@ def _bind(target, item, env) -> bool:
     return False
 
 
-def _value(x):
+def truth_value(x):
     """A function reference is not a truth value: in a test it is unknown."""
-    return UNKNOWN if isinstance(x, _Ref) else x
+    return UNKNOWN if isinstance(x, FuncHandle) else x
 
 
-def _dotted(node) -> str:
+def dotted_name(node) -> str:
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -553,7 +553,7 @@ def _dotted(node) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     if isinstance(node, ast.Call):
-        inner = _dotted(node.func)
+        inner = dotted_name(node.func)
         if inner:
             parts.append(inner + "()")
             return ".".join(reversed(parts))
@@ -567,7 +567,7 @@ def _literal(node):
         return UNKNOWN
 
 
-def _literal_src(src: str):
+def literal_src(src: str):
     try:
         return ast.literal_eval(src)
     except Exception:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from .interp import _dotted
+from .interp import dotted_name
 
 
 def registrations(world) -> list[tuple[tuple, str, str, int]]:
@@ -89,10 +89,10 @@ def container_names(world, qual: str, how: str, depth: int = 2) -> frozenset:
     names: set = set()
     for n in ast.walk(fn) if fn is not None else ():
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store if how == "store" else ast.Load):
-            names.add(_dotted(n.value).rsplit(".", 1)[-1])
+            names.add(dotted_name(n.value).rsplit(".", 1)[-1])
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
             if (how == "store" and n.func.attr in ("append", "add", "setdefault", "update")) or (how == "load" and n.func.attr == "get"):
-                names.add(_dotted(n.func.value).rsplit(".", 1)[-1])
+                names.add(dotted_name(n.func.value).rsplit(".", 1)[-1])
     names.discard("")
     if depth > 0:
         for _, v, e in world.G.out_edges(qual, data=True):

@@ -440,7 +440,7 @@ def _called(world, w, state, evaluator, strict: bool = False) -> bool:
     if qual in cache:
         return cache[qual]
     cache[qual] = True  # recursion guard
-    from .handoffs import _guarded_calls
+    from .handoffs import guarded_calls
     from .writes import Write
     G = world.G
     sites = [(u, d.get("line")) for u, _, d in G.in_edges(qual, data=True) if d.get("kind") == "calls"]
@@ -455,11 +455,11 @@ def _called(world, w, state, evaluator, strict: bool = False) -> bool:
             break
         mod, scope = evaluator.model.module_scope(caller)
         path = world.path_of(caller)
-        from .writes import _locals
-        for call, guards in _guarded_calls(fn):
+        from .writes import local_writes
+        for call, guards in guarded_calls(fn):
             if not (call.lineno <= (line or 0) <= getattr(call, "end_lineno", call.lineno)):
                 continue
-            probe = Write(path, mod, scope, call.lineno, "", "", call, tuple(guards), fn, (), _locals(fn))
+            probe = Write(path, mod, scope, call.lineno, "", "", call, tuple(guards), fn, (), local_writes(fn))
             env = world.write_env(probe, ServerArgsObj(state), evaluator)
             if all((evaluator.eval(t, env, mod, scope) is not UNKNOWN and bool(evaluator.eval(t, env, mod, scope)) == want)
                    or (evaluator.eval(t, env, mod, scope) is UNKNOWN and (not strict or not want)) for t, want in guards):

@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from .handoffs import _exits
+from .handoffs import exits
 from .interp import UNKNOWN  # every path through a block ends (return/raise)
 
 
@@ -64,7 +64,7 @@ def _dict_keys(value: ast.expr, keys) -> Iterator[tuple[str, ast.expr]]:
                 yield k.value, v
 
 
-def _locals(fn: ast.AST) -> list:
+def local_writes(fn: ast.AST) -> list:
     """[(name, expr, line, guards)] for each simple assignment in a function's own body (nested
     functions excluded), with the ``if`` tests it sits under (and early returns before it), so a
     reader can tell which of several assignments to one name holds."""
@@ -93,9 +93,9 @@ def _locals(fn: ast.AST) -> list:
             if isinstance(st, ast.If):
                 walk(st.body, guards + ((st.test, True),))
                 walk(st.orelse, guards + ((st.test, False),))
-                if _exits(st.body) and not _exits(st.orelse):
+                if exits(st.body) and not exits(st.orelse):
                     guards = guards + ((st.test, False),)
-                elif _exits(st.orelse) and not _exits(st.body):
+                elif exits(st.orelse) and not exits(st.body):
                     guards = guards + ((st.test, True),)
             elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
                 walk(st.body, guards)  # a loop's assignments count as made (as before guards were kept)
@@ -160,7 +160,7 @@ def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_l
         for st in stmts:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 q = f"{scope}.{st.name}" if scope else st.name
-                walk(st.body, (), q, st, tuple(st.decorator_list), _locals(st))
+                walk(st.body, (), q, st, tuple(st.decorator_list), local_writes(st))
                 continue
             if isinstance(st, ast.ClassDef):
                 q = f"{scope}.{st.name}" if scope else st.name
@@ -186,9 +186,9 @@ def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_l
                 walk(st.body, guards + ((st.test, True),), scope, fn, decos, local_list)
                 walk(st.orelse, guards + ((st.test, False),), scope, fn, decos, local_list)
                 # an early return: what follows runs only when the test took the other way
-                if _exits(st.body) and not _exits(st.orelse):
+                if exits(st.body) and not exits(st.orelse):
                     guards = guards + ((st.test, False),)
-                elif _exits(st.orelse) and not _exits(st.body):
+                elif exits(st.orelse) and not exits(st.body):
                     guards = guards + ((st.test, True),)
             elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
                 # a loop body may run zero times: its writes are guarded by "the loop runs"

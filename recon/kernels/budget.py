@@ -37,7 +37,7 @@ def tensor_rate(device, math: str) -> float:
     return 2 * r if math == "fp8" and device.fp8 else r
 
 
-def _point(m: int, nbytes: Optional[float], flops: Optional[float], device, math: str) -> dict:
+def floor_point(m: int, nbytes: Optional[float], flops: Optional[float], device, math: str) -> dict:
     bw = device.bandwidth_tbs * 1e12
     mem = nbytes / bw * 1e6 if nbytes is not None else None
     comp = flops / tensor_rate(device, math) * 1e6 if flops else (0.0 if flops == 0 else None)
@@ -62,7 +62,7 @@ def _row(kind: str, op: str, launches, points: list[dict], **extra) -> dict:
 
 
 # --- bytes and FLOPs per layer kind -----------------------------------------------------------------
-def _dense(model, m: int):
+def dense_floor_inputs(model, m: int):
     if not model.dense_gemm_shapes:
         return None, None
     bits = ELEMENT_BITS.get(model.dense_quant, 16)
@@ -76,7 +76,7 @@ def _dense(model, m: int):
     return b * model.num_layers, f * model.num_layers
 
 
-def _moe(model, m: int):
+def moe_floor_inputs(model, m: int):
     eb = roofline.model_expert_bytes(model)
     uniq = roofline.unique_experts(m, model.top_k, model.num_experts)
     b = uniq * eb.total  # each touched expert read once: the bytes recon.roofline's floor counts
@@ -123,7 +123,7 @@ def _moe_rows(lay: dict, model, device, ms: list[int], costs: dict) -> list[dict
     L = model.num_moe_layers
     kern = next((o for o in lay.get("ops", []) if o["kind"] == "triton_kernel"), None)
     short = kern["name"].rsplit(".", 1)[-1] if kern else None
-    main = _row("moe", ", ".join(ops) or "(no named op)", per_step, [_point(m, *_moe(model, m), device, "bf16") for m in ms],
+    main = _row("moe", ", ".join(ops) or "(no named op)", per_step, [floor_point(m, *moe_floor_inputs(model, m), device, "bf16") for m in ms],
                 part="kernels", tensor_cores=lay.get("tensor_cores"), config=_config(costs.get("config")))
     rows = [main]
     e8, d8 = _anchor_ms(model, SLOT_E8M0, short) if short else ({}, None)
@@ -133,7 +133,7 @@ def _moe_rows(lay: dict, model, device, ms: list[int], costs: dict) -> list[dict
         per_call = sum(c["bytes_per_call"] for c in conv)
         names = " and ".join(c["tensor"].rsplit(".", 1)[-1] for c in conv)
         r = _row("moe", f"{names} {conv[0]['target']} per call", len(conv) * L,
-                 [_point(m, per_call * L, 0, device, "bf16") for m in ms], part="conversion", tensor_cores=False,
+                 [floor_point(m, per_call * L, 0, device, "bf16") for m in ms], part="conversion", tensor_cores=False,
                  at=f"{conv[0]['path']}:{conv[0]['line']}", fix="convert once at load (process_weights_after_loading)")
         rows.append(r)
     epi = costs.get("epilogue")
@@ -141,7 +141,7 @@ def _moe_rows(lay: dict, model, device, ms: list[int], costs: dict) -> list[dict
         pb = {p["M"]: p["bytes"] for p in epi["per_batch"]}
         top = max(pb)
         # the epilogue's bytes grow with M (one row per slot): past the largest batch it was sized at, linearly
-        pts = [_point(m, (pb[m] if m in pb else pb[top] * m / top) * L, 0, device, "bf16") for m in ms]
+        pts = [floor_point(m, (pb[m] if m in pb else pb[top] * m / top) * L, 0, device, "bf16") for m in ms]
         rows.append(_row("moe", f"eager epilogue ({', '.join(epi['ops'])})", epi["launches"] * L, pts, part="epilogue", tensor_cores=False,
                          at=f"{epi['path']}:{epi['line']}"))
     rk = lay.get("recon_kernel")
@@ -187,20 +187,20 @@ def step_budget(kmap: dict, model, device, prefill_m: Optional[int] = None) -> d
             rows += _moe_rows(lay, model, device, ms, costs.get("moe", {}))
             continue
         if kind == "dense_gemm":
-            pts = [_point(m, *_dense(model, m), device, "fp8" if model.dense_quant == "fp8" else "bf16") for m in ms]
+            pts = [floor_point(m, *dense_floor_inputs(model, m), device, "fp8" if model.dense_quant == "fp8" else "bf16") for m in ms]
         elif kind == "norm":
-            pts = [_point(m, *_norm(model, m, (lay.get("per_step") or {}).get("instances") or 0), device, "bf16") for m in ms]
+            pts = [floor_point(m, *_norm(model, m, (lay.get("per_step") or {}).get("instances") or 0), device, "bf16") for m in ms]
         elif kind == "embedding":
-            pts = [_point(m, m * model.hidden_size * 2, 0, device, "bf16") for m in ms]
+            pts = [floor_point(m, m * model.hidden_size * 2, 0, device, "bf16") for m in ms]
         elif kind == "logits":
-            pts = [_point(m, *_logits(model, m), device, "bf16") for m in ms]
+            pts = [floor_point(m, *_logits(model, m), device, "bf16") for m in ms]
         elif kind == "attention":
             pts = []
             for m in ms:
                 a = next((r for r in lay.get("roofline", []) if r["M"] == m), None)
-                pts.append(_point(m, a["bytes"] if a else None, None, device, "bf16"))
+                pts.append(floor_point(m, a["bytes"] if a else None, None, device, "bf16"))
         else:
-            pts = [_point(m, None, None, device, "bf16") for m in ms]
+            pts = [floor_point(m, None, None, device, "bf16") for m in ms]
         if not launches and all(p["floor_us"] is None for p in pts):
             continue
         rows.append(_row(kind, op, launches, pts, tensor_cores=lay.get("tensor_cores"),
@@ -213,9 +213,9 @@ def step_budget(kmap: dict, model, device, prefill_m: Optional[int] = None) -> d
                          "timed_rows": sum(1 for r in rows if r["time"].get(str(m)))}
     for r in rows:
         r["share"] = {str(m): (round(_today(r, m) / total[str(m)]["today_us"], 4) if total[str(m)]["today_us"] and _today(r, m) else None) for m in ms}
-    from ..refkernel import _arch_paths
+    from ..refkernel import arch_paths
 
-    arch = _arch_paths(device)  # reference_impl/arch.py's own per-architecture table, as the spec reads it
+    arch = arch_paths(device)  # reference_impl/arch.py's own per-architecture table, as the spec reads it
     return {"M": ms, "decode_M": list(DECODE_M), "prefill_M": ms[-1], "bandwidth": bandwidth(device),
             "recon_kernel": {k: arch.get(k) for k in ("arch", "source", "supported", "paths", "compiled_in_ci", "compiled_as", "why_not")},
             "rates": {"bf16_tflops": device.bf16_tflops, "fp8_tflops": tensor_rate(device, "fp8") / 1e12 if device.fp8 else None},

@@ -79,17 +79,17 @@ def _instances(kind: str, model, tp: int) -> tuple[int, str]:
 
 def _roofline(kind: str, model, device, m: int) -> Optional[dict]:
     """A layer kind's floor at M: the step budget's (recon.kernels.budget), memory and compute."""
-    from .budget import _dense, _moe, _point
+    from .budget import dense_floor_inputs, moe_floor_inputs, floor_point
 
     if kind == "dense_gemm" and model.dense_gemm_shapes:
-        p = _point(m, *_dense(model, m), device, "fp8" if model.dense_quant == "fp8" else "bf16")
+        p = floor_point(m, *dense_floor_inputs(model, m), device, "fp8" if model.dense_quant == "fp8" else "bf16")
         return {**p, "basis": "every dense linear's weights (and block scales) read once per layer"}
     if kind == "moe" and model.num_experts:
-        p = _point(m, *_moe(model, m), device, "bf16")
+        p = floor_point(m, *moe_floor_inputs(model, m), device, "bf16")
         uniq = round(moe_roofline(model, device, [m])["rows"][0]["unique_experts"], 2)
         return {**p, "basis": f"{uniq} experts touched per layer, each read once"}
     if kind == "embedding":
-        p = _point(m, m * model.hidden_size * 2, 0, device, "bf16")
+        p = floor_point(m, m * model.hidden_size * 2, 0, device, "bf16")
         return {**p, "basis": "one bf16 row gathered per token"}
     return None
 

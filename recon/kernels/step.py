@@ -28,7 +28,7 @@ import re
 from typing import Optional
 
 from ..engine.interp import UNKNOWN
-from ..runtime.moe import PathWalker, _from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
+from ..runtime.moe import PathWalker, from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
 from ..engine.values import EnumVal, FuncRef, Instance, LayerObj, plain
 from ..engine.dispatch import choices, resolve_held
 from ..engine.steptensors import annotation_of, entry_tensors
@@ -460,8 +460,8 @@ def _extra_work_tests(fn) -> set:
     """Tests of the ``if`` statements in ``fn`` that have no else and do not leave the function:
     work added to the path when the test holds, with nothing instead when it does not."""
     from ..engine.asts import source_line as _src
-    from ..engine.handoffs import _exits
-    return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not _exits(n.body)} if fn is not None else set()
+    from ..engine.handoffs import exits
+    return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not exits(n.body)} if fn is not None else set()
 
 
 def _premise_list(sites: dict) -> list[dict]:
@@ -594,8 +594,8 @@ def dense_method(step: Step) -> tuple:
     if name is None:
         # without a quant config LinearBase picks its method itself (`if quant_config is None:
         # self.quant_method = UnquantizedLinearMethod()`): that write, its tests evaluated
-        from ..runtime.moe import _unquantized_outcomes
-        got = _unquantized_outcomes(w, step.ev, LayerObj(lin[0], frozenset(w.mro(lin[0]))))
+        from ..runtime.moe import unquantized_outcomes
+        got = unquantized_outcomes(w, step.ev, LayerObj(lin[0], frozenset(w.mro(lin[0]))))
         if not got:
             out["note"] = "the checkpoint is not quantized and LinearBase's own choice of method could not be read"
             return out, None
@@ -615,7 +615,7 @@ def dense_method(step: Step) -> tuple:
         if fn is None:
             out["note"] = "get_quant_method could not be read"
             return out, None
-        cfg = _from_config(w, step.ev, ccls) or Instance(ccls)
+        cfg = from_config(w, step.ev, ccls) or Instance(ccls)
         params = [a.arg for a in fn.args.args]
         env = {params[0]: cfg}
         if len(params) > 1:
@@ -847,7 +847,7 @@ def collective_sites(step: Step, mcls: Optional[str]) -> list[dict]:
     if tree is None:
         return []
     from ..engine.asts import source_line as _src
-    from ..engine.handoffs import _guarded_calls
+    from ..engine.handoffs import guarded_calls
     mod = step.world._module_of(mcls)
     out = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
@@ -863,7 +863,7 @@ def collective_sites(step: Step, mcls: Optional[str]) -> list[dict]:
                      and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
         for fn in (methods[m] for m in sorted(reach) if m in methods):
             scope = f"{cls.name}.{fn.name}"
-            for call, guards in _guarded_calls(fn):
+            for call, guards in guarded_calls(fn):
                 name = _dotted_name(call.func)
                 q = step.ev.model.resolve(mod, scope, name) if name else None
                 node = step.G.nodes.get(q or "", {})

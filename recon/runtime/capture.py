@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..graph import MODEL_FORWARD
-from ..engine.asts import _ast, _function
+from ..engine.asts import check_ast, graph_function
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _called_names(body) -> list[tuple[str, int]]:
     return out
 
 
-def _capture_chains(ctx, params: CaptureScope) -> list[dict]:
+def capture_chains(ctx, params: CaptureScope) -> list[dict]:
     """Capture sites whose body runs a callable that calls ``forward(...)``, with the hops."""
     G = ctx.tree.graph
     fwd_names = set(params.forward_names)
@@ -63,7 +63,7 @@ def _capture_chains(ctx, params: CaptureScope) -> list[dict]:
         if "graph" not in d.get("name", "").lower():
             continue
         scope = d.get("scope")
-        got = _function(ctx, scope) if scope in G else None
+        got = graph_function(ctx, scope) if scope in G else None
         if got is None:
             continue
         path, fn = got
@@ -88,7 +88,7 @@ def _capture_chains(ctx, params: CaptureScope) -> list[dict]:
         for caller, _, e in sorted(G.in_edges(scope, data=True), key=lambda x: (x[0], x[2].get("line", 0))):
             if e.get("kind") not in ("calls", "calls_dynamic") or _excluded(G.nodes[caller].get("path", ""), params):
                 continue
-            cg = _function(ctx, caller)
+            cg = graph_function(ctx, caller)
             if cg is None:
                 continue
             cpath, cfn = cg
@@ -130,7 +130,7 @@ def _capture_chains(ctx, params: CaptureScope) -> list[dict]:
 
 def _forward_source(ctx, path: str, name: str) -> Optional[dict]:
     """Where ``name`` (the captured forward) comes from: ``with cm(model...) as name`` -> ``yield model.forward``."""
-    mod = _ast(ctx, path)
+    mod = check_ast(ctx, path)
     if mod is None:
         return None
     R = ctx.tree.resolver
@@ -144,7 +144,7 @@ def _forward_source(ctx, path: str, name: str) -> Optional[dict]:
                 target = R.resolve(module, "", dotted)
                 if target is None and "." in dotted:  # module alias: torch_compile_decoration.patch_model
                     target = R.resolve(module, "", dotted.split(".")[-1]) or _by_suffix(ctx, dotted.split(".")[-1])
-                got = _function(ctx, target) if target else None
+                got = graph_function(ctx, target) if target else None
                 if got is None:
                     continue
                 tpath, tfn = got
@@ -164,7 +164,7 @@ def _by_suffix(ctx, name: str) -> Optional[str]:
 # --- 2. what the captured forward reaches ---------------------------------------------------------
 
 
-def _model_forwards(ctx) -> list[str]:
+def model_forwards(ctx) -> list[str]:
     G = ctx.tree.graph
     archs = set(getattr(ctx.model, "architectures", []) or [])
     out = []
@@ -182,7 +182,7 @@ def _class_of(G, fn: str) -> Optional[str]:
 
 def _class_node(ctx, cls: str) -> Optional[tuple[str, ast.ClassDef]]:
     d = ctx.tree.graph.nodes.get(cls) or {}
-    mod = _ast(ctx, d.get("path", "")) if d.get("path") else None
+    mod = check_ast(ctx, d.get("path", "")) if d.get("path") else None
     if mod is None:
         return None
     for n in ast.walk(mod):
@@ -257,7 +257,7 @@ def _extra_edges(ctx, fn: str, params: CaptureScope) -> list[tuple[str, int, str
     ctx.cache[key] = out
     G, R = ctx.tree.graph, ctx.tree.resolver
     cls = _class_of(G, fn)
-    got = _function(ctx, fn)
+    got = graph_function(ctx, fn)
     if cls is None or got is None:
         return out
     cn = _class_node(ctx, cls)
@@ -316,7 +316,7 @@ def _extra_edges(ctx, fn: str, params: CaptureScope) -> list[tuple[str, int, str
 
 def _factory_default(ctx, fac: Optional[str]) -> list[str]:
     """The class a factory function returns unconditionally (its last top-level ``return Name``)."""
-    got = _function(ctx, fac) if fac else None
+    got = graph_function(ctx, fac) if fac else None
     if got is None:
         return []
     path, fn = got
@@ -328,7 +328,7 @@ def _factory_default(ctx, fac: Optional[str]) -> list[str]:
     return [t] if t and ctx.tree.graph.nodes.get(t, {}).get("kind") == "class" else []
 
 
-def _quant_methods(ctx, params: CaptureScope) -> list[str]:
+def capture_quant_methods(ctx, params: CaptureScope) -> list[str]:
     """``apply`` of the MoE quant-method classes named for the model's expert format, device-matched first."""
     G = ctx.tree.graph
     fmt = (getattr(ctx.model, "expert_quant", "") or "").lower()
@@ -368,7 +368,7 @@ def _quant_methods(ctx, params: CaptureScope) -> list[str]:
     return cands, bool(cands) and score(cands[0])[0] is False
 
 
-def _reach(ctx, starts: list[str], params: CaptureScope, qm: list[str]) -> dict:
+def reach(ctx, starts: list[str], params: CaptureScope, qm: list[str]) -> dict:
     """BFS over calls/dynamic calls/launches (+ inferred hops): node -> (parent, path, line, how, inferred)."""
     G = ctx.tree.graph
     max_depth = params.max_depth
@@ -415,7 +415,7 @@ def _reach(ctx, starts: list[str], params: CaptureScope, qm: list[str]) -> dict:
     return parent
 
 
-def _chain(parent: dict, node: str) -> list[tuple]:
+def capture_route(parent: dict, node: str) -> list[tuple]:
     out = []
     while parent.get(node):
         p = parent[node]

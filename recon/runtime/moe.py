@@ -26,8 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..engine.interp import UNKNOWN, _dotted
-from ..engine.handoffs import _guarded_calls, raising_guards
+from ..engine.interp import UNKNOWN, dotted_name
+from ..engine.handoffs import guarded_calls, raising_guards
 from ..engine.asts import source_line as _src
 from ..engine.registries import custom_op_impl, registrations
 from ..engine.steptensors import EntryArgs, StepTensor, bundle_args, entry_tensors, premise_note, rebound, truth
@@ -166,7 +166,7 @@ def quant_methods(world, ev) -> dict:
     out = {"quant_method": name, "source": source, "config_class": None, "registry_site": None, "outcomes": [], "note": ""}
     layer = moe_layer(world)
     if name is None:
-        out["outcomes"] = _unquantized_outcomes(world, ev, layer) if layer is not None else []
+        out["outcomes"] = unquantized_outcomes(world, ev, layer) if layer is not None else []
         if not out["outcomes"]:
             out["note"] = "the checkpoint is not quantized, and the MoE layer's own choice of method could not be read"
         return out
@@ -181,7 +181,7 @@ def quant_methods(world, ev) -> dict:
     if fn is None or layer is None:
         out["note"] = "get_quant_method could not be read"
         return out
-    inst = _from_config(world, ev, cls) or Instance(cls)
+    inst = from_config(world, ev, cls) or Instance(cls)
     params = [a.arg for a in fn.args.args]
     env = {params[0]: inst}
     if len(params) > 1:
@@ -215,7 +215,7 @@ def _returned_call(ev, call, o, mod: str, scope: str) -> list:
     that function constructs (``runtime.dispatch.choices``), the arguments it is called with bound."""
     from ..engine.dispatch import bind_args, choices
 
-    target = ev.model.resolve(mod, scope, _dotted(call.func)) if _dotted(call.func) else None
+    target = ev.model.resolve(mod, scope, dotted_name(call.func)) if dotted_name(call.func) else None
     inner = ev.model.function_ast(target) if target and ev.model.G.nodes.get(target, {}).get("kind") == "function" else None
     if inner is None:
         return []
@@ -231,7 +231,7 @@ def _returned_call(ev, call, o, mod: str, scope: str) -> list:
     return out
 
 
-def _unquantized_outcomes(world, ev, layer) -> list:
+def unquantized_outcomes(world, ev, layer) -> list:
     """Without a quant config the MoE layer picks its method itself: each ``self.quant_method =
     Cls(...)`` write of the layer class, its tests evaluated with ``quant_config`` None. Writes a
     test rules out are dropped; the rest are ranked by how many undecided tests they need true."""
@@ -292,7 +292,7 @@ def _attr_before(world, ev, obj, w, attr: str):
     return val
 
 
-def _from_config(world, ev, cls: str) -> Optional[Instance]:
+def from_config(world, ev, cls: str) -> Optional[Instance]:
     """The config instance as the loader makes it: ``Cls.from_config(quantization_config)``."""
     meth = world.method(cls, "from_config")
     fn = ev.model.function_ast(meth) if meth else None
@@ -353,10 +353,10 @@ class PathWalker:
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
-        from ..engine.writes import MISSING_LOCAL, _locals, local_value
+        from ..engine.writes import MISSING_LOCAL, local_writes, local_value
         key = id(fn)
         if key not in self._local_cache:
-            self._local_cache[key] = _locals(fn)
+            self._local_cache[key] = local_writes(fn)
         assigns = self._local_cache[key]
         seen = set() if seen is None else seen  # shared with the recursion: x = f(x) must not loop
         todo = [n for n in wanted if n not in env]
@@ -483,7 +483,7 @@ class PathWalker:
         for _, v, d in self.G.out_edges(qual, data=True):
             if d.get("kind") in ("calls", "launches", "calls_dynamic"):
                 edges.setdefault(d.get("line", 0), []).append((v, d))
-        for call, guards in _guarded_calls(fn):
+        for call, guards in guarded_calls(fn):
             left, runs = [], True
             for name, ln in stale.items():
                 if ln <= call.lineno and env.get(name) is handed[name]:
@@ -523,7 +523,7 @@ class PathWalker:
             taken_here = way_of(cwhen)
             if taken_here not in self.call_lines.setdefault((path, call.lineno), []):
                 self.call_lines[(path, call.lineno)].append(taken_here)
-            name = _dotted(call.func)
+            name = dotted_name(call.func)
             hop = Hop(f"{node.get('qualname', qual)} calls {name or ast.unparse(call.func)[:60]}", path, call.lineno, qual, tuple(left))
             head = name.split(".", 1)[0] if name else ""
             # a local bound to a callable value: fn = helper()[0], then fn(...)

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional
 
-from ..engine.gatemodel import _model, interpreter
+from ..engine.gatemodel import gate_model, interpreter
 from ..engine.interp import UNKNOWN
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def _method_ast(model, qual):
 
 def _walk_sets(ctx, qual: str, attr: str, device) -> list[tuple]:
     """Stores of a constant into ``*.attr`` reached in ``qual`` on ``device``: (value, line, certain)."""
-    model = _model(ctx)
+    model = gate_model(ctx)
     fn = _method_ast(model, qual)
     if fn is None:
         return []
@@ -79,7 +79,7 @@ def _walk_sets(ctx, qual: str, attr: str, device) -> list[tuple]:
     return out
 
 
-def _chain(ctx, start: str, lo: int, hi: int, depth: int = 3) -> list[tuple]:
+def selection_chain(ctx, start: str, lo: int, hi: int, depth: int = 3) -> list[tuple]:
     """(qualname, path, line) from ``start``'s calls on lines [lo, hi] down to launched kernels."""
     G = ctx.tree.graph
     chain: list[tuple] = []
@@ -176,7 +176,7 @@ def resolve_selections(ctx, scope: Optional[SelectionScope] = None, device=None)
                     rng = (branch.else_line, branch.end_line)
                 else:
                     rng = (branch.end_line + 1, end)
-            chain = [(meth, path, c.line)] + (_chain(ctx, meth, *rng) if rng else [])
+            chain = [(meth, path, c.line)] + (selection_chain(ctx, meth, *rng) if rng else [])
             setter = next((a for a in setters if _const(a.value) == value), None) if value else None
             out.append({
                 "attribute": name, "class": f"{f.module}.{cls}", "value": value, "const": const, "op": c.op,
@@ -189,5 +189,5 @@ def resolve_selections(ctx, scope: Optional[SelectionScope] = None, device=None)
     return out
 
 
-def _fmt_chain(chain) -> str:
+def fmt_chain(chain) -> str:
     return " -> ".join(q.rsplit(".", 2)[-2] + "." + q.rsplit(".", 1)[-1] if q.count(".") >= 2 else q for q, _, _ in chain[:6])

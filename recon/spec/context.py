@@ -8,12 +8,12 @@ from typing import Optional
 from .. import notanalyzed, roofline
 from ..engine.handoffs import describe as describe_handoff
 from ..placement import on_step, placement_counts
-from .common import TYPICAL_BATCH, _at, _by_name, _fd, _mb, _node, _short
-from .moepath import _chain, _kernels_of, _mermaid, _moe_backends, _pick_moe, _root_causes, _runtime, _slot_causes
-from .plan import SLOT_ANCHOR, _plan, _reference_kernel
+from .common import TYPICAL_BATCH, path_line, by_name, finding_row, megabytes, graph_node, short
+from .moepath import moe_chain, kernels_of, mermaid_flow, moe_backends, pick_moe, root_causes, runtime_summary, slot_causes
+from .plan import SLOT_ANCHOR, build_plan, reference_kernel
 from .roles import Roles
-from .rows import _headline, _ranked_rows, _target, _will_it_run
-from .tables import _counts, _dense, _gated_sites, _gates, _tensor_core_paths
+from .rows import headline, ranked_rows, target_row, will_it_run
+from .tables import counts, dense_rows, gated_sites, gates, tensor_core_paths
 from .weights import weights_as_created
 
 
@@ -54,33 +54,33 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     roles = Roles(rules)
     rl = roofline.moe_roofline(model, device)
     gap = roofline.slot_gap(model, device, SLOT_ANCHOR)
-    cg, backend = _pick_moe(findings, roles, view)
-    hops = _chain(G, cg, backend)
-    kernels = _kernels_of(cg, backend)
+    cg, backend = pick_moe(findings, roles, view)
+    hops = moe_chain(G, cg, backend)
+    kernels = kernels_of(cg, backend)
     apply_q = (cg.data["quant_method"] if cg else None) or ((backend.data.get("taken_in") or [None])[0] if backend else None)
     quant_class = apply_q.rsplit(".", 1)[0] if apply_q else None
-    apply_node = _node(G, apply_q)
+    apply_node = graph_node(G, apply_q)
     path_files = {h["at"].rsplit(":", 1)[0] for h in hops if h.get("qualname")} | {h["defined_at"].rsplit(":", 1)[0] for h in hops if h.get("defined_at")}
-    causes = _root_causes(step_findings, kernels, path_files, rl, model, roles)
+    causes = root_causes(step_findings, kernels, path_files, rl, model, roles)
     for c in causes:
         c["title"] = c["title"] or titles.get(c["rule"], c["rule"])
-    slot = next(iter(_slot_causes(causes, roles)), None)
+    slot = next(iter(slot_causes(causes, roles)), None)
     slot_kernel = None
     if slot:
         d = slot["data"]
         tiles = d.get("tiles") or {}
-        slot_kernel = {"name": d.get("kernel"), "qualname": d.get("qualname"), "at": _at(d.get("path"), d.get("line")),
-                       "sum_lines": [_at(d.get("path"), l) for l in d.get("sum_lines", [])], "sum_exprs": d.get("sum_exprs", []),
-                       "autotune_at": _at(d.get("path"), tiles.get("autotune_line")) if tiles.get("autotune_line") else "",
+        slot_kernel = {"name": d.get("kernel"), "qualname": d.get("qualname"), "at": path_line(d.get("path"), d.get("line")),
+                       "sum_lines": [path_line(d.get("path"), l) for l in d.get("sum_lines", [])], "sum_exprs": d.get("sum_exprs", []),
+                       "autotune_at": path_line(d.get("path"), tiles.get("autotune_line")) if tiles.get("autotune_line") else "",
                        "tiles": tiles.get("ranges", {})}
-    arch_names = [n for n in model.architectures if any(G.nodes[q].get("kind") == "class" for q in _by_name(G, n))]
-    model_class = sorted(q for n in model.architectures for q in _by_name(G, n) if G.nodes[q].get("kind") == "class")
+    arch_names = [n for n in model.architectures if any(G.nodes[q].get("kind") == "class" for q in by_name(G, n))]
+    model_class = sorted(q for n in model.architectures for q in by_name(G, n) if G.nodes[q].get("kind") == "class")
     backends = []
-    for f in _moe_backends(findings, roles):
+    for f in moe_backends(findings, roles):
         d = f.data
         backends.append({"attribute": d.get("attribute"), "value": d.get("value"), "taken": d.get("taken"), "compared_with": d.get("compared_with"),
-                         "set_in": _short((d.get("set_in") or [None])[0]), "set_at": _at(*(d.get("set_in") or [None, None, None])[1:3]),
-                         "taken_in": _short((d.get("taken_in") or [None])[0]), "taken_at": _at(*(d.get("taken_in") or [None, None, None])[1:3]),
+                         "set_in": short((d.get("set_in") or [None])[0]), "set_at": path_line(*(d.get("set_in") or [None, None, None])[1:3]),
+                         "taken_in": short((d.get("taken_in") or [None])[0]), "taken_at": path_line(*(d.get("taken_in") or [None, None, None])[1:3]),
                          "others": {k: v.get("value") for k, v in sorted((d.get("reference") or {}).items())}})
     backends.sort(key=lambda b: (b["taken_in"], b["attribute"] or "", str(b["compared_with"])))
     cg_warn = next((f for f in findings if roles.is_(f, "capture") and "reachable_functions" in f.data), None)
@@ -92,9 +92,9 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     r1, rt = rows.get(1, rl["rows"][0]), rows.get(TYPICAL_BATCH, rl["rows"][-1])
     gap_rows = {g["M"]: g for g in gap.get("rows", [])}
     summary = {
-        "expert_mb": _mb(rl["expert_bytes"]["total"]),
-        "batch1": {"M": r1["M"], "experts": r1["unique_experts"], "layer_mb": _mb(r1["layer_bytes"]), "step_mb": _mb(r1["step_bytes"]), "floor_ms": r1["step_floor_ms"]},
-        "typical": {"M": rt["M"], "experts": rt["unique_experts"], "layer_mb": _mb(rt["layer_bytes"]), "step_mb": _mb(rt["step_bytes"]), "floor_ms": rt["step_floor_ms"]},
+        "expert_mb": megabytes(rl["expert_bytes"]["total"]),
+        "batch1": {"M": r1["M"], "experts": r1["unique_experts"], "layer_mb": megabytes(r1["layer_bytes"]), "step_mb": megabytes(r1["step_bytes"]), "floor_ms": r1["step_floor_ms"]},
+        "typical": {"M": rt["M"], "experts": rt["unique_experts"], "layer_mb": megabytes(rt["layer_bytes"]), "step_mb": megabytes(rt["step_bytes"]), "floor_ms": rt["step_floor_ms"]},
         "gap": None,
     }
     if slot_kernel and gap.get("available") and 1 in gap_rows:
@@ -104,7 +104,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
                           "batch1": g1, "typical": gt}
     ctx: dict = {
         "sections": list(SECTIONS),
-        "target": _target(tree, target_reason),
+        "target": target_row(tree, target_reason),
         "not_analyzed": notanalyzed.entries(tree),  # files the findings do not cover
         "device": device.to_dict(),
         "model": model.to_dict(),
@@ -115,44 +115,44 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
         "moe_path": {
             "found": bool(hops),
             "quant_method": apply_q,
-            "quant_method_at": _at(apply_node.get("path"), apply_node.get("line")),
+            "quant_method_at": path_line(apply_node.get("path"), apply_node.get("line")),
             "backend": ({"attribute": backend.data.get("attribute"), "value": backend.data.get("value"), "taken": backend.data.get("taken"),
-                         "set_at": _at(*(backend.data.get("set_in") or [None, None, None])[1:3]), "taken_at": _at(*(backend.data.get("taken_in") or [None, None, None])[1:3])}
+                         "set_at": path_line(*(backend.data.get("set_in") or [None, None, None])[1:3]), "taken_at": path_line(*(backend.data.get("taken_in") or [None, None, None])[1:3])}
                         if backend else None),
             "backends": backends,
             "chain": hops,
-            "mermaid": _mermaid(hops) if hops else "",
+            "mermaid": mermaid_flow(hops) if hops else "",
             "kernels": kernels,
             "slot_kernel": slot_kernel,
-            "unresolved_in_capture": [] if apply_q else [_short(q) for q in cg_unresolved],
+            "unresolved_in_capture": [] if apply_q else [short(q) for q in cg_unresolved],
             "unresolved_handoffs": [] if apply_q else cg_handoffs,
             "weights": weights_as_created(tree, quant_class, model),
             "root_causes": causes,
             "root_cause_rules": roles.root_causes(),  # the rules whose findings can be root causes, by rank
-            "gated_sites": _gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}, roles),
+            "gated_sites": gated_sites(findings, path_files | {p.rsplit(":", 1)[0] for p in [apply_node.get("path", "")] if p}, roles),
         },
-        "gates": _gates(findings, roles),
+        "gates": gates(findings, roles),
         # grouped tensor-core entry points anywhere in the tree: the candidates a rewrite can use
-        "tensor_core_paths": _tensor_core_paths(all_findings, device, roles),
-        "dense_fp8": _dense(step_findings, device, roles),
+        "tensor_core_paths": tensor_core_paths(all_findings, device, roles),
+        "dense_fp8": dense_rows(step_findings, device, roles),
         "integration": {
-            "swap_in": {"symbol": _short(apply_q), "qualname": apply_q, "at": _at(apply_node.get("path"), apply_node.get("line"))} if apply_q else None,
+            "swap_in": {"symbol": short(apply_q), "qualname": apply_q, "at": path_line(apply_node.get("path"), apply_node.get("line"))} if apply_q else None,
             "in_capture": cg.data.get("in_capture") if cg else None,
             "capture_safe": cg.data.get("capture_safe") if cg else None,
-            "capture_site": cg.data.get("capture_chain", [{}])[0] and _at(cg.data["capture_chain"][0].get("path"), cg.data["capture_chain"][0].get("line")) if cg else (cg_warn.data.get("capture_site") if cg_warn else None),
+            "capture_site": cg.data.get("capture_chain", [{}])[0] and path_line(cg.data["capture_chain"][0].get("path"), cg.data["capture_chain"][0].get("line")) if cg else (cg_warn.data.get("capture_site") if cg_warn else None),
             "constraints": list(cg.data.get("constraints", [])) if cg else [],
             "hazards_on_path": list(cg.data.get("hazards", [])) if cg else [],
-            "forward_hazards": ({"message": cg_warn.message, "count": max(0, len(cg_warn.evidence) - 1), "at": _at(cg_warn.primary.path, cg_warn.primary.line)} if cg_warn else None),
+            "forward_hazards": ({"message": cg_warn.message, "count": max(0, len(cg_warn.evidence) - 1), "at": path_line(cg_warn.primary.path, cg_warn.primary.line)} if cg_warn else None),
         },
         "errors": [{"rule": r, "error": e} for r, e in sorted(errors)],
-        "findings": [dict(_fd(f), title=titles.get(f.rule_id, f.rule_id)) for f in all_findings],
-        "will_it_run": _will_it_run(all_findings, roles, titles),
-        "finding_counts": _counts(all_findings),
+        "findings": [dict(finding_row(f), title=titles.get(f.rule_id, f.rule_id)) for f in all_findings],
+        "will_it_run": will_it_run(all_findings, roles, titles),
+        "finding_counts": counts(all_findings),
         "placement_counts": placement_counts(all_findings),
     }
-    ctx["runtime"] = _runtime(view)
+    ctx["runtime"] = runtime_summary(view)
     gop = view.grouped_op() if view is not None else None
-    ctx["moe_path"]["grouped_op"] = ({"name": gop["name"], "what": gop["what"], "at": _at(gop["path"], gop["line"]), "kind": gop["kind"]}
+    ctx["moe_path"]["grouped_op"] = ({"name": gop["name"], "what": gop["what"], "at": path_line(gop["path"], gop["line"]), "kind": gop["kind"]}
                                      if gop else None)
     if view is not None and ctx["moe_path"]["found"]:
         # the chain past apply as the view walked it: to the Triton kernel it launches, else to the
@@ -165,22 +165,22 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
             ctx["moe_path"]["assumes"] = [("" if t["holds"] else "not ") + t["test"] + (f" [{t['path']}:{t['line']}]" if t.get("path") else "")
                                           for t in leaf.get("tests") or []]
         seen_at = {h["at"] for h in hops}
-        if leaf and _at(leaf["path"], leaf["line"]) not in seen_at:
+        if leaf and path_line(leaf["path"], leaf["line"]) not in seen_at:
             for h in leaf["via"]:
-                if _at(h["path"], h["line"]) not in seen_at:
-                    hops.append({"symbol": h["what"], "qualname": None, "at": _at(h["path"], h["line"]), "how": "calls", "inferred": False, "defined_at": "", "kind": ""})
+                if path_line(h["path"], h["line"]) not in seen_at:
+                    hops.append({"symbol": h["what"], "qualname": None, "at": path_line(h["path"], h["line"]), "how": "calls", "inferred": False, "defined_at": "", "kind": ""})
             how = "launches" if leaf["kind"] == "triton_kernel" else f"{leaf['kind'].replace('_', ' ')} (outside the tree)"
-            hops.append({"symbol": leaf["name"], "qualname": None, "at": _at(leaf["path"], leaf["line"]), "how": how, "inferred": False, "defined_at": "", "kind": leaf["kind"]})
-            ctx["moe_path"]["mermaid"] = _mermaid(hops)
+            hops.append({"symbol": leaf["name"], "qualname": None, "at": path_line(leaf["path"], leaf["line"]), "how": how, "inferred": False, "defined_at": "", "kind": leaf["kind"]})
+            ctx["moe_path"]["mermaid"] = mermaid_flow(hops)
     tests = " ".join(g["test"] or "" for g in ctx["moe_path"]["gated_sites"])
     ctx["moe_path"]["gates"] = [g for g in ctx["gates"] if g["gate"] in tests] or [g for g in ctx["gates"] if g["gate"].startswith("is_sm")]
-    ctx["reference_kernel"] = _reference_kernel(model, device, rl)
+    ctx["reference_kernel"] = reference_kernel(model, device, rl)
     # the step budget of the kernel map (recon.kernels.budget): the same rows `recon kernels` prints
     ctx["budget"] = budget
     ctx["moe_path"]["recon_kernel"] = _recon_kernel(budget, summary, model, device)
-    ctx["headline"] = _headline(budget)
-    ctx["budget_rows"] = _ranked_rows(budget)
-    ctx["plan"] = _plan(ctx, model, device)
+    ctx["headline"] = headline(budget)
+    ctx["budget_rows"] = ranked_rows(budget)
+    ctx["plan"] = build_plan(ctx, model, device)
     ctx["not_found"] = _not_found(ctx)
     ctx["chart"] = _chart(ctx, model, device)
     # plain JSON types throughout (tuples from finding data become lists), so the JSON output and
@@ -304,13 +304,13 @@ def _spec_key(ctx, rules, target_reason: Optional[str]) -> Optional[str]:
     chosen, the files not analyzed)."""
     import hashlib
 
-    from ..scan import _cache_key
+    from ..scan import cache_key
 
-    base = _cache_key(ctx, rules)
+    base = cache_key(ctx, rules)
     if base is None:
         return None
     h = hashlib.sha1(base.encode())
-    h.update(json.dumps([_target(ctx.tree, target_reason), notanalyzed.entries(ctx.tree)], sort_keys=True, default=str).encode())
+    h.update(json.dumps([target_row(ctx.tree, target_reason), notanalyzed.entries(ctx.tree)], sort_keys=True, default=str).encode())
     return h.hexdigest()
 
 

@@ -10,10 +10,10 @@ import json
 from typing import Optional
 
 from .. import notanalyzed
-from .common import _at, _fd, _short
-from .moepath import _runtime
-from .rows import _headline, _ranked_rows, _target, _will_it_run
-from .tables import _counts, _dense
+from .common import path_line, finding_row, short
+from .moepath import runtime_summary
+from .rows import headline, ranked_rows, target_row, will_it_run
+from .tables import counts, dense_rows
 
 SECTIONS = [
     "Summary",
@@ -29,7 +29,7 @@ PATH_KINDS = ("attention", "attention_module", "decoder_layer", "dense_gemm", "n
 
 
 def _op(o: dict) -> dict:
-    return {"name": o["name"], "kind": o["kind"], "at": _at(o.get("path"), o.get("line")), "when": list(o.get("when", []))}
+    return {"name": o["name"], "kind": o["kind"], "at": path_line(o.get("path"), o.get("line")), "when": list(o.get("when", []))}
 
 
 def _layer(lay: dict) -> dict:
@@ -39,26 +39,26 @@ def _layer(lay: dict) -> dict:
            "cuda_graph": lay.get("cuda_graph"), "note": lay.get("note", ""), "decided": []}
     if lay["kind"] == "attention":
         b = lay.get("backend_name") or {}
-        out["what"] = _short(lay.get("backend_class")) or ""
+        out["what"] = short(lay.get("backend_class")) or ""
         out["decided"].append(f"backend `{b.get('value')}` from `{b.get('field', 'attention_backend')}` ({b.get('source') or 'default'})" if b else "")
         r = lay.get("registry")
         if r:
-            out["decided"].append(f"`@{r['decorator']}` factory `{_short(r['factory'])}` (`{_at(r['path'], r['line'])}`)")
+            out["decided"].append(f"`@{r['decorator']}` factory `{short(r['factory'])}` (`{path_line(r['path'], r['line'])}`)")
     elif lay["kind"] == "dense_gemm":
         r = lay.get("method_returned_at") or {}
-        out["what"] = _short(lay.get("method")) or ""
+        out["what"] = short(lay.get("method")) or ""
         out["quant_method"] = lay.get("quant_method")
         out["quant_source"] = lay.get("quant_source")
         out["config_class"] = lay.get("config_class")
         out["decided"].append(f"quant method `{lay.get('quant_method')}` ({lay.get('quant_source')})")
         if lay.get("config_class"):
-            out["decided"].append(f"`{_short(lay['config_class'])}.get_quant_method` for a `LinearBase` layer returns it (`{_at(r.get('path'), r.get('line'))}`)")
+            out["decided"].append(f"`{short(lay['config_class'])}.get_quant_method` for a `LinearBase` layer returns it (`{path_line(r.get('path'), r.get('line'))}`)")
         elif r:
-            out["decided"].append(f"{r.get('how') or 'returned'} (`{_at(r.get('path'), r.get('line'))}`)")
+            out["decided"].append(f"{r.get('how') or 'returned'} (`{path_line(r.get('path'), r.get('line'))}`)")
         for o in lay.get("other_methods", []):
-            out["decided"].append(f"or `{_short(o['method'])}` if " + "; ".join(("" if a["holds"] else "not ") + a["test"][:100] for a in o["assumptions"]))
+            out["decided"].append(f"or `{short(o['method'])}` if " + "; ".join(("" if a["holds"] else "not ") + a["test"][:100] for a in o["assumptions"]))
     else:
-        out["what"] = _short(lay.get("class") or lay.get("entry")) or ""
+        out["what"] = short(lay.get("class") or lay.get("entry")) or ""
     out["decided"] = [d for d in out["decided"] if d]
     out["gates"] = [("" if a.get("holds") else "not ") + a["test"][:160] for a in lay.get("gates", [])]
     return out
@@ -114,18 +114,18 @@ def build_dense_context(tree, device, model, findings, errors=(), target_reason:
     files = _path_files(kmap)
     fds = []
     for f in findings:
-        d = dict(_fd(f), title=titles.get(f.rule_id, f.rule_id))
+        d = dict(finding_row(f), title=titles.get(f.rule_id, f.rule_id))
         d.pop("on_moe_path", None)
         d["on_step_path"] = bool(f.primary and f.primary.path in files)
         fds.append(d)
-    dense_fp8 = _dense(findings, device, roles)
-    rt = _runtime(view)
+    dense_fp8 = dense_rows(findings, device, roles)
+    rt = runtime_summary(view)
     if rt:  # the MoE half of the view is empty for a dense model: only its server-argument half is shown
         rt = {k: rt[k] for k in ("flags", "env", "server_args", "forks", "assumed", "diagnostics")}
     ctx = {
         "sections": list(SECTIONS),
         "dense": True,
-        "target": _target(tree, target_reason),
+        "target": target_row(tree, target_reason),
         "not_analyzed": notanalyzed.entries(tree),
         "device": device.to_dict(),
         "model": model.to_dict(),
@@ -137,14 +137,14 @@ def build_dense_context(tree, device, model, findings, errors=(), target_reason:
         "context_tokens": kmap.get("context"),
         "layers": layers,
         "budget": budget,
-        "headline": _headline(budget),
-        "budget_rows": _ranked_rows(budget),
+        "headline": headline(budget),
+        "budget_rows": ranked_rows(budget),
         "dense_fp8": dense_fp8,
-        "will_it_run": _will_it_run(findings, roles, titles),
+        "will_it_run": will_it_run(findings, roles, titles),
         "plan": _plan(budget, layers, dense_fp8, device.to_dict()),
         "errors": [{"rule": r, "error": e} for r, e in sorted(errors)],
         "findings": fds,
-        "finding_counts": _counts(findings),
+        "finding_counts": counts(findings),
     }
     ctx["not_found"] = [n for n in (
         f"model class {', '.join(model.architectures)} (the model's registered architecture) is not in this tree" if not kmap.get("model_class") else "",

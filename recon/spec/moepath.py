@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import safetext
-from .common import TYPICAL_BATCH, _at, _ev, _node, _short, _slim
+from .common import TYPICAL_BATCH, path_line, evidence_rows, graph_node, short, slim
 from .roles import Roles
 
 SLOT_REREAD = "slot-reread"  # a root cause computed here from the roofline, not a rule: ranked right after the slot kernel's rule
 
 
-def _moe_backends(findings, roles: Roles) -> list:
+def moe_backends(findings, roles: Roles) -> list:
     """Backend-choice findings about MoE quant methods (their class or chain names MoE)."""
     out = []
     for f in findings:
@@ -25,12 +25,12 @@ def _moe_backends(findings, roles: Roles) -> list:
     return out
 
 
-def _pick_moe(findings, roles: Roles, view=None) -> tuple[Optional[Any], Optional[Any]]:
+def pick_moe(findings, roles: Roles, view=None) -> tuple[Optional[Any], Optional[Any]]:
     """(capture MoE-path finding, backend-choice finding) for the MoE quant method that runs.
     With a runtime view, a backend choice counts only inside the method it resolved (or its bases)."""
     cg = [f for f in findings if roles.is_(f, "capture") and f.data.get("quant_method")]
     cg.sort(key=lambda f: (not f.data.get("selected_for_device"), not f.data.get("kernels"), f.data["quant_method"]))
-    backends = _moe_backends(findings, roles)
+    backends = moe_backends(findings, roles)
     if view is not None and view.moe.get("apply"):
         owners = set(view.moe.get("mro") or [view.moe_method])
         backends = [b for b in backends if (b.data.get("taken_in") or [""])[0].rsplit(".", 1)[0] in owners]
@@ -49,37 +49,37 @@ def _pick_moe(findings, roles: Roles, view=None) -> tuple[Optional[Any], Optiona
     return primary_cg, primary_b
 
 
-def _chain(G, cg, backend) -> list[dict]:
+def moe_chain(G, cg, backend) -> list[dict]:
     """Every hop from the capture site to the kernel, each with the file:line that makes it."""
     hops: list[dict] = []
     if cg:
         for h in cg.data.get("capture_chain", []):
-            hops.append({"symbol": h["what"], "at": _at(h["path"], h["line"]), "how": "capture", "inferred": bool(h.get("inferred"))})
+            hops.append({"symbol": h["what"], "at": path_line(h["path"], h["line"]), "how": "capture", "inferred": bool(h.get("inferred"))})
         for h in cg.data.get("path_to_apply", []):
-            hops.append({"symbol": _short(h["node"]), "qualname": h["node"], "at": _at(h["path"], h["line"]), "how": h.get("how", "calls"), "inferred": bool(h.get("inferred"))})
+            hops.append({"symbol": short(h["node"]), "qualname": h["node"], "at": path_line(h["path"], h["line"]), "how": h.get("how", "calls"), "inferred": bool(h.get("inferred"))})
     seen = {h.get("qualname") for h in hops}
     if backend:
         d = backend.data
         for i, (q, p, ln) in enumerate(d.get("chain", [])):
             if q in seen:
                 continue
-            how = f"takes `{d.get('attribute')} == {d.get('value')!r}`" if i == 0 else ("launches" if _node(G, q).get("kind") == "triton_kernel" else "calls")
-            hops.append({"symbol": _short(q), "qualname": q, "at": _at(p, ln), "how": how, "inferred": False})
+            how = f"takes `{d.get('attribute')} == {d.get('value')!r}`" if i == 0 else ("launches" if graph_node(G, q).get("kind") == "triton_kernel" else "calls")
+            hops.append({"symbol": short(q), "qualname": q, "at": path_line(p, ln), "how": how, "inferred": False})
             seen.add(q)
     elif cg:
         for l in cg.data.get("launches", []):
             if l["kernel"] not in seen:
-                hops.append({"symbol": _short(l["kernel"]), "qualname": l["kernel"], "at": _at(l["path"], l["line"]), "how": "launches", "inferred": False})
+                hops.append({"symbol": short(l["kernel"]), "qualname": l["kernel"], "at": path_line(l["path"], l["line"]), "how": "launches", "inferred": False})
                 seen.add(l["kernel"])
     for h in hops:
         h.setdefault("qualname", None)
-        d = _node(G, h.get("qualname"))
-        h["defined_at"] = _at(d.get("path"), d.get("line")) if d else ""
+        d = graph_node(G, h.get("qualname"))
+        h["defined_at"] = path_line(d.get("path"), d.get("line")) if d else ""
         h["kind"] = d.get("kind", "") if d else ""
     return hops
 
 
-def _mermaid(hops: list[dict]) -> str:
+def mermaid_flow(hops: list[dict]) -> str:
     lines = ["flowchart TD"]
     for i, h in enumerate(hops):
         label, at = safetext.mermaid_label(h["symbol"]), safetext.mermaid_label(h["at"])  # names from the tree
@@ -90,7 +90,7 @@ def _mermaid(hops: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _kernels_of(cg, backend) -> list[str]:
+def kernels_of(cg, backend) -> list[str]:
     ks = set()
     if cg:
         ks.update(cg.data.get("kernels", []))
@@ -99,12 +99,12 @@ def _kernels_of(cg, backend) -> list[str]:
     return sorted(ks)
 
 
-def _slot_causes(causes: list[dict], roles: Roles) -> list[dict]:
+def slot_causes(causes: list[dict], roles: Roles) -> list[dict]:
     """Root causes that name the per-slot kernel (one row per program)."""
     return [c for c in causes if roles.slot_kernel(c["rule"]) and (c["data"].get("shape") or {}).get("one_row_per_program")]
 
 
-def _root_causes(findings, kernels: list[str], path_files: set[str], rl: dict, model, roles: Roles) -> list[dict]:
+def root_causes(findings, kernels: list[str], path_files: set[str], rl: dict, model, roles: Roles) -> list[dict]:
     """Findings that explain the MoE kernel's time, ranked by their rules' ``spec.rank``, with evidence."""
     kset = set(kernels)
     names = {k.rsplit(".", 1)[-1] for k in kernels}
@@ -118,8 +118,8 @@ def _root_causes(findings, kernels: list[str], path_files: set[str], rl: dict, m
         if not hit and roles.match(f.rule_id) == "file":
             hit = bool(f.primary and f.primary.path in path_files)
         if hit:
-            causes.append({"rule": f.rule_id, "title": "", "message": f.message, "evidence": _ev(f), "data": _slim(d)})
-    slot = _slot_causes(causes, roles)
+            causes.append({"rule": f.rule_id, "title": "", "message": f.message, "evidence": evidence_rows(f), "data": slim(d)})
+    slot = slot_causes(causes, roles)
     rank = {c["rule"]: roles.rank(c["rule"]) for c in causes}
     if slot:
         rank[SLOT_REREAD] = roles.rank(slot[0]["rule"]) + 0.5
@@ -141,7 +141,7 @@ def _root_causes(findings, kernels: list[str], path_files: set[str], rl: dict, m
     return causes
 
 
-def _runtime(view) -> Optional[dict]:
+def runtime_summary(view) -> Optional[dict]:
     """What decided the MoE path: resolved server arguments, the quant method and its outcomes, the
     library ops the chain ends in, and what was assumed."""
     if view is None:
@@ -150,7 +150,7 @@ def _runtime(view) -> Optional[dict]:
     ops = []
     for lf in view.primary_leaves():
         if lf["kind"] != "triton_kernel":
-            ops.append({"kind": lf["kind"], "name": lf["name"], "at": _at(lf["path"], lf["line"]), "when": lf["when"]})
+            ops.append({"kind": lf["kind"], "name": lf["name"], "at": path_line(lf["path"], lf["line"]), "when": lf["when"]})
     rs = moe.get("registry_site") or {}
     return {
         "flags": view.flags,
@@ -162,10 +162,10 @@ def _runtime(view) -> Optional[dict]:
         "quant_method": moe.get("quant_method"),
         "quant_source": moe.get("source"),
         "config_class": moe.get("config_class"),
-        "registry_at": _at(rs.get("path"), rs.get("line")) if rs else "",
+        "registry_at": path_line(rs.get("path"), rs.get("line")) if rs else "",
         "method": moe.get("method"),
         "outcomes": [_outcome(o, i == 0) for i, o in enumerate(moe.get("outcomes", []))],
-        "switches": "; ".join(f"`self.{x['attr']} = {x['value']}` (`{_at(x['path'], x['line'])}`)" for x in moe.get("construction", []) + moe.get("switches", [])),
+        "switches": "; ".join(f"`self.{x['attr']} = {x['value']}` (`{path_line(x['path'], x['line'])}`)" for x in moe.get("construction", []) + moe.get("switches", [])),
         "library_ops": ops,
         "note": moe.get("note", ""),
         "alternatives": [" and ".join(f"`{x['test'][:100]}`" for x in a["assumptions"]) + ": " + ", ".join(f"`{k} = {v}`" for k, v in a["changes"].items())
@@ -184,4 +184,4 @@ def _outcome(o: dict, first: bool) -> str:
     if first:
         what = f"**{what}**"
     when = ", ".join(f"`{('' if a['holds'] else 'not ') + a['test'][:110]}`" for a in o["assumptions"])
-    return f"{what} (`{_at(o['path'], o['line'])}`)" + (f" when {when}" if when else "")
+    return f"{what} (`{path_line(o['path'], o['line'])}`)" + (f" when {when}" if when else "")

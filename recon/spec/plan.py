@@ -9,8 +9,8 @@ from .common import TYPICAL_BATCH
 
 
 from ..refkernel import (  # noqa: F401 - the spec package's names for them
-    ARCH_SOURCE, FLASHINFER_ANCHOR, REFERENCE_RESULTS, REFERENCE_SOURCE, SLOT_ANCHOR, _arch_paths, _arch_table,
-    _measuring_bandwidth, _on_device, _reference_kernel)
+    ARCH_SOURCE, FLASHINFER_ANCHOR, REFERENCE_RESULTS, REFERENCE_SOURCE, SLOT_ANCHOR, arch_paths, arch_table,
+    measuring_bandwidth, on_device, reference_kernel)
 
 
 def _prediction_text(od: dict, device) -> str:
@@ -43,7 +43,7 @@ def _flashinfer_peer(model, device) -> dict:
     if not shape:
         return {}
     tuned = {p["M"]: p for p in shape.get("autotuned_points", [])}
-    scale = 1.0 if device.name == data.get("device") else _measuring_bandwidth(data) / device.bandwidth_tbs
+    scale = 1.0 if device.name == data.get("device") else measuring_bandwidth(data) / device.bandwidth_tbs
     rows = []
     for p in sorted(shape.get("points", []), key=lambda p: p["M"]):
         t = tuned.get(p["M"])
@@ -53,7 +53,7 @@ def _flashinfer_peer(model, device) -> dict:
     return {"device": data.get("device"), "rows": rows, "estimate": scale != 1.0, "source": f"recon/data/anchors/{FLASHINFER_ANCHOR}"}
 
 
-def _plan(ctx: dict, model, device) -> list[dict]:
+def build_plan(ctx: dict, model, device) -> list[dict]:
     rl = ctx["roofline"]
     rows = {r["M"]: r for r in rl["rows"]}
     r1, rt = rows.get(1, rl["rows"][0]), rows.get(TYPICAL_BATCH, rl["rows"][-1])

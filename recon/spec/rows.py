@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .common import _at
+from .common import path_line
 
 
-def _target(tree, reason: Optional[str]) -> dict:
+def target_row(tree, reason: Optional[str]) -> dict:
     t = tree.target
     return {"label": t.label, "kind": t.kind, "version": t.version, "revision": t.revision, "reason": reason or t.reason}
 
@@ -16,18 +16,18 @@ def _target(tree, reason: Optional[str]) -> dict:
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "note": 2}
 
 
-def _will_it_run(findings, roles, titles) -> list[dict]:
+def will_it_run(findings, roles, titles) -> list[dict]:
     """Findings of the rules whose spec section is "will-it-run" (ops with no kernels for the device,
     family-lumping gates): errors first, each with its op or gate, step and avoidance."""
     rows = [f for f in findings if roles.is_(f, "will-it-run")]
     rows.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), f.rule_id, f.primary.path if f.primary else "", f.primary.line if f.primary else 0))
     return [{"rule": f.rule_id, "title": titles.get(f.rule_id, f.rule_id), "severity": f.severity, "message": f.message,
-             "at": _at(f.primary.path, f.primary.line) if f.primary else "", "op": f.data.get("op") or ", ".join(f.data.get("ops", [])),
+             "at": path_line(f.primary.path, f.primary.line) if f.primary else "", "op": f.data.get("op") or ", ".join(f.data.get("ops", [])),
              "test": f.data.get("test"), "step": f.data.get("step"), "layer": f.data.get("layer"), "avoid": list(f.data.get("avoid", []))}
             for f in rows]
 
 
-def _ranked_rows(budget: Optional[dict]) -> list[dict]:
+def ranked_rows(budget: Optional[dict]) -> list[dict]:
     """Every budget row, the ones with a share of the step first, largest first."""
     if not budget:
         return []
@@ -37,7 +37,7 @@ def _ranked_rows(budget: Optional[dict]) -> list[dict]:
     return first + [r for r in budget["rows"] if r not in first]
 
 
-def _headline(budget: Optional[dict]) -> list[dict]:
+def headline(budget: Optional[dict]) -> list[dict]:
     """The rows of the step budget by their share of the step at M=1, largest first."""
     if not budget:
         return []

@@ -3,33 +3,33 @@
 from __future__ import annotations
 
 
-from .common import _at, _short
+from .common import path_line, short
 from .roles import Roles
 
 
-def _gates(findings, roles: Roles) -> list[dict]:
+def gates(findings, roles: Roles) -> list[dict]:
     """Gate definitions evaluated for the device, with the devices each is true on."""
     out = []
     for f in findings:
         if roles.is_(f, "gates") and "gate" in f.data:
             d = f.data
-            out.append({"gate": d["gate"], "value": d.get("value"), "true_on": sorted(d.get("true_on") or []), "at": _at(f.primary.path, f.primary.line) if f.primary else "", "predicate": d.get("predicate", "")})
+            out.append({"gate": d["gate"], "value": d.get("value"), "true_on": sorted(d.get("true_on") or []), "at": path_line(f.primary.path, f.primary.line) if f.primary else "", "predicate": d.get("predicate", "")})
     out.sort(key=lambda g: (g["gate"], g["at"]))
     return out
 
 
-def _gated_sites(findings, files: set[str], roles: Roles) -> list[dict]:
+def gated_sites(findings, files: set[str], roles: Roles) -> list[dict]:
     """Gated branches on the MoE path's files: which way each goes on this device and the others."""
     out = []
     for f in findings:
         if roles.is_(f, "gates") and "site" in f.data and f.primary and f.primary.path in files:
             d = f.data
-            out.append({"site": _short(d["site"]), "test": d.get("test"), "value": d.get("value"), "reference": dict(sorted((d.get("reference") or {}).items())), "at": _at(f.primary.path, f.primary.line), "patches": d.get("patches", [])})
+            out.append({"site": short(d["site"]), "test": d.get("test"), "value": d.get("value"), "reference": dict(sorted((d.get("reference") or {}).items())), "at": path_line(f.primary.path, f.primary.line), "patches": d.get("patches", [])})
     out.sort(key=lambda s: s["at"])
     return out
 
 
-def _tensor_core_paths(findings, device, roles: Roles) -> list[dict]:
+def tensor_core_paths(findings, device, roles: Roles) -> list[dict]:
     out = []
     for f in findings:
         if not roles.is_(f, "tensor-core-paths"):
@@ -44,8 +44,8 @@ def _tensor_core_paths(findings, device, roles: Roles) -> list[dict]:
         out.append({
             "entry": d.get("entry"), "qualname": d.get("qualname"), "format": req.get("format"), "element": req.get("element"),
             "group_size": req.get("group_size"), "scale_dtype": req.get("scale_dtype"), "format_from": d.get("format_from"),
-            "device_native": d.get("device_native"), "at": _at(f.primary.path, f.primary.line) if f.primary else "",
-            "callers": [{"symbol": _short(c[0]), "at": _at(c[1], c[2])} for c in d.get("callers", [])],
+            "device_native": d.get("device_native"), "at": path_line(f.primary.path, f.primary.line) if f.primary else "",
+            "callers": [{"symbol": short(c[0]), "at": path_line(c[1], c[2])} for c in d.get("callers", [])],
             "blockers": blockers, "adapt": list(d.get("adapt", [])),
         })
     # the closest to the model's format first: same scale dtype and group, then by name
@@ -53,7 +53,7 @@ def _tensor_core_paths(findings, device, roles: Roles) -> list[dict]:
     return out
 
 
-def _dense(findings, device, roles: Roles) -> list[dict]:
+def dense_rows(findings, device, roles: Roles) -> list[dict]:
     out = []
     for f in findings:
         if not roles.is_(f, "dense-configs"):
@@ -73,7 +73,7 @@ def _dense(findings, device, roles: Roles) -> list[dict]:
     return out
 
 
-def _counts(findings) -> dict:
+def counts(findings) -> dict:
     c: dict = {}
     for f in findings:
         c[f.rule_id] = c.get(f.rule_id, 0) + 1

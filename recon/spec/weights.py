@@ -10,7 +10,7 @@ from typing import Optional
 from .. import bounded
 from ..engine.dtypes import DTYPE_BYTES
 from ..engine.shapes import int_arith, model_size
-from .common import _at, _node
+from .common import path_line, graph_node
 
 
 _ALLOC = {"empty", "ones", "zeros", "full"}
@@ -40,17 +40,17 @@ def weights_as_created(tree, quant_class: Optional[str], model) -> dict:
     the model's sizes (num_experts=E, hidden_size=H, intermediate_size*=I), each with its file:line."""
     G = tree.graph
     qual = f"{quant_class}.create_weights" if quant_class else None
-    d = _node(G, qual)
+    d = graph_node(G, qual)
     if not d:
         return {"found": False, "method": qual, "tensors": []}
     path, line = d.get("path"), d.get("line")
     try:
         mod = bounded.parse(tree.read_text(path))
     except (SyntaxError, OSError, ValueError):
-        return {"found": False, "method": qual, "at": _at(path, line), "tensors": []}
+        return {"found": False, "method": qual, "at": path_line(path, line), "tensors": []}
     fn = next((n for n in ast.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "create_weights" and n.lineno == line), None)
     if fn is None:
-        return {"found": False, "method": qual, "at": _at(path, line), "tensors": []}
+        return {"found": False, "method": qual, "at": path_line(path, line), "tensors": []}
     env: dict = {}
     for a in fn.args.args + fn.args.kwonlyargs:
         v = model_size(a.arg, model)
@@ -89,7 +89,7 @@ def weights_as_created(tree, quant_class: Optional[str], model) -> dict:
             "shape": vals,
             "dtype": dtype,
             "bytes_per_expert": per_expert,
-            "at": _at(path, alloc_line),
-            "registered_at": _at(path, reg_line),
+            "at": path_line(path, alloc_line),
+            "registered_at": path_line(path, reg_line),
         })
-    return {"found": True, "method": qual, "at": _at(path, line), "tensors": tensors}
+    return {"found": True, "method": qual, "at": path_line(path, line), "tensors": tensors}
