@@ -313,7 +313,7 @@ def _features(f: "_Fields", vendor: str) -> dict:
             return {k: False for k in FEATURES}
         f._bad("features", f"is missing (say true or false for each of: {', '.join(FEATURES)})")
     if not isinstance(v, dict):
-        f._bad("features", f"must be a mapping of {', '.join(FEATURES)} to true/false, not {_short(v)}")
+        f._bad("features", f"must be a mapping of {', '.join(FEATURES)} to true/false, not {_value_text(v)}")
     unknown = sorted(str(k) for k in v if k not in FEATURES)
     if unknown:
         f._bad("features", f"has unknown key(s) {unknown} (known: {', '.join(FEATURES)})")
@@ -322,7 +322,7 @@ def _features(f: "_Fields", vendor: str) -> dict:
         if k not in v:
             f._bad(f"features.{k}", "is missing (true or false)")
         if not isinstance(v[k], bool):
-            f._bad(f"features.{k}", f"must be true or false, not {_short(v[k])}")
+            f._bad(f"features.{k}", f"must be true or false, not {_value_text(v[k])}")
         out[k] = v[k]
     return out
 
@@ -357,14 +357,14 @@ _HF_FIELD = {"num_hidden_layers": "num_layers", "n_routed_experts": "num_experts
 
 def _bounded_int(where: str, key: str, v, least: int, most: int, what: str = "model") -> None:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ProfileError(f"{where}: field '{key}' must be an integer, not {_short(v)}")
+        raise ProfileError(f"{where}: field '{key}' must be an integer, not {_value_text(v)}")
     if v < least:
         raise ProfileError(f"{where}: field '{key}' must be {'a positive integer' if least == 1 else f'at least {least}'}, not {v}")
     if v > most:
-        raise ProfileError(f"{where}: field '{key}' is {_short(v)}, beyond any real {what} (at most {most})")
+        raise ProfileError(f"{where}: field '{key}' is {_value_text(v)}, beyond any real {what} (at most {most})")
 
 
-def _short(v) -> str:
+def _value_text(v) -> str:
     """A value for a one-line message: ``10**4000`` is not printed in full."""
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
         return f"an integer of {len(str(abs(v))) if v.bit_length() < 13_000 else 'thousands of'} digits"
@@ -387,7 +387,7 @@ def _check_hf(cfg: dict, where: str) -> None:
             _bounded_int(where, key, cfg[key], least, MAX_SIZES.get(_HF_FIELD.get(key, key), MAX_DIM))
     mlp_only = cfg.get("mlp_only_layers")
     if mlp_only is not None and not (isinstance(mlp_only, list) and len(mlp_only) <= MAX_SIZES["num_layers"]):
-        raise ProfileError(f"{where}: field 'mlp_only_layers' must be a list of layer numbers, not {_short(mlp_only)}")
+        raise ProfileError(f"{where}: field 'mlp_only_layers' must be a list of layer numbers, not {_value_text(mlp_only)}")
     qc = cfg.get("quantization_config")
     if isinstance(qc, dict):
         if qc.get("group_size") is not None:
@@ -395,7 +395,7 @@ def _check_hf(cfg: dict, where: str) -> None:
         block = qc.get("weight_block_size")
         if block is not None:
             if not (isinstance(block, list) and len(block) == 2):
-                raise ProfileError(f"{where}: field 'quantization_config.weight_block_size' must be [N, K], not {_short(block)}")
+                raise ProfileError(f"{where}: field 'quantization_config.weight_block_size' must be [N, K], not {_value_text(block)}")
             for b in block:
                 _bounded_int(where, "quantization_config.weight_block_size", b, 1, MAX_DIM)
 
@@ -414,7 +414,7 @@ def _check_sizes(m: "ModelProfile", where: str, names: Optional[dict] = None, de
             after = " MoE layers after first_k_dense_replace and mlp_only_layers" if f == "num_moe_layers" and names else ""
             raise ProfileError(f"{where}: field '{key(f)}' must be a positive integer, not {v}{after}")
         if v > MAX_SIZES[f]:
-            raise ProfileError(f"{where}: field '{key(f)}' is {_short(v)}, beyond any real model (at most {MAX_SIZES[f]})")
+            raise ProfileError(f"{where}: field '{key(f)}' is {_value_text(v)}, beyond any real model (at most {MAX_SIZES[f]})")
     if m.num_attention_heads is not None:
         _bounded_int(where, key("num_attention_heads"), m.num_attention_heads, 1, MAX_SIZES["num_attention_heads"])
     for i, (n, k) in enumerate(m.dense_gemm_shapes):

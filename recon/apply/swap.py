@@ -20,6 +20,7 @@ from ..checks import CheckContext
 from ..runtime.selections import resolve_selections
 from ..engine.kernelfacts import kernel_summary
 from ..errors import NothingToDo, ReconError
+from ..names import short
 
 # apply() of a quant method for MXFP4 MoE experts (Mxfp4MarlinMoEMethod, Mxfp4MoEMethod, ...)
 METHOD_PATTERN = re.compile(r"(?i)mxfp4\w*moe\w*\.apply$")
@@ -63,11 +64,6 @@ class SwapPoint:
     def bundle_dir(self) -> str:
         """Target-relative folder of that package."""
         return self.host_path.rsplit("/", 1)[0] + "/" + BUNDLE_PACKAGE
-
-
-def _short(q: str) -> str:
-    parts = q.split(".")
-    return ".".join(parts[-2:]) if len(parts) >= 2 else q
 
 
 def _cuda_core_kernel(ctx: CheckContext, node: str) -> bool:
@@ -142,7 +138,7 @@ def _view_runs(view, device, tree) -> str:
     what = (f"{gop['name']} ({gop['what']}, a grouped tensor-core kernel already)" if gop else
             ", ".join(dict.fromkeys(lf["name"].rsplit(".", 1)[-1] for lf in ops[:4])) or "nothing recon can follow")
     return (f"no slot-GEMV MXFP4 MoE path to swap on {device.short} in {ver}: SGLang's get_quant_method gives "
-            f"{_short(view.moe_method)} there, whose apply runs {what}")
+            f"{short(view.moe_method)} there, whose apply runs {what}")
 
 
 def find_swap_point(tree, device, model=None, accepted_params: Optional[set] = None, server_flags: Optional[dict] = None,
@@ -184,14 +180,14 @@ def _one(found: list, G, accepted_params: Optional[set], device) -> SwapPoint:
     points = sorted(uniq.values(), key=lambda s: (s.method, s.call_line))
     if len(points) > 1:
         raise NoSwapPoint("more than one slot-GEMV call to swap on " + device.short + ": "
-                          + "; ".join(f"{_short(p.method)} -> {_short(p.host)} ({p.path}:{p.call_line})" for p in points)
+                          + "; ".join(f"{short(p.method)} -> {short(p.host)} ({p.path}:{p.call_line})" for p in points)
                           + " — recon apply changes exactly one")
     sp = points[0]
     if accepted_params is not None:
         host_params = [p for p in (G.nodes[sp.host].get("params") or []) if p not in ("self",)]
         extra = [p for p in host_params if p.lstrip("*") not in accepted_params and not p.startswith("*")]
         if extra:
-            raise NoSwapPoint(f"{_short(sp.host)} ({sp.host_path}) takes {', '.join(extra)}, which the grouped kernel does not: its contract differs, refusing to swap")
+            raise NoSwapPoint(f"{short(sp.host)} ({sp.host_path}) takes {', '.join(extra)}, which the grouped kernel does not: its contract differs, refusing to swap")
     return sp
 
 
@@ -208,9 +204,9 @@ def _what_runs_instead(tree, device, ranges: dict) -> str:
             continue  # another vendor's backend (npu, hpu, ...) never runs on this device
         taken = [s for s in spans if s[3]] or spans
         lo, hi, text, _ = taken[0]
-        callees = list(dict.fromkeys(_short(v) for _, v in _calls_in(G, meth, lo, hi) if G.nodes[v].get("kind") == "function"))
+        callees = list(dict.fromkeys(short(v) for _, v in _calls_in(G, meth, lo, hi) if G.nodes[v].get("kind") == "function"))
         runs = callees[0] + (f" (+{len(callees) - 1} more)" if len(callees) > 1 else "") if callees else "nothing in the tree"
-        line = f"{_short(meth)} → {runs}" + (f" (where {text})" if text else "")
+        line = f"{short(meth)} → {runs}" + (f" (where {text})" if text else "")
         parts.append((text is None, meth, line))
     parts = [p[2] for p in sorted(parts)]  # methods whose backend string is resolved for the device first
     if not parts:

@@ -265,7 +265,7 @@ def low_occupancy_launch(ctx: CheckContext, rule) -> list[Finding]:
         binds = ", ".join(f"{n} = {u['value']}" + (f" ({'batch' if u['from'] == 'M' else u['from']})" if u["from"] != "code" else "") for n, u in sorted(r["symbols"].items()))
         reason = f"{first['programs'][1]} < {sms} SMs" if first["programs"][1] < sms else f"{first['warps_per_sm'][1]} warps per SM < {min_warps:g}"
         msg = (
-            f"`{r['kernel_name']}[{_short(r['grid_source'])}]` launches {ptxt} programs at batch {first['M']} "
+            f"`{r['kernel_name']}[{_grid_text(r['grid_source'])}]` launches {ptxt} programs at batch {first['M']} "
             f"(grid ({r['grid_expr']}) = ({dims})) on {sms} SMs: {reason}; "
             f"{round(100 * first['sm_fraction'])}% of SMs get a program, and the grid stays low up to batch {upto} "
             f"(at batch {first['M']}: {binds})"
@@ -287,7 +287,7 @@ def low_occupancy_launch(ctx: CheckContext, rule) -> list[Finding]:
     return findings
 
 
-def _short(src: str) -> str:
+def _grid_text(src: str) -> str:
     return src if len(src) <= 24 else "grid"
 
 
@@ -300,7 +300,7 @@ def _unjudged(ctx: CheckContext, rule, r: dict, require_loop: bool) -> Optional[
     bound = ", ".join(f"{n} = {u['value']}" + (" (batch)" if u["from"] == "M" else f" ({u['from']})" if u["from"] != "code" else "") for n, u in sorted(r["symbols"].items()))
     lack = ", ".join(f"{n} needs the model's {a}" for n, a in sorted(r["missing"].items()))
     msg = (
-        f"`{r['kernel_name']}[{_short(r['grid_source'])}]` grid ({r['grid_expr']}) cannot be evaluated for {getattr(ctx.model, 'name', 'the model')}: "
+        f"`{r['kernel_name']}[{_grid_text(r['grid_source'])}]` grid ({r['grid_expr']}) cannot be evaluated for {getattr(ctx.model, 'name', 'the model')}: "
         f"{lack}, which the model profile does not give; at batch 1 {bound}. Not judged for occupancy."
     )
     ev = [Evidence(r["path"], r["line"], r["end_line"], "the launch", ctx.snippet(r["path"], r["line"]))]

@@ -25,7 +25,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .interp import UNKNOWN, dotted_name
+from ..names import dotted_name
+from .interp import UNKNOWN
 from .evaluator import Evaluator
 from .values import ClassRef, FuncRef, Instance
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import bounded
-from .interp import STEP_BUDGET, UNKNOWN, Interpreter, FuncHandle, Returned, dotted_name, truth_value, unpack
+from .interp import STEP_BUDGET, UNKNOWN, Interpreter, FuncHandle, Returned, truth_value, unpack
+from ..names import dotted_name
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
 from .asts import global_names, source_line
 from .steptensors import AtLeast, StepTensor, TensorShape

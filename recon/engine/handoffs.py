@@ -22,7 +22,8 @@ import ast
 from typing import Optional
 
 from .gatemodel import gate_model, interpreter
-from .interp import UNKNOWN, dotted_name
+from ..names import dotted_name
+from .interp import UNKNOWN
 
 
 def _test_text(test: ast.expr, limit: int = 80) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import bounded
+from ..names import dotted_name
 from .asts import tree_memo  # noqa: F401  (read here and by the modules that import it from interp)
 
 if TYPE_CHECKING:
@@ -542,22 +543,6 @@ def _bind(target, item, env) -> bool:
 def truth_value(x):
     """A function reference is not a truth value: in a test it is unknown."""
     return UNKNOWN if isinstance(x, FuncHandle) else x
-
-
-def dotted_name(node) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    if isinstance(node, ast.Call):
-        inner = dotted_name(node.func)
-        if inner:
-            parts.append(inner + "()")
-            return ".".join(reversed(parts))
-    return ""
 
 
 def _literal(node):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from .interp import dotted_name
+from ..names import dotted_name
 
 
 def registrations(world) -> list[tuple[tuple, str, str, int]]:

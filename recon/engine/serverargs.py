@@ -189,13 +189,13 @@ def _load_schema(world) -> Optional[Schema]:
         if fi.choices is None and "choices" in kw:
             fi.choices = _const_list(world, mod, kw["choices"], fn)
     # argparse accepts unique prefixes unless the server's parser is built with allow_abbrev=False
-    abbrev = not any(isinstance(n, ast.Call) and _dotted_name(n.func).endswith("ArgumentParser")
+    abbrev = not any(isinstance(n, ast.Call) and _unparsed(n.func).endswith("ArgumentParser")
                      and any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False for k in n.keywords)
                      for n in (ast.walk(tree) if tree is not None else ()))
     return Schema(fields, mod, cd["path"], cq, abbrev)
 
 
-def _dotted_name(node) -> str:
+def _unparsed(node) -> str:
     try:
         return ast.unparse(node)
     except Exception:  # pragma: no cover

@@ -8,12 +8,9 @@ from typing import Optional
 
 from ..roofline import moe_roofline
 from ..engine.values import EnumVal
+from ..names import last
 
 ORDER = ("embedding", "norm", "decoder_layer", "attention", "attention_module", "rotary", "dense_gemm", "moe", "communication", "logits", "sampling")
-
-
-def _short(q) -> str:
-    return q.rsplit(".", 1)[-1] if q else ""
 
 
 def _assumed_true(lf: dict) -> int:
@@ -329,12 +326,12 @@ def _sig(lay: dict) -> dict:
     return {
         "backend": (lay.get("backend_name") or {}).get("value") if lay["kind"] == "attention" else
         ((lay.get("backend") or {}).get("value") if lay["kind"] == "moe" else None),
-        "class": _short(lay.get("backend_class") or lay.get("method") or lay.get("class")),
-        "ops": sorted({_short(o["name"]) if "/" not in o["name"] else o["name"] for o in lay.get("ops", [])}),
+        "class": last(lay.get("backend_class") or lay.get("method") or lay.get("class")),
+        "ops": sorted({last(o["name"]) if "/" not in o["name"] else o["name"] for o in lay.get("ops", [])}),
         "launches": lay.get("per_step", {}).get("launches"),
         # what the method was built with (MXFP8 activations or not) and what its dispatchers return
         "settings": sorted([f"self.{c['attr']} = {c['value']}" for c in lay.get("construction", []) or []]
-                           + [f"self.{a} = {_short(next((c['function'] for c in d['choices'] if c['primary']), None))}"
+                           + [f"self.{a} = {last(next((c['function'] for c in d['choices'] if c['primary']), None))}"
                               for a, d in sorted((lay.get("dispatchers") or {}).items()) if any(c["primary"] for c in d["choices"])]),
     }
 

@@ -28,6 +28,7 @@ import re
 from typing import Optional
 
 from ..engine.interp import UNKNOWN
+from ..names import last, plain_dotted
 from ..runtime.moe import PathWalker, from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
 from ..engine.values import EnumVal, FuncRef, Instance, LayerObj, plain
 from ..engine.dispatch import choices, resolve_held
@@ -40,17 +41,6 @@ _LAYER_MODULES = (
     ("rotary", "layers/rotary_embedding"),
     ("logits", "layers/logits_processor.py"),
 )
-
-
-def _dotted_name(n) -> str:
-    try:
-        return ast.unparse(n) if all(isinstance(x, (ast.Name, ast.Attribute, ast.Load)) for x in ast.walk(n)) else ""
-    except Exception:  # noqa: BLE001
-        return ""
-
-
-def _short(q: Optional[str]) -> str:
-    return q.rsplit(".", 1)[-1] if q else ""
 
 
 def _assume(a) -> dict:
@@ -89,8 +79,8 @@ class Step:
                     and isinstance(n.context_expr.args[0], ast.Call)):
                 continue
             cm, made = n.context_expr, n.context_expr.args[0]
-            fq = self.ev.model.resolve(mod, "", _dotted_name(cm.func)) if _dotted_name(cm.func) else None
-            cq = self.ev.model.resolve(mod, "", _dotted_name(made.func)) if _dotted_name(made.func) else None
+            fq = self.ev.model.resolve(mod, "", plain_dotted(cm.func)) if plain_dotted(cm.func) else None
+            cq = self.ev.model.resolve(mod, "", plain_dotted(made.func)) if plain_dotted(made.func) else None
             if not fq or not cq or self.G.nodes.get(cq, {}).get("kind") != "class" or self.G.nodes.get(fq, {}).get("kind") != "function":
                 continue
             fmod = self.world._module_of(fq)
@@ -135,7 +125,7 @@ class Step:
         w.follow_modules = follow_modules
         if qual:
             # the entry's tensors hold the step's tokens (the scenario's premise: not empty)
-            steps = entry_tensors(self.ev.model.function_ast(qual), _short(qual), varargs=True)
+            steps = entry_tensors(self.ev.model.function_ast(qual), last(qual), varargs=True)
             w.walk(qual, inst, [], (), 0, {**steps, **self.mode_args(qual), **(args or {})})
             w.launched_locals()
         leaves = [_leaf(self, lf, w.extra_tests, w.test_sites) for lf in w.leaves if _is_op(lf)]
@@ -175,9 +165,9 @@ class Step:
             ann = annotation_of(a.annotation)
             # `Union[LogitsMetadata, ForwardBatch]`: the first named class that has the field
             for n in ast.walk(ann) if ann is not None else ():
-                if not isinstance(n, (ast.Name, ast.Attribute)) or not _dotted_name(n):
+                if not isinstance(n, (ast.Name, ast.Attribute)) or not plain_dotted(n):
                     continue
-                cls = self.ev.model.resolve(mod, scope, _dotted_name(n))
+                cls = self.ev.model.resolve(mod, scope, plain_dotted(n))
                 node = self.world._class_ast(cls) if cls and self.G.nodes.get(cls, {}).get("kind") == "class" else None
                 if node is not None and any(isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
                                             and st.target.id == "forward_mode" for st in node.body):
@@ -239,7 +229,7 @@ class StepWalker(PathWalker):
                 env[name] = got
                 if not any(s["attr"] == attr for s in self.switches):
                     how = f" (None at construction; {ast.unparse(resolver)} on the first call)" if built is None else ""
-                    self.switches.append({"attr": attr, "value": f"{_short(got.qual.rsplit('.', 1)[0])}.{_short(got.qual)}{how}",
+                    self.switches.append({"attr": attr, "value": f"{last(got.qual.rsplit('.', 1)[0])}.{last(got.qual)}{how}",
                                           "path": self.world.path_of(fn_qual) if (fn_qual := self._qual_of(fn)) else "", "line": at})
 
     def _outside(self, full, path, line, via, when) -> bool:
@@ -336,7 +326,7 @@ class StepWalker(PathWalker):
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(
                     isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr == attr
                     for t in n.targets):
-                q = self.ev.model.resolve(mod, scope, _dotted_name(n.value.func)) if _dotted_name(n.value.func) else None
+                q = self.ev.model.resolve(mod, scope, plain_dotted(n.value.func)) if plain_dotted(n.value.func) else None
                 if q and self.G.nodes.get(q, {}).get("kind") == "class" and self.world.method(q, "forward"):
                     found.add(q)
         return Instance(found.pop()) if len(found) == 1 else None
@@ -394,7 +384,7 @@ class StepWalker(PathWalker):
                 jit = self._jit_call(n, assigns, mod, scope)
                 if jit is not None:
                     name, files, target = jit
-                    hop = Hop(f"{_short(qual)} calls {ast.unparse(n.func)[:60]}, a module {_short(target)} compiles with load_jit",
+                    hop = Hop(f"{last(qual)} calls {ast.unparse(n.func)[:60]}, a module {last(target)} compiles with load_jit",
                               path, n.lineno, qual, ())
                     self._leaf("jit_kernel", f"{name} ({', '.join(files)})" if files else name, path, n.lineno, via + [hop], when)
                     continue
@@ -407,7 +397,7 @@ class StepWalker(PathWalker):
                     continue
                 for c in choices(self.ev, target, {}):
                     if c.qual and self.G.nodes.get(c.qual, {}).get("kind") == "triton_kernel":
-                        hop = Hop(f"{_short(qual)} launches {n.func.value.id}[...], the kernel {_short(target)} returns",
+                        hop = Hop(f"{last(qual)} launches {n.func.value.id}[...], the kernel {last(target)} returns",
                                   path, n.lineno, qual, ())
                         pick = Hop(c.hops[-1][0], c.hops[-1][1], c.hops[-1][2], target, ())
                         for a in c.assumptions:
@@ -561,7 +551,7 @@ def attention_class(step: Step, mode: str = "DECODE") -> tuple:
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args] if fn is not None else []
     cs = [c for c in choices(step.ev, factory, {params[0]: step.runner()} if params else {}) if c.constructs]
     if not cs:
-        out["note"] = f"the factory {_short(factory)} builds no class recon can follow"
+        out["note"] = f"the factory {last(factory)} builds no class recon can follow"
         return out, None
     prim = cs[0]
     out["backend_class"] = prim.qual
@@ -626,7 +616,7 @@ def dense_method(step: Step) -> tuple:
         if ranked and ranked[0].value is None:
             # no method for a linear layer of this checkpoint: SGLang builds LinearBase with none only
             # for layers the checkpoint leaves unquantized (its ignored layers): said, not hidden
-            out["note"] = (f"{_short(gqm)} returns None for a LinearBase layer of this checkpoint "
+            out["note"] = (f"{last(gqm)} returns None for a LinearBase layer of this checkpoint "
                            f"[{w.path_of(gqm)}:{ranked[0].line}]: its dense layers are the ones it leaves unquantized")
             out["none_from"] = {"path": w.path_of(gqm), "line": ranked[0].line}
             un = step.classes("UnquantizedLinearMethod")
@@ -636,7 +626,7 @@ def dense_method(step: Step) -> tuple:
             return out, None
         outs = [o for o in ranked if isinstance(o.value, Instance)]
         if not outs:
-            out["note"] = f"{_short(gqm)} returns no linear method recon can follow for a LinearBase layer"
+            out["note"] = f"{last(gqm)} returns no linear method recon can follow for a LinearBase layer"
             return out, None
         inst = outs[0].value
         out["method"] = inst.cls
@@ -731,8 +721,8 @@ def attention_module(step: Step, mcls: Optional[str]) -> Optional[dict]:
         node = step.world._class_ast(q)
         init = next((st for st in getattr(node, "body", ()) if isinstance(st, ast.FunctionDef) and st.name == "__init__"), None)
         mod = step.world._module_of(q)
-        if init is None or not any(isinstance(n, ast.Call) and _dotted_name(n.func)
-                                   and step.ev.model.resolve(mod, f"{node.name}.__init__", _dotted_name(n.func)) in radix
+        if init is None or not any(isinstance(n, ast.Call) and plain_dotted(n.func)
+                                   and step.ev.model.resolve(mod, f"{node.name}.__init__", plain_dotted(n.func)) in radix
                                    for n in ast.walk(init)):
             continue
         inst = built(step, q, call, mcls)
@@ -757,8 +747,8 @@ def decoder_layer(step: Step, mcls: Optional[str], attn_cls: Optional[str]) -> O
         init = next((st for st in getattr(node, "body", ()) if isinstance(st, ast.FunctionDef) and st.name == "__init__"), None)
         mod = step.world._module_of(q)
         if init is None or q == attn_cls or not any(
-                isinstance(n, ast.Call) and _dotted_name(n.func)
-                and step.ev.model.resolve(mod, f"{node.name}.__init__", _dotted_name(n.func)) == attn_cls for n in ast.walk(init)):
+                isinstance(n, ast.Call) and plain_dotted(n.func)
+                and step.ev.model.resolve(mod, f"{node.name}.__init__", plain_dotted(n.func)) == attn_cls for n in ast.walk(init)):
             continue
         inst = built(step, q, call, mcls)
         got = step.walk(inst, "forward", follow_modules=False)
@@ -864,14 +854,14 @@ def collective_sites(step: Step, mcls: Optional[str]) -> list[dict]:
         for fn in (methods[m] for m in sorted(reach) if m in methods):
             scope = f"{cls.name}.{fn.name}"
             for call, guards in guarded_calls(fn):
-                name = _dotted_name(call.func)
+                name = plain_dotted(call.func)
                 q = step.ev.model.resolve(mod, scope, name) if name else None
                 node = step.G.nodes.get(q or "", {})
                 path = node.get("path", "")
                 what = None
                 if node.get("kind") == "function" and _COLLECTIVE.search(q.rsplit(".", 1)[-1]) \
                         and ("/distributed/" in path or path.endswith("dp_attention.py")):
-                    what = f"{_short(q)}(...)"
+                    what = f"{last(q)}(...)"
                 elif node.get("kind") == "class" and node.get("name") == "RowParallelLinear":
                     rr = next((k.value for k in call.keywords if k.arg == "reduce_results"), None)
                     if rr is not None and step.world.literal(rr) is False:

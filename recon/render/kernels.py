@@ -11,7 +11,8 @@ from ..safetext import inert, md_code, md_text
 _ENV_NOTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*( unset|=)")
 
 
-def _short(q) -> str:
+def _op_label(q) -> str:
+    """The last part of a qualified name; a path or a call as it is."""
     return q.rsplit(".", 1)[-1] if q and "/" not in q and "(" not in q else (q or "")
 
 
@@ -32,40 +33,40 @@ def _head(lay: dict) -> list[str]:
             out.append(f"  or {o['value']!r} if {o['when'][:120]}  [{o['at']}]")
         if lay.get("registry"):
             r = lay["registry"]
-            out.append(f"registry @{r['decorator']}({b.get('value')!r}) -> {_short(r['factory'])}  [{_at(r['path'], r['line'])}]")
+            out.append(f"registry @{r['decorator']}({b.get('value')!r}) -> {_op_label(r['factory'])}  [{_at(r['path'], r['line'])}]")
         if lay.get("backend_class"):
             ret = lay.get("class_returned_at") or []
-            out.append(f"class {_short(lay['backend_class'])}" + (f"  [built at {_at(ret[-1]['path'], ret[-1]['line'])}]" if ret else ""))
+            out.append(f"class {_op_label(lay['backend_class'])}" + (f"  [built at {_at(ret[-1]['path'], ret[-1]['line'])}]" if ret else ""))
             for c in lay.get("other_classes", []):
-                out.append(f"  or class {_short(c['class'])} if " + "; ".join(_cond(a) for a in c["assumptions"]))
+                out.append(f"  or class {_op_label(c['class'])} if " + "; ".join(_cond(a) for a in c["assumptions"]))
         if lay.get("entry"):
-            out.append(f"entry {_short(lay['entry'].rsplit('.', 1)[0])}.{lay['entry'].rsplit('.', 1)[1]}")
+            out.append(f"entry {_op_label(lay['entry'].rsplit('.', 1)[0])}.{lay['entry'].rsplit('.', 1)[1]}")
         return out
     if k == "dense_gemm":
         out = [f"quant method {lay.get('quant_method')!r} ({lay.get('quant_source')})"]
         if lay.get("method"):
             r = lay.get("method_returned_at") or {}
             how = r.get("how") or "get_quant_method returns it"
-            out.append(f"linear method {_short(lay['method'])}  [{how} at {_at(r.get('path'), r.get('line'))}]")
+            out.append(f"linear method {_op_label(lay['method'])}  [{how} at {_at(r.get('path'), r.get('line'))}]")
             for o in lay.get("other_methods", []):
-                out.append(f"  or {_short(o['method'])} if " + "; ".join(_cond(a) for a in o["assumptions"]))
+                out.append(f"  or {_op_label(o['method'])} if " + "; ".join(_cond(a) for a in o["assumptions"]))
         for attr, d in sorted((lay.get("dispatchers") or {}).items()):
             used = any(f"self.{attr}" in h["what"] for o in lay.get("ops", []) for h in o.get("via", []))
             if not used:
                 continue
-            out.append(f"self.{attr} = {_short(d['dispatcher'])}()  [{_at(d['path'], d['line'])}]")
+            out.append(f"self.{attr} = {_op_label(d['dispatcher'])}()  [{_at(d['path'], d['line'])}]")
             for c in d["choices"][:4]:
                 cond = "; ".join(_cond(a) for a in c["assumptions"])
                 tag = "returns" if c["primary"] else "or"
                 last = c["returned_at"][-1] if c["returned_at"] else {}
-                out.append(f"  {tag} {_short(c['function'])}" + (f" if {cond}" if cond else "") + f"  [{_at(last.get('path'), last.get('line'))}]")
+                out.append(f"  {tag} {_op_label(c['function'])}" + (f" if {cond}" if cond else "") + f"  [{_at(last.get('path'), last.get('line'))}]")
         return out
     if k == "moe":
         b = lay.get("backend") or {}
         out = [f"moe_runner_backend = {b.get('value')}  [{b.get('source')}]",
-               f"quant method {lay.get('quant_method')!r}: {_short(lay.get('config_class'))} -> {_short(lay.get('method'))}"]
+               f"quant method {lay.get('quant_method')!r}: {_op_label(lay.get('config_class'))} -> {_op_label(lay.get('method'))}"]
         for a in lay.get("alternatives", [])[:3]:
-            out.append(f"  or {_short(a.get('method'))} if " + "; ".join(x["test"][:90] for x in a["assumptions"]))
+            out.append(f"  or {_op_label(a.get('method'))} if " + "; ".join(x["test"][:90] for x in a["assumptions"]))
         rk = lay.get("recon_kernel")
         if rk:
             out.append(f"recon's grouped MXFP4 kernel runs here (written by recon apply, recon {rk['recon']}): "
@@ -78,11 +79,11 @@ def _head(lay: dict) -> list[str]:
             if st["when"]:
                 out.append("    only if " + "; ".join(st["when"])[:200])
         return out
-    return [f"class {_short(lay.get('class'))}" + (f" -> {_short(lay['entry'])}" if lay.get("entry") else "")]
+    return [f"class {_op_label(lay.get('class'))}" + (f" -> {_op_label(lay['entry'])}" if lay.get("entry") else "")]
 
 
 def _op_name(o: dict) -> str:
-    return o["name"] if o["kind"] in ("library", "torch_op") else _short(o["name"])
+    return o["name"] if o["kind"] in ("library", "torch_op") else _op_label(o["name"])
 
 
 def _ops_lines(lay: dict, width: int = 96) -> list[str]:
@@ -144,13 +145,13 @@ def _will_run(lay: dict, arch: str) -> list[str]:
         if w["runs"] is False:
             ver = f" {w['version']}" if w.get("version") else ""
             fix = f"; {w['package']} {w['first_with']} has them" if w.get("first_with") else ""
-            out.append(f"!! WILL NOT RUN on {arch}: {_short(w['op'])} has no {arch} kernels ({w['package']}{ver}: "
+            out.append(f"!! WILL NOT RUN on {arch}: {_op_label(w['op'])} has no {arch} kernels ({w['package']}{ver}: "
                        f"{', '.join(w['built_for'])}){fix}  [{w['at']}]")
         elif w.get("first_with") or w.get("built_for"):
-            out.append(f"?? {_short(w['op'])} has {arch} kernels only in {w['package']} {w.get('first_with') or '(no known version)'}: "
+            out.append(f"?? {_op_label(w['op'])} has {arch} kernels only in {w['package']} {w.get('first_with') or '(no known version)'}: "
                        f"the installed version decides  [{w['at']}]")
         else:
-            out.append(f"?? {_short(w['op'])}: not known whether it has {arch} kernels (no entry in recon's op data)  [{w['at']}]")
+            out.append(f"?? {_op_label(w['op'])}: not known whether it has {arch} kernels (no entry in recon's op data)  [{w['at']}]")
     return out
 
 
@@ -197,7 +198,7 @@ def render_md(m: dict, verbose: bool = False) -> str:
            + ("captured" if g["captured"] else "not captured") + f" ({c(flag)}, {t(g['source'])}).", "",
            "| layer | runs | per step | floor (M=min..max) |", "|---|---|---|---|"]
     for lay in m["layers"]:
-        ops = ", ".join(c(_short(o["name"]), cell=True) for o in lay.get("ops", [])) or "(no named op)"
+        ops = ", ".join(c(_op_label(o["name"]), cell=True) for o in lay.get("ops", [])) or "(no named op)"
         if any(w["runs"] is False for w in lay.get("will_run", [])):
             ops += " **(will not run on " + t(m["arch"]) + ")**"
         floors = [str(r["floor_us"]) + " us" for r in lay.get("roofline", []) if r.get("floor_us") is not None]

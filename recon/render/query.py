@@ -11,13 +11,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..names import short
+
 AMBIGUOUS_SHOWN = 10  # candidates listed for an ambiguous name; the count says how many more
-
-
-def short(qualname: str) -> str:
-    """``pkg.mod.Class.method`` -> ``Class.method``; a module-level ``pkg.mod.func`` -> ``mod.func``."""
-    parts = qualname.split(".")
-    return ".".join(parts[-2:])
 
 
 WIDTH = 100

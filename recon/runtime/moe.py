@@ -26,7 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..engine.interp import UNKNOWN, dotted_name
+from ..engine.interp import UNKNOWN
+from ..names import dotted_name
 from ..engine.handoffs import guarded_calls, raising_guards
 from ..engine.asts import source_line as _src
 from ..engine.registries import custom_op_impl, registrations

@@ -9,15 +9,6 @@ from typing import Optional
 TYPICAL_BATCH = 16  # the concurrency the seed scenario decoded at
 
 
-def short(qualname: Optional[str]) -> str:
-    """``pkg.mod.Class.method`` -> ``Class.method`` (or ``mod.func`` for a module-level function)."""
-    if not qualname:
-        return ""
-    parts = qualname.split(".")
-    tail = parts[-2:] if len(parts) >= 2 else parts
-    return ".".join(tail)
-
-
 def path_line(path: Optional[str], line: Optional[int]) -> str:
     return f"{path}:{line}" if path else ""
 

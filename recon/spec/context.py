@@ -8,7 +8,8 @@ from typing import Optional
 from .. import notanalyzed, roofline
 from ..engine.handoffs import describe as describe_handoff
 from ..placement import on_step, placement_counts
-from .common import TYPICAL_BATCH, path_line, by_name, finding_row, megabytes, graph_node, short
+from ..names import short
+from .common import TYPICAL_BATCH, path_line, by_name, finding_row, megabytes, graph_node
 from .moepath import moe_chain, kernels_of, mermaid_flow, moe_backends, pick_moe, root_causes, runtime_summary, slot_causes
 from .plan import SLOT_ANCHOR, build_plan, reference_kernel
 from .roles import Roles

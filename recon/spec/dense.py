@@ -10,7 +10,8 @@ import json
 from typing import Optional
 
 from .. import notanalyzed
-from .common import path_line, finding_row, short
+from ..names import short
+from .common import path_line, finding_row
 from .moepath import runtime_summary
 from .rows import headline, ranked_rows, target_row, will_it_run
 from .tables import counts, dense_rows

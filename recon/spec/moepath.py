@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import safetext
-from .common import TYPICAL_BATCH, path_line, evidence_rows, graph_node, short, slim
+from ..names import short
+from .common import TYPICAL_BATCH, path_line, evidence_rows, graph_node, slim
 from .roles import Roles
 
 SLOT_REREAD = "slot-reread"  # a root cause computed here from the roofline, not a rule: ranked right after the slot kernel's rule

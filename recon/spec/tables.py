@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-from .common import path_line, short
+from ..names import short
+from .common import path_line
 from .roles import Roles
 
 
