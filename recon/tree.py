@@ -15,15 +15,17 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
-
-import networkx as nx
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .cache import FORMAT, cache_dir, code_fingerprint, load_entry, load_pickle, save_pickle, wait_for_writers, write_behind
-from .graph import GraphBuilder, Resolver, build_graph, update_graph
 from .indexer import Index, build_index, load_facts
 from .progress import phase
 from .target import Target
+
+if TYPE_CHECKING:  # the graph module and networkx load when a graph is built or patched, not on a warm run
+    import networkx as nx
+
+    from .graph import Resolver
 
 _PATCH_LIMIT = 20  # more changed files than this: rebuild rather than patch
 
@@ -64,6 +66,8 @@ class _CachedGraph:
                 if cached is not None and cached[0] == self.key:
                     self.graph = cached[1]
                 else:  # pruned or replaced since it was checked: build it as a cold run would
+                    from .graph import build_graph
+
                     graph, self.resolver = build_graph(self.index.all_facts())
                     graph.graph["digests"] = {p: m.digest for p, m in self.index.files.items()}
                     write_behind([(self.path, (self.key, graph)), (self.rpath, self.resolver)])
@@ -104,6 +108,8 @@ class Tree:
             with paused_gc(freeze=True):
                 self._resolver = load_pickle(rpath) if self.timings.get("graph") == "cached" else None
                 if self._resolver is None:
+                    from .graph import Resolver
+
                     self._resolver = Resolver(self.index.py_facts())
                     try:
                         save_pickle(rpath, self._resolver)
@@ -139,7 +145,11 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
     wait_for_writers()
     gpath, rpath = _graph_paths(target.key)
     # no graph cached for this target at all: build it while the workers extract
-    builder = None if gpath.exists() else GraphBuilder()
+    builder = None
+    if not gpath.exists():
+        from .graph import GraphBuilder
+
+        builder = GraphBuilder()
     jobs: list = []  # cache writes, done behind the answer by one forked child
     with paused_gc(freeze=True):
         t0 = time.perf_counter()
@@ -177,6 +187,8 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
             graph, resolver = builder.finish()
             graph.graph["digests"] = {p: m.digest for p, m in index.files.items()}
         elif graph is None:
+            from .graph import build_graph
+
             graph, resolver = build_graph(index.all_facts())
             graph.graph["digests"] = {p: m.digest for p, m in index.files.items()}
             how = "built"
@@ -249,6 +261,8 @@ def _patch(cached, index: Index, rpath: Path):
     resolver = load_pickle(rpath)
     if resolver is None:
         return None, None, "built"
+    from .graph import update_graph
+
     for relpath in changed:
         if not relpath.endswith(".py"):
             continue  # JSON and C++ sources: read by checks from the index, not part of the patch
