@@ -311,7 +311,7 @@ def test_kernel_rows_the_h200_cannot_predict_say_why():
     device, model = load_device("rtx-pro-6000"), load_model("DeepSeek-V4-Flash")
     data = roofline._anchor(spec.REFERENCE_RESULTS)
     rows = [r for r in data["rows"] if r["model"] == "DeepSeek-V4-Flash"]
-    od = plan._on_device(model, device, roofline.moe_roofline(model, device, [1, 1024]), data, rows)
+    od = plan.on_device(model, device, roofline.moe_roofline(model, device, [1, 1024]), data, rows)
     by_m = {r["M"]: r for r in od["rows"]}
     assert by_m[1]["prediction"] is True and by_m[1]["path"] == "mma"
     # the H200 runs wgmma at M=1024, which sm_120 cannot: no number is invented for the dot path it runs
