@@ -1,18 +1,20 @@
-"""The runtime view: the graph evaluated for one (device, model, server flags).
+"""What runs for one scenario (device, model, server flags, environment): the runtime view, the
+graph evaluated with the scenario's one engine (:mod:`recon.engine`). The per-layer kernel map of a
+whole step, on the same floor, is :mod:`recon.kernels`.
 
 It answers "what runs there" by following SGLang's own mechanisms rather than names:
 
-- the server arguments (``serverargs``): SGLang's defaults, the user's ``--server-args``, and the
-  code that rewrites them for the device and the model;
-- the MoE layer's quant method (``moe``): SGLang's quant-method registry, the config class's
+- the server arguments (:mod:`recon.engine.serverargs`): SGLang's defaults, the user's
+  ``--server-args``, and the code that rewrites them for the device and the model;
+- the MoE layer's quant method (:mod:`.moe`): SGLang's quant-method registry, the config class's
   ``get_quant_method`` evaluated for the MoE layer, then the chain from its ``apply`` to the
   kernels and library ops, through held objects and decorator registries;
-- one evaluator (``evaluator``) with one notion of unknown: what cannot be decided statically is
-  kept as an assumption with both outcomes.
+- what the decode CUDA-graph capture runs (:mod:`.capture`) and backend choices stored as strings
+  (:mod:`.selections`); queries kept to the path that runs (:mod:`.query`).
 
-Checks, ``spec``, ``query`` and ``apply`` read :func:`runtime_view` (through a
-:class:`recon.scenario.Scenario`'s ``view``): one per context, walked with the context's one engine
-(:mod:`.engine`), cached on disk under recon's one key scheme (:mod:`recon.derived`).
+What cannot be decided statically is kept as an assumption with both outcomes. Checks, ``spec``,
+``query`` and ``apply`` read :func:`runtime_view` (through a :class:`recon.scenario.Scenario`'s
+``view``): one per context, cached on disk under recon's one key scheme (:mod:`recon.derived`).
 """
 
 from __future__ import annotations
