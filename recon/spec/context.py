@@ -77,7 +77,7 @@ def build_context(tree, device, model, findings, errors=(), target_reason: Optio
     arch_names = [n for n in model.architectures if any(G.nodes[q].get("kind") == "class" for q in by_name(G, n))]
     model_class = sorted(q for n in model.architectures for q in by_name(G, n) if G.nodes[q].get("kind") == "class")
     backends = []
-    for f in moe_backends(findings, roles):
+    for f in moe_backends(findings, roles, view):
         d = f.data
         backends.append({"attribute": d.get("attribute"), "value": d.get("value"), "taken": d.get("taken"), "compared_with": d.get("compared_with"),
                          "set_in": short((d.get("set_in") or [None])[0]), "set_at": path_line(*(d.get("set_in") or [None, None, None])[1:3]),

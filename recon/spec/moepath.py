@@ -13,17 +13,14 @@ from .roles import Roles
 SLOT_REREAD = "slot-reread"  # a root cause computed here from the roofline, not a rule: ranked right after the slot kernel's rule
 
 
-def moe_backends(findings, roles: Roles) -> list:
-    """Backend-choice findings about MoE quant methods (their class or chain names MoE)."""
-    out = []
-    for f in findings:
-        if not roles.is_(f, "backend-choice"):
-            continue
-        d = f.data
-        cls = (d.get("taken_in") or [""])[0]
-        if "moe" in cls.lower() or any("moe" in (h[0] or "").lower() for h in d.get("chain", [])):
-            out.append(f)
-    return out
+def moe_backends(findings, roles: Roles, view=None) -> list:
+    """Backend-choice findings taken inside the MoE method the runtime view resolved (or one of its
+    bases); none where the view resolved no method (its diagnostics say why), never picked by name."""
+    if view is None or not view.moe_method:
+        return []
+    owners = set(view.moe.get("mro") or [view.moe_method])
+    return [f for f in findings if roles.is_(f, "backend-choice")
+            and (f.data.get("taken_in") or [""])[0].rsplit(".", 1)[0] in owners]
 
 
 def pick_moe(findings, roles: Roles, view=None) -> tuple[Optional[Any], Optional[Any]]:
@@ -31,10 +28,7 @@ def pick_moe(findings, roles: Roles, view=None) -> tuple[Optional[Any], Optional
     With a runtime view, a backend choice counts only inside the method it resolved (or its bases)."""
     cg = [f for f in findings if roles.is_(f, "capture") and f.data.get("quant_method")]
     cg.sort(key=lambda f: (not f.data.get("selected_for_device"), not f.data.get("kernels"), f.data["quant_method"]))
-    backends = moe_backends(findings, roles)
-    if view is not None and view.moe.get("apply"):
-        owners = set(view.moe.get("mro") or [view.moe_method])
-        backends = [b for b in backends if (b.data.get("taken_in") or [""])[0].rsplit(".", 1)[0] in owners]
+    backends = moe_backends(findings, roles, view)
     primary_cg = cg[0] if cg else None
     apply_q = primary_cg.data["quant_method"] if primary_cg else None
 
