@@ -179,8 +179,15 @@ def test_h200_differs(seed, h200):
     assert (ctx["moe_path"]["backend"] or {}).get("value") != "sm120_triton"
     sm120 = [g for g in ctx["gates"] if g["gate"] == "is_sm120_supported"]
     assert sm120 and sm120[0]["value"] is False
-    marlin = [b for b in ctx["moe_path"]["backends"] if b["attribute"] == "_dsv4_mxfp4_backend"]
-    assert marlin and marlin[0]["value"] == "marlin"
+    # the backend choices listed are those taken inside the method the view resolved for the device:
+    # the marlin method's `_dsv4_mxfp4_backend` runs on the PRO 6000, not on the H200 (Fp8MoEMethod there)
+    def taken(c):
+        return {b["taken_in"].split(".")[0] for b in c["moe_path"]["backends"]}
+
+    assert ctx["runtime"]["method"].endswith(".Fp8MoEMethod") and taken(ctx) <= {"Fp8MoEMethod", "FusedMoEMethodBase"}
+    assert not [b for b in ctx["moe_path"]["backends"] if b["attribute"] == "_dsv4_mxfp4_backend"]
+    marlin = [b for b in pro["moe_path"]["backends"] if b["attribute"] == "_dsv4_mxfp4_backend"]
+    assert marlin and marlin[0]["value"] == "sm120_triton" and taken(pro) == {"Mxfp4MarlinMoEMethod"}
     files = lambda c: {m["file"] for d in c["dense_fp8"] for m in d["missing"]}  # noqa: E731
     # the H200 runs the dense FP8 GEMMs on DeepGEMM: the Triton block-GEMM configs are not read there
     assert files(pro) and not files(ctx)
