@@ -142,6 +142,60 @@ EntryClass = DeepseekV4ForCausalLM
 """
 
 
+# the quantization registry the runtime view follows: the model's config.json says fp8, and the FP8
+# config's get_quant_method returns the MXFP4 method for a FusedMoE layer (the method lives in the
+# model file so the names the tests assert stay short)
+QUANT_FILES = {
+    "sglang/srt/layers/moe/fused_moe_triton/layer.py": "class FusedMoE:\n    pass\n",
+    "sglang/srt/layers/quantization/__init__.py": (
+        "from sglang.srt.layers.quantization.fp8 import Fp8Config\n"
+        "QUANTIZATION_METHODS = {'fp8': Fp8Config}\n"
+    ),
+    "sglang/srt/layers/quantization/fp8.py": (
+        "from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE\n"
+        "from sglang.srt.models.m import Mxfp4MoEMethod\n"
+        "class Fp8Config:\n"
+        "    @classmethod\n"
+        "    def from_config(cls, config):\n"
+        "        return cls()\n"
+        "    def get_quant_method(self, layer, prefix):\n"
+        "        if isinstance(layer, FusedMoE):\n"
+        "            return Mxfp4MoEMethod()\n"
+        "        return None\n"
+    ),
+}
+
+
+def _moe_tree(synthetic, methods: str):
+    """A capture runner, a model whose MoE block calls ``self.quant_method.apply`` from its forward,
+    the quant-method classes in ``methods`` and the registry that picks one of them."""
+    return synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER,
+                      "sglang/srt/models/m.py": methods + MOE_MODEL, **QUANT_FILES})
+
+
+def test_no_method_is_picked_by_its_name(synthetic):
+    """Without a registry the runtime view can follow, no MoE method is decided: a class named for
+    the expert format (``Mxfp4MoEMethod``) reached through ``self.quant_method.apply`` is not taken
+    for the one that runs, so no MoE kernel path and no hand-off note name it."""
+    model = """
+from fastlib.moe import fused_fp4_moe
+
+class Mxfp4MoEMethod:
+    def apply(self, layer, x):
+        return fused_fp4_moe(x)
+"""
+    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model + MOE_MODEL})
+    found = _scan(tree)
+    assert not _moe_path(found)
+    assert not [f for f in found if f.data.get("unresolved_quant_methods")]
+    assert "Mxfp4MoEMethod" not in " ".join(f.message for f in found)
+    # the same tree with the registry: the view decides the method, and its path is reported
+    paths = _moe_path(_scan(_moe_tree(synthetic, model)))
+    assert [(f.data["quant_method"], f.data["resolved_by"]) for f in paths] == [
+        ("sglang.srt.models.m.Mxfp4MoEMethod.apply", "runtime view")]
+    assert [lb["op"] for lb in paths[0].data["library_ops"]] == ["fastlib.moe.fused_fp4_moe"]
+
+
 def test_quant_method_whose_kernels_are_picked_at_run_time(synthetic):
     """A MoE quant method reached from the captured forward whose apply hands off to a runner the
     graph cannot resolve: one note naming it, and no MoE kernel path claimed."""
@@ -150,7 +204,7 @@ class Mxfp4MoEMethod:
     def apply(self, layer, x):
         return self.runner.run(x)
 """
-    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model + MOE_MODEL})
+    tree = _moe_tree(synthetic, model)
     found = _scan(tree)
     assert not _moe_path(found)
     notes = [f for f in found if f.data.get("unresolved_quant_methods")]
@@ -188,7 +242,7 @@ class Mxfp4MoEMethod:
             return out
         return self.runner.run(x)
 """
-    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model + MOE_MODEL})
+    tree = _moe_tree(synthetic, model)
     note = next(f for f in _scan(tree) if f.data.get("unresolved_quant_methods"))
     offs = note.data["handoffs"]["sglang.srt.models.m.Mxfp4MoEMethod.apply"]
     assert [(h["kind"], h["target"], h["when"]) for h in offs] == [
@@ -219,14 +273,21 @@ class Mxfp4MoEMethod:
             return rocm_moe(x)
         return fused_fp4_moe(x)
 """
-    tree = synthetic({"sglang/srt/model_executor/cuda_graph_runner.py": RUNNER, "sglang/srt/models/m.py": model + MOE_MODEL})
+    from recon.checks import CheckContext
+    from recon.runtime import build
 
-    def offs(device):
-        note = next(f for f in _scan(tree, device=device) if f.data.get("unresolved_quant_methods"))
-        return [(h["target"], h["when"]) for h in note.data["handoffs"]["sglang.srt.models.m.Mxfp4MoEMethod.apply"]]
+    tree = _moe_tree(synthetic, model)
 
-    assert offs("h200") == [("fastlib.moe.fused_fp4_moe", [])]
-    assert offs("mi300x") == [("rocmlib.fused_moe", ["_use_rocm_lib"]), ("fastlib.moe.fused_fp4_moe", ["not _use_rocm_lib"])]
+    def leaves(device):
+        view = build(CheckContext(tree, load_device(device), load_model("dsv4-flash")))
+        return [(lf["name"], lf["when"], lf["decided"]) for lf in view.moe["leaves"]]
+
+    assert leaves("h200") == [("fastlib.moe.fused_fp4_moe", [], True)]
+    assert leaves("mi300x") == [("rocmlib.fused_moe", ["_use_rocm_lib"], False),
+                                ("fastlib.moe.fused_fp4_moe", ["not _use_rocm_lib"], False)]
+    # the check reads the same decision: on the H200 the MoE path names the one library op
+    paths = _moe_path(_scan(tree, device="h200"))
+    assert [lb["op"] for f in paths for lb in f.data["library_ops"]] == ["fastlib.moe.fused_fp4_moe"]
 
 
 def test_module_flags_evaluated_on_a_real_tree(tree_0513):

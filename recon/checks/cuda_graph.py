@@ -10,8 +10,9 @@
    layers held in containers (``for layer in self.layers: layer(...)`` where ``self.layers`` is built
    from ``make_layers(..., lambda ...: DecoderLayer(...))``), layers built by a factory
    (``self.experts = get_moe_impl_class(...)(...)``: the factory's unconditional return), and the
-   MoE quant method (``self.quant_method.apply``: the ``apply`` of the quant-method classes named
-   for the model's expert format, the one whose path names the device's arch, e.g. ``sm120``, first).
+   MoE quant method (``self.quant_method.apply``: the method the runtime view resolved through
+   SGLang's own ``get_quant_method`` for this device, model and flags; where the view decides none
+   or cannot decide, no method is followed and no class is picked by its name).
    Hops made by these resolutions are marked inferred.
 3. In that code: host syncs and data-dependent shapes (``.item()``, ``.tolist()``, ``.cpu()``,
    ``.nonzero()``, ``.unique()``, ``torch.cuda.synchronize()``, ``torch.bincount``, boolean-mask
@@ -31,7 +32,7 @@ from ..runtime import runtime_view
 from ..engine.handoffs import IGNORE, describe, handoffs
 from ..findings import Evidence, Finding
 from . import check
-from ..runtime.capture import CaptureScope, capture_route, capture_chains, model_forwards, capture_quant_methods, reach
+from ..runtime.capture import CaptureScope, capture_route, capture_chains, model_forwards, reach
 
 _DEFAULT_HAZARDS = {
     ".item": "host sync",
@@ -157,7 +158,7 @@ class MoEPathData:
     scanned: list
     native_ops: list
     library_ops: list
-    resolved_by: str  # "runtime view" | "class name"
+    resolved_by: str  # "runtime view": the method is only ever taken from the view
     launches: list  # [{kernel, path, line}]
     hazards: list
     guarded: list
@@ -190,15 +191,10 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
     if view is not None and view.moe_method:
         # the method SGLang's own get_quant_method returns for this device, model and flags
         qm, device_matched = [view.moe.get("apply") or view.moe_method], True
-    elif view is not None and (view.moe.get("config_class") or view.moe_decided):
-        # the view decided that no MoE method can be followed (get_quant_method returns none, the
-        # quantization is not in this tree's registry, the layer's own choice cannot be read): its
-        # diagnostics say why, and no class is picked by its name instead
-        qm, device_matched = [], False
     else:
-        # the view had no ServerArgs to evaluate (the synthetic capture trees): a guess by class
-        # name, labelled as such in the finding
-        qm, device_matched = capture_quant_methods(ctx, params) if getattr(ctx.model, "num_experts", 0) else ([], False)
+        # the view decided no method (its diagnostics say why) or could not decide one: no class
+        # is picked by its name instead, and the capture's hazards are still reported
+        qm, device_matched = [], False
     primary_qm = qm[:1] if device_matched else qm
     fwd = forwards[0]
     parent = reach(ctx, [fwd], params, primary_qm)
@@ -293,8 +289,6 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
               (" and is capture-safe (no host syncs or data-dependent shapes on its path)" if safe else f"; {len(live)} host sync(s)/data-dependent shape(s) on its path")
         if view is not None and q == view.moe.get("apply"):
             msg += " (the method SGLang's get_quant_method returns for this device, model and server flags)"
-        elif q == (qm[0] if device_matched else None):
-            msg += f" (the {ctx.model.expert_quant} quant method whose path names this device's arch: a guess by name, the runtime view could not resolve it)"
         findings.append(Finding(rule.id, msg, "note" if safe else "warning", ev, {
             "quant_method": q,
             "selected_for_device": bool(device_matched and q == qm[0]),
@@ -304,7 +298,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             "scanned": sorted(v for v in sub if G.nodes[v].get("kind") == "function"),
             "native_ops": natives[:20],
             "library_ops": libraries[:20],
-            "resolved_by": "runtime view" if view is not None and q == view.moe.get("apply") else "class name",
+            "resolved_by": "runtime view",
             "launches": [{"kernel": h[0], "path": h[2], "line": h[3]} for h in kchain if G.nodes.get(h[0], {}).get("kind") == "triton_kernel"],
             "hazards": [{k: h[k] for k in ("path", "line", "call", "kind")} for h in live],
             "guarded": [{k: h[k] for k in ("path", "line", "call", "guarded_by")} for h in hz if h["guarded_by"]],

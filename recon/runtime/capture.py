@@ -328,46 +328,6 @@ def _factory_default(ctx, fac: Optional[str]) -> list[str]:
     return [t] if t and ctx.tree.graph.nodes.get(t, {}).get("kind") == "class" else []
 
 
-def capture_quant_methods(ctx, params: CaptureScope) -> list[str]:
-    """``apply`` of the MoE quant-method classes named for the model's expert format, device-matched first."""
-    G = ctx.tree.graph
-    fmt = (getattr(ctx.model, "expert_quant", "") or "").lower()
-    if not fmt:
-        return [], False
-    if fmt in ("bf16", "fp16"):
-        fmt = "unquant"
-    cands = []
-    for n, d in G.nodes(data=True):
-        if d.get("kind") != "function" or d.get("name") != "apply" or _excluded(d.get("path", ""), params):
-            continue
-        cls = n.rsplit(".", 1)[0]
-        cname = cls.rsplit(".", 1)[-1].lower()
-        if fmt in cname and "moe" in cname and "sglang/srt/" in d.get("path", ""):
-            cands.append(n)
-    cc = getattr(ctx.device, "compute_capability", None)
-    tag = f"sm{cc[0]}{cc[1]}" if cc else None
-
-    def score(q: str) -> tuple:
-        hit = False
-        if tag:
-            seen, dq = {q}, deque([(q, 0)])
-            while dq and not hit:
-                x, k = dq.popleft()
-                if tag in x.lower():
-                    hit = True
-                    break
-                if k >= 3:
-                    continue
-                for _, y, e in G.out_edges(x, data=True):
-                    if e.get("kind") in ("calls", "launches") and y not in seen:
-                        seen.add(y)
-                        dq.append((y, k + 1))
-        return (not hit, q)
-
-    cands.sort(key=score)
-    return cands, bool(cands) and score(cands[0])[0] is False
-
-
 def reach(ctx, starts: list[str], params: CaptureScope, qm: list[str]) -> dict:
     """BFS over calls/dynamic calls/launches (+ inferred hops): node -> (parent, path, line, how, inferred)."""
     G = ctx.tree.graph
