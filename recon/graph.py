@@ -23,6 +23,7 @@ from typing import Iterable, Optional
 import networkx as nx
 
 from .facts import FileFacts
+from .names import MODEL_FORWARD
 
 # A Triton kernel: decorated with triton.jit (also under autotune/heuristics, or jit imported bare).
 _JIT = re.compile(r"(^|\.)(jit|autotune|heuristics)(\(\))?$")
@@ -370,7 +371,6 @@ def _native(func: str) -> Optional[str]:
     return None
 
 
-MODEL_FORWARD = "<model>.forward"  # what a CUDA-graph capture of "the model" runs: any registered model
 
 
 def interface(f: FileFacts) -> tuple:

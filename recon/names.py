@@ -12,6 +12,10 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
+# the graph node a CUDA-graph capture of "the model" runs: any registered model's forward (here, not
+# in the graph module, so that reading it does not import the graph library)
+MODEL_FORWARD = "<model>.forward"
+
 
 def dotted_name(node) -> str:
     """``a.b.c`` for an attribute chain on a name, ``f().x`` through calls; "" for anything else."""

@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union
 
-import yaml
+from .yamltext import YAMLError, load_yaml
 
 from .errors import ReconError
 
@@ -200,12 +200,14 @@ def _read_mapping(path: Path) -> dict:
         raise ProfileError(f"{path}: cannot be read: {e}") from None
     kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)
+    except (json.JSONDecodeError, YAMLError) as e:
+        if "nesting depth" in str(e):  # libyaml's own depth limit: the same refusal as Python's
+            raise ProfileError(f"{path}: is not valid {kind}: nested too deeply") from None
         raise ProfileError(f"{path}: is not valid {kind}: {str(e).splitlines()[0]}") from None
     except RecursionError:  # [[[[... 100,000 deep: no profile or config.json nests like that
         raise ProfileError(f"{path}: is not valid {kind}: nested too deeply") from None
-    except ValueError as e:  # an integer past Python's 4300-digit limit for decimal text
+    except ValueError:  # an integer past Python's 4300-digit limit for decimal text
         raise ProfileError(f"{path}: is not valid {kind}: an integer of more than 4300 digits") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a profile must hold a mapping, found {type(data).__name__}")

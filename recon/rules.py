@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
+from .yamltext import YAMLError, load_yaml
 
 from .errors import ReconError
 from .findings import SEVERITIES
@@ -128,14 +128,14 @@ _PARSED: dict[str, object] = {}
 
 def _yaml_of(text: str):
     if text not in _PARSED:
-        _PARSED[text] = yaml.safe_load(text)
+        _PARSED[text] = load_yaml(text)
     return copy.deepcopy(_PARSED[text])
 
 
 def _load_one(path: Path) -> Rule:
     try:
         data = _yaml_of(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
+    except YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise RuleError(f"{path}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None

@@ -104,9 +104,9 @@ def _read(root: Path, rel: str) -> bytes:
     return safepath.read_fd(safepath.open_in(base, rel, base))
 
 
-def _stat(p: Path) -> Optional[list]:
+def _stat(p: str) -> Optional[list]:
     try:
-        st = p.lstat()  # a link is not the wheel's file: its own size and time, never its target's
+        st = os.lstat(p)  # a link is not the wheel's file: its own size and time, never its target's
     except OSError:
         return None
     return [st.st_size, st.st_mtime_ns]
@@ -125,7 +125,8 @@ def _note_ignored(where: str, ignored: list) -> None:
 
 
 def _write_stamp(root: Path, paths) -> None:
-    stamp = {rel: _stat(root / rel) for rel in sorted(paths)}
+    base = str(root)
+    stamp = {rel: _stat(os.path.join(base, rel)) for rel in sorted(paths)}
     atomic_write_bytes(root / STAMP, json.dumps(stamp, sort_keys=True).encode())
 
 
@@ -164,8 +165,9 @@ def check(root: Path, version: str, full: bool = False) -> Optional[Check]:
         return None
     stamp = {} if full else _read_stamp(root)
     res = Check(files=len(rec))
-    for rel, (h, size) in rec.items():
-        now = _stat(root / rel)
+    base = str(root)  # joined as text: a warm run stats every file of the wheel, and Path objects
+    for rel, (h, size) in rec.items():  # cost more than the stat itself
+        now = _stat(os.path.join(base, rel))
         if now is None:
             res.differ.append(rel)
             continue

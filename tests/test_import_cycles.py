@@ -77,7 +77,7 @@ FLOORS = {
     # files, trees, the index and graph, profiles, findings as data: nothing about what runs
     0: {"errors", "safepath", "safetext", "links", "bounded", "columns", "progress", "cachekey", "cache", "cacheadmin",
         "wheelcache", "sources", "target", "facts", "pyfacts", "indexer", "graph", "tree", "tritonast", "profiles",
-        "resources", "findings", "notanalyzed", "tunedconfigs", "shipped", "names"},
+        "resources", "findings", "notanalyzed", "tunedconfigs", "shipped", "names", "yamltext"},
     # how recon reads SGLang's code; the derived-data key; roofline math; graph queries
     1: {"engine", "derived", "roofline", "query"},
     # what runs for one scenario: the runtime view, the MoE chain, the per-layer kernel map
@@ -135,3 +135,23 @@ def test_the_private_import_check_can_fail(tmp_path, monkeypatch):
     (tmp_path / "b.py").write_text("from .a import _hidden, shown\n")
     monkeypatch.setitem(PACKAGES, "recon", tmp_path)
     assert _private_imports("recon") == [f"{tmp_path.name}.b: from .a import _hidden"]
+
+
+def test_the_warm_path_does_not_import_the_graph_library():
+    """A warm command whose products are cached reads no graph: importing the commands, every check
+    (the registry imports them all), the scenario, the spec and the renderers must not import
+    networkx (about a tenth of a second of a warm run). The same probe shows the check can fail."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; import recon.cli, recon.scenario, recon.spec, recon.render.sarif; "
+             "from recon.checks import registry; registry(); {extra}"
+             "print('networkx' in sys.modules)")
+    root = str(Path(recon.__file__).resolve().parent.parent)
+
+    def imported(extra: str = "") -> str:
+        return subprocess.run([sys.executable, "-c", probe.format(extra=extra)], capture_output=True, text=True,
+                              cwd=root, check=True).stdout.strip()
+
+    assert imported() == "False"
+    assert imported("import recon.graph; ") == "True"

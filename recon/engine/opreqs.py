@@ -50,8 +50,8 @@ def external_ops() -> list:
     if derived.DATA_DIR not in _OPS:
         import re
 
-        import yaml
-        data = yaml.safe_load((derived.DATA_DIR / "external_ops.yaml").read_text()) or []
+        from ..yamltext import load_yaml
+        data = load_yaml((derived.DATA_DIR / "external_ops.yaml").read_text()) or []
         _OPS[derived.DATA_DIR] = [(re.compile(d["match"]), d) for d in data]
     return _OPS[derived.DATA_DIR]
 

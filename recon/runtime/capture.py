@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-from ..graph import MODEL_FORWARD
+from ..names import MODEL_FORWARD
 from ..engine.asts import check_ast, graph_function
 
 
