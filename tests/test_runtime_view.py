@@ -411,3 +411,20 @@ def test_cli_runtime_reaches_the_flag_on_a_released_wheel(sglang_new):
     assert built["use_triton_kernels"] == "False"
     names = {lf["name"].rsplit(".", 1)[-1] for lf in v["moe"]["leaves"]}
     assert "fused_moe_kernel" in names
+
+
+def test_jit_build_cache_is_built_once_not_in_the_chain(tree_new):
+    # 0.5.23, H200, gpt-oss-120b: `activation_module` is decorated with the JIT package's
+    # `cache_once` (a dict kept outside the wrapper); its body (load_jit -> the build cache's
+    # msgspec bookkeeping) runs once per dtype. The chain holds the module it compiles, called at
+    # `module.run_activation(...)`, not the build. (The flag: the suite does not read which
+    # packages the kernel wheel ships, so the override's triton_kernels probe stays open.)
+    v = _view(tree_new, "h200", "gpt-oss-120b", "--moe-runner-backend triton_kernel")
+    names = [lf["name"] for lf in v.moe["leaves"]]
+    assert not any(n.startswith("msgspec.") for n in names), names
+    assert not any("/utils/compile/" in h["path"] for lf in v.moe["leaves"] for h in lf["via"])
+    act = [lf for lf in v.moe["leaves"] if lf["kind"] == "jit_kernel" and lf["name"].startswith("activation (")]
+    assert act and act[0]["path"].endswith("kernels/ops/activation/activation.py")
+    assert "built once per key" in act[0]["via"][-1]["what"]
+    built = {b["node"].rsplit(".", 1)[-1]: b for b in v.moe["built_once"]}
+    assert "activation_module" in built and "cache_once" in built["activation_module"]["how"]

@@ -237,6 +237,8 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
             moe["premise_decided"] = got.get("premise_decided", [])
             moe["walked"] = got.get("walked", [])
             moe["calls"] = got.get("calls", {})
+            # memoized callees (a JIT build cache, an lru_cache'd loader): built once, not walked
+            moe["built_once"] = got.get("built_once", [])
             for lf in moe["leaves"]:
                 lf.update(classify(ctx.tree, lf))
                 lf.update(_package_of(ctx.tree, lf))
