@@ -45,6 +45,10 @@ def engines(tmp_path_factory):
     def engine(case: Path):
         root = tmp_path_factory.mktemp(case.stem)
         files = {"sglang/srt/case.py": case.read_text()}
+        # '# beside: <relpath>: <Python, lines joined by \n>' puts a module the case imports at that
+        # path (a loader in the tree's JIT package, a ServerArgs)
+        for rel, code in re.findall(r"^# beside: (\S+): (.+)$", case.read_text(), re.M):
+            files[rel] = code.replace("\\n", "\n") + "\n"  # '\n' in the line: a new line
         # '# requires: <requirement>' lines become the tree's declared requirements, and
         # '# ships: dist==version: modules' what that pinned wheel's RECORD lists (no download)
         reqs = re.findall(r"^# requires: (.+)$", case.read_text(), re.M)
@@ -107,3 +111,37 @@ def test_undecided_branch_keeps_both_outcomes(engines):
     decided_line = next(i for i, t in enumerate(case.read_text().splitlines(), 1) if "op_decided(x)" in t)
     assert place(s, "sglang/srt/case.py", shared_line)["placement"] == ON_STEP
     assert place(s, "sglang/srt/case.py", decided_line)["placement"] == ON_STEP
+
+
+def test_memoized_builders_are_not_walked(engines):
+    """The walker on ``memoized_builder.py``: the three memoizing mechanisms are recognized from the
+    code (not names), their build internals (``msgspec``) are not in the chain, and the op each
+    returns is where the step calls it; a decorator that only wraps is walked into."""
+    from recon.runtime.moe import PathWalker
+    from recon.engine.values import Instance
+
+    case = CASES / "memoized_builder.py"
+    eng = engines(case)
+    world = eng.world
+    q = "sglang.srt.case."
+    for fn in ("act_module", "gemm_fn", "pick_step", "is_hip_runtime"):
+        assert world.memoized(q + fn, eng.ev.model), fn
+    assert "keeps results in results" in world.memoized(q + "act_module")["how"]
+    assert world.memoized(q + "gemm_fn")["how"] == "functools.lru_cache"
+    assert "functools.cache" in world.memoized(q + "pick_step")["how"]
+    for fn in ("plain_wrapped", "triton_step", "once_per_key", "Method.apply"):
+        assert not world.memoized(q + fn, eng.ev.model), fn
+    w = PathWalker(world, eng.ev, Instance(q + "Method"))
+    w.walk(q + "Method.apply", w.inst, [], (), 0)
+    names = {lf.name for lf in w.leaves}
+    assert not any(n.startswith("msgspec") for n in names), names
+    lines = case.read_text().splitlines()
+    at = {lf.name: lf.line for lf in w.leaves}
+    # the JIT module the builder compiles, named by the loader's first argument for these
+    # arguments (fast=True by default), at the line the step calls it
+    assert at["activation (act.cuh)"] == next(i for i, t in enumerate(lines, 1) if "module.run_activation(x)" in t)
+    assert at["flashinfer.gemm_op"] == next(i for i, t in enumerate(lines, 1) if "gemm_fn()(x)" in t)
+    assert "flashinfer.reduce_op" in names  # the in-tree function pick_step returns, walked
+    assert "flashinfer.wrapped_op" in names  # not memoized: walked
+    assert set(w.built) == {q + "act_module", q + "gemm_fn", q + "pick_step"}
+

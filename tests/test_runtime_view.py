@@ -357,3 +357,74 @@ def test_library_ops_say_whether_the_release_installs_their_package(tree_0513, t
     assert ogs and all(lf["required_by_release"] is None and lf["package"] == "triton_kernels" for lf in ogs)
     fi = [lf for lf in _view(tree_new, "rtx-pro-6000").primary_leaves() if lf["name"].startswith("flashinfer.")]
     assert fi and all(lf["required_by_release"].startswith("flashinfer") for lf in fi)
+
+
+_FLAG_TREE = {
+    "sglang/srt/server_args.py": (
+        "from typing import Optional\n"
+        "class ServerArgs:\n"
+        "    quantization: Optional[str] = None\n"
+        "    moe_runner_backend: str = 'auto'\n"
+        "    def __post_init__(self):\n"
+        "        if self.moe_runner_backend == 'auto':\n"
+        "            self.moe_runner_backend = 'triton_kernel'\n"
+    ),
+}
+
+
+def test_the_scenarios_view_is_the_view_for_its_own_flags(synthetic):
+    """``build(ctx)`` with no flags or env given is the view for the context's own ``--server-args``
+    and ``--env`` (every product builds it that way: ``Scenario.view``, ``runtime_view``); ``{}``
+    given is no flags."""
+    from recon.scenario import open_scenario
+
+    tree = synthetic(_FLAG_TREE)
+    sc, _ = open_scenario(tree, "h200", "qwen3-30b-a3b", "--moe-runner-backend triton", ["SGLANG_X=1"])
+    v = build(sc.ctx)
+    assert v.flags == {"moe_runner_backend": "triton"} and v.env == {"SGLANG_X": "1"}
+    assert v.server_args["moe_runner_backend"]["value"] == "'triton'"
+    assert v.server_args["moe_runner_backend"]["source"] == "--moe-runner-backend"
+    # the same engine as the scenario's: no second resolution
+    assert sc.ctx.engine is not None and build(sc.ctx).server_args == v.server_args
+    none = build(sc.ctx, {}, {})
+    assert none.flags == {} and none.server_args["moe_runner_backend"]["value"] == "'triton_kernel'"
+
+
+def test_cli_runtime_reaches_the_flag_on_a_released_wheel(sglang_new):
+    # 0.5.23, H200, gpt-oss-120b: without the flag the per-model override picks triton_kernel; with
+    # `--moe-runner-backend triton` the mxfp4 method drops the triton_kernels path for the runner's
+    # fused Triton MoE kernel
+    import json
+
+    from typer.testing import CliRunner
+
+    from recon.cli import app
+
+    base = ["runtime", "--sglang", "0.5.23", "--device", "h200", "--model", "gpt-oss-120b", "--format", "json"]
+    res = CliRunner().invoke(app, base + ["--server-args", "--moe-runner-backend triton"])
+    assert res.exit_code == 0, res.output
+    v = json.loads(res.stdout)
+    assert v["flags"] == {"moe_runner_backend": "triton"}
+    sa = v["server_args"]["moe_runner_backend"]
+    assert sa["value"] == "'triton'" and sa["source"] == "--moe-runner-backend"
+    built = {c["attr"]: c["value"] for c in v["moe"]["construction"]}
+    assert built["use_triton_kernels"] == "False"
+    names = {lf["name"].rsplit(".", 1)[-1] for lf in v["moe"]["leaves"]}
+    assert "fused_moe_kernel" in names
+
+
+def test_jit_build_cache_is_built_once_not_in_the_chain(tree_new):
+    # 0.5.23, H200, gpt-oss-120b: `activation_module` is decorated with the JIT package's
+    # `cache_once` (a dict kept outside the wrapper); its body (load_jit -> the build cache's
+    # msgspec bookkeeping) runs once per dtype. The chain holds the module it compiles, called at
+    # `module.run_activation(...)`, not the build. (The flag: the suite does not read which
+    # packages the kernel wheel ships, so the override's triton_kernels probe stays open.)
+    v = _view(tree_new, "h200", "gpt-oss-120b", "--moe-runner-backend triton_kernel")
+    names = [lf["name"] for lf in v.moe["leaves"]]
+    assert not any(n.startswith("msgspec.") for n in names), names
+    assert not any("/utils/compile/" in h["path"] for lf in v.moe["leaves"] for h in lf["via"])
+    act = [lf for lf in v.moe["leaves"] if lf["kind"] == "jit_kernel" and lf["name"].startswith("activation (")]
+    assert act and act[0]["path"].endswith("kernels/ops/activation/activation.py")
+    assert "built once per key" in act[0]["via"][-1]["what"]
+    built = {b["node"].rsplit(".", 1)[-1]: b for b in v.moe["built_once"]}
+    assert "activation_module" in built and "cache_once" in built["activation_module"]["how"]

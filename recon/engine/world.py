@@ -16,6 +16,8 @@ from .writes import writes_in_module
 
 _ENV_CTOR = re.compile(r"^Env[A-Z]?\w*$")
 _TRUE = ("1", "true", "yes", "on")
+# the standard library's memoizing decorators
+_STDLIB_MEMOS = frozenset({"functools.lru_cache", "functools.cache"})
 
 
 class World:
@@ -300,6 +302,102 @@ class World:
             q = f"{c}.{name}"
             if self.G.nodes.get(q, {}).get("kind") == "function":
                 return q
+        return None
+
+    def memoized(self, qual: str, model=None) -> Optional[dict]:
+        """How a function keeps its results between calls, when it does: a decorator that is
+        ``functools.lru_cache``/``functools.cache`` (through whatever import binds it), or an in-tree
+        decorator whose wrapper stores the decorated function's result in a container that outlives
+        the call and returns from it (``if key not in memo: memo[key] = fn(*args); return memo[key]``),
+        or that hands the function to one of those. Then its body runs once per key (at warm-up, a
+        build), not at each call of a step. ``{"how", "decorator", "path", "line"}`` (the decorator
+        line), or None. ``model`` resolves names (the gate model's ``resolve``; the graph's without)."""
+        memo = self.__dict__.setdefault("_memoized", {})
+        if qual in memo:
+            return memo[qual]
+        memo[qual] = None  # recursion guard
+        fn = self.function_ast(qual) if self.G.nodes.get(qual, {}).get("kind") == "function" else None
+        if fn is None:
+            return None
+        mod = self._module_of(qual)
+        scope = self.G.nodes.get(qual, {}).get("qualname", "")
+        scope = scope.rsplit(".", 1)[0] if "." in scope else ""
+        for d in fn.decorator_list:
+            how = self._memoizing_decorator(d, mod, scope, model, 0)
+            if how:
+                memo[qual] = {"how": how, "decorator": ast.unparse(d)[:80], "path": self.path_of(qual), "line": d.lineno}
+                return memo[qual]
+        return None
+
+    def _memoizing_decorator(self, d, mod: str, scope: str, model, depth: int) -> Optional[str]:
+        """What makes decorator expression ``d`` (in ``mod``/``scope``) memoize, or None."""
+        core = d.func if isinstance(d, ast.Call) else d
+        if not isinstance(core, (ast.Name, ast.Attribute)) or depth > 2:
+            return None
+        dotted = ast.unparse(core)
+        outside = self.imported_as(mod, scope, dotted) or (dotted if dotted.startswith("functools.") else None)
+        if outside in _STDLIB_MEMOS:
+            return outside
+        try:
+            q = model.resolve(mod, scope, dotted) if model is not None else self.R.resolve(mod, scope, dotted)
+        except Exception:
+            q = None
+        if not q or self.G.nodes.get(q, {}).get("kind") != "function":
+            return None
+        dfn = self.function_ast(q)
+        if dfn is None:
+            return None
+        dmod = self._module_of(q)
+        dscope = self.G.nodes.get(q, {}).get("qualname", "")
+        if isinstance(d, ast.Call):
+            # a decorator factory (``@memo(maxsize=8)``): the decorator is the def it returns
+            inner = {n.name: n for n in dfn.body if isinstance(n, ast.FunctionDef)}
+            rets = [r.value for r in ast.walk(dfn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)]
+            dfn = next((inner[r.id] for r in rets if r.id in inner), None)
+            if dfn is None:
+                return None
+            dscope = f"{dscope}.{dfn.name}"
+        return self._memoizing_def(dfn, dmod, dscope, model, depth, q)
+
+    def _memoizing_def(self, dfn, mod: str, scope: str, model, depth: int, q: str) -> Optional[str]:
+        params = [a.arg for a in dfn.args.posonlyargs + dfn.args.args]
+        if not params:
+            return None
+        wrapped = params[0]
+        # the decorator hands the function to a memoizing one: return functools.lru_cache(...)(fn)
+        for r in ast.walk(dfn):
+            if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and any(
+                    isinstance(a, ast.Name) and a.id == wrapped for a in r.value.args):
+                how = self._memoizing_decorator(r.value.func, mod, scope, model, depth + 1)
+                if how:
+                    return f"{q} (hands it to {how})"
+        # the wrapper it returns keeps the result in a container made outside the wrapper
+        inner = {n.name: n for n in dfn.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        returned = set()
+        for r in ast.walk(dfn):
+            if isinstance(r, ast.Return) and r.value is not None:
+                for n in ast.walk(r.value):
+                    if isinstance(n, ast.Name) and n.id in inner:
+                        returned.add(n.id)
+        for name in returned:
+            w = inner[name]
+            made_inside = {t.id for n in ast.walk(w) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+            stored, loaded = set(), set()
+            for n in ast.walk(w):
+                # memo[key] = fn(...)  /  memo.setdefault(key, fn(...))
+                if isinstance(n, ast.Assign) and _calls_name(n.value, wrapped):
+                    stored |= {t.value.id for t in n.targets if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)}
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "setdefault" \
+                        and isinstance(n.func.value, ast.Name) and any(_calls_name(a, wrapped) for a in n.args[1:]):
+                    stored.add(n.func.value.id)
+                    loaded.add(n.func.value.id)
+                if isinstance(n, ast.Return) and n.value is not None:
+                    for x in ast.walk(n.value):
+                        if isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name):
+                            loaded.add(x.value.id)
+            kept = (stored & loaded) - made_inside
+            if kept:
+                return f"{q} (keeps results in {sorted(kept)[0]})"
         return None
 
     def _class_ast(self, cls: str):
@@ -809,6 +907,11 @@ class World:
                 out.append(w)
         self._class_writes[key] = out
         return out
+
+def _calls_name(node, name: str) -> bool:
+    """``node`` is a call of the name ``name`` (``fn(*args, **kwargs)``)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+
 
 def _argument_refs(tree, module: str, name: str) -> list:
     """(enclosing function qual, line) of each call inside a function that passes ``name`` as an argument."""

@@ -413,6 +413,8 @@ class StepWalker(PathWalker):
             return None
         sel = assigns[n.func.value.id]
         target = self.ev.model.resolve(mod, scope, ast.unparse(sel.func))
+        if target and self.world.memoized(target, self.ev.model):
+            return None  # a memoized builder: the walk took its product where it is called, under that call's tests
         fn = self.ev.model.function_ast(target) if target else None
         for r in ast.walk(fn) if fn is not None else ():
             if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and ast.unparse(r.value.func).rsplit(".", 1)[-1] == "load_jit":

@@ -70,6 +70,10 @@ def render_text(view, verbose: bool = False) -> str:
                 out.append(f"      {_at(lf['path'], lf['line'])}")
                 for h in lf["via"]:
                     out.append(f"        <- {h['what'][:90]}  ({_at(h['path'], h['line'])})")
+        for b in moe.get("built_once", [])[:6]:
+            site = b["sites"][0] if b.get("sites") else [None, None]
+            out.append(f"  built once per key, not per step (not walked): {b['node'].rsplit('.', 1)[-1]}   "
+                       f"[{b['how']}; called at {_at(site[0], site[1])}]")
         if moe.get("apply") and not moe.get("leaves"):
             out.append("")
             out.append(f"kernels and ops reached from {moe['apply']}: none that recon can follow statically "

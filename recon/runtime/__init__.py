@@ -165,13 +165,17 @@ def _cond(test: str, holds: bool) -> str:
 
 
 def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=None) -> RuntimeView:
-    """The view for the context, walked with its engine (:func:`engine.engine_for`); other
-    ``flags``/``env`` than the context's get an engine of their own."""
+    """The view for the context, walked with its engine (:func:`engine.engine_for`). ``flags``/``env``
+    left as None are the context's own (``ctx.server_flags``, ``ctx.env``): the view of a scenario is
+    the view for its server flags. Other ``flags``/``env`` than the context's (``{}`` included: no
+    flags) get an engine of their own."""
     from ..engine.engine import Engine, engine_for
 
-    flags, env = dict(flags or {}), dict(env or {})
+    own_flags, own_env = dict(getattr(ctx, "server_flags", None) or {}), dict(getattr(ctx, "env", None) or {})
+    flags = own_flags if flags is None else dict(flags)
+    env = own_env if env is None else dict(env)
     if engine is None:
-        same = flags == dict(getattr(ctx, "server_flags", None) or {}) and env == dict(getattr(ctx, "env", None) or {})
+        same = flags == own_flags and env == own_env
         engine = engine_for(ctx) if same else Engine(ctx, flags, env)
     world, ev = engine.world, engine.ev
     view = RuntimeView(ctx.device.name, ctx.model.name, flags, env)
@@ -233,6 +237,8 @@ def build(ctx, flags: Optional[dict] = None, env: Optional[dict] = None, engine=
             moe["premise_decided"] = got.get("premise_decided", [])
             moe["walked"] = got.get("walked", [])
             moe["calls"] = got.get("calls", {})
+            # memoized callees (a JIT build cache, an lru_cache'd loader): built once, not walked
+            moe["built_once"] = got.get("built_once", [])
             for lf in moe["leaves"]:
                 lf.update(classify(ctx.tree, lf))
                 lf.update(_package_of(ctx.tree, lf))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..engine.interp import UNKNOWN
-from ..names import dotted_name
+from ..names import dotted_name, last
 from ..engine.handoffs import guarded_calls, raising_guards
 from ..engine.asts import source_line as _src
 from ..engine.registries import custom_op_impl, registrations
@@ -351,6 +351,9 @@ class PathWalker:
         # ``dead``) that the engine decided the branch holding it does not run
         self.call_lines: dict = {}
         self.dead: set = set()
+        # memoized callees met on the way (a build cache, an lru_cache'd loader): their bodies run
+        # once per key at warm-up, not at each step, so they are not walked; qual -> how and where
+        self.built: dict = {}
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
@@ -536,6 +539,8 @@ class PathWalker:
                         self._leaf("library", bound_v.name, path, call.lineno, via + [hop], cwhen)
                     continue
                 if isinstance(bound_v, FuncRef):
+                    if self._built_once(bound_v.qual, path, call.lineno):
+                        continue
                     # a bound method (m = self.forward_cuda; m(...)) runs on its object
                     self.walk(bound_v.qual, bound_v.bound, via + [hop], cwhen, depth + 1,
                               self._bind(bound_v.qual, call, env, mod, scope, bound_v.bound is not None))
@@ -568,10 +573,14 @@ class PathWalker:
                         self.walk(target, held, via + [hop], cwhen, depth + 1, self._bind(target, call, env, mod, scope, True))
                         self._registry(held, via + [hop], cwhen, depth)
                         continue
+            if self._product_call(fn, call, env, mod, scope, via + [hop], cwhen, depth):
+                continue
             if self._held_call(name, call, env, mod, scope, selfval, via + [hop], cwhen, depth):
                 continue
             for v, d in edges.get(call.lineno, []):
                 k = self.G.nodes.get(v, {}).get("kind")
+                if k == "function" and self._built_once(v, path, call.lineno):
+                    continue  # built once per key: the op it returns is taken where it is called
                 if k == "triton_kernel":
                     self._leaf("triton_kernel", v, path, call.lineno, via + [hop], cwhen)
                 elif k == "native_op":
@@ -587,6 +596,52 @@ class PathWalker:
                 elif k == "function" and d.get("kind") == "calls":
                     target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None
                     self.walk(v, target_self, via + [hop], cwhen, depth + 1, self._bind(v, call, env, mod, scope, target_self is not None))
+
+    def _built_once(self, qual: str, path: str, line: int) -> bool:
+        """``qual`` keeps its results between calls (:meth:`World.memoized`): recorded, not walked."""
+        how = self.world.memoized(qual, self.ev.model)
+        if how is None:
+            return False
+        rec = self.built.setdefault(qual, {**how, "sites": []})
+        if [path, line] not in rec["sites"]:
+            rec["sites"].append([path, line])
+        return True
+
+    def _builder_of(self, fn, node, mod: str, scope: str) -> Optional[tuple]:
+        """(memoized function, its call) when ``node`` is the result of one: the call itself
+        (``build(x).op(...)``), or a local the function assigns once from it (``m = build(x)``)."""
+        if isinstance(node, ast.Name):
+            got = [a.value for a in ast.walk(fn) if isinstance(a, ast.Assign) and len(a.targets) == 1
+                   and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id]
+            node = got[0] if len(got) == 1 else None
+        if not isinstance(node, ast.Call):
+            return None
+        dotted = dotted_name(node.func)
+        q = self.ev.model.resolve(mod, scope, dotted) if dotted else None
+        if q and self.G.nodes.get(q, {}).get("kind") == "function" and self.world.memoized(q, self.ev.model):
+            return q, node
+        return None
+
+    def _product_call(self, fn, call, env: dict, mod: str, scope: str, via: list, when: tuple, depth: int) -> bool:
+        """A call of what a memoized builder returned (``module = build(dtype); module.op(x)``,
+        ``build(dtype)(x)``): the op that runs at each step is the product, not the build. A module
+        the tree's JIT loader compiles is a ``jit_kernel`` leaf; an in-tree function is walked; a
+        library's callable is a library leaf. True when the call was taken here."""
+        target = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+        got = self._builder_of(fn, target, mod, scope)
+        if got is None:
+            return False
+        builder, bcall = got
+        self._built_once(builder, via[-1].path, bcall.lineno)
+        bargs = self._bind(builder, bcall, env, mod, scope, False)
+        how = self.world.memoized(builder, self.ev.model)["how"]
+        for kind, name, at in memo_products(self.world, self.ev, builder, bargs, attr=getattr(call.func, "attr", "")):
+            hop = Hop(f"{last(builder)} returns it, built once per key ({how})", at[0], at[1], builder)
+            if kind == "function" and isinstance(call.func, ast.Name):
+                self.walk(name, None, via + [hop], when, depth + 1, self._bind(name, call, env, mod, scope, False))
+            elif kind in ("jit_kernel", "library"):
+                self._leaf(kind, name, via[-1].path, via[-1].line, via + [hop], when)
+        return True
 
     def _guard_value(self, test, value, selfval):
         """The value a call's test takes on this walk (the evaluator's, unless a walker knows better)."""
@@ -653,6 +708,61 @@ class PathWalker:
                     self.switches.append({"attr": n.attr, "value": v, "path": path, "line": test.lineno})
 
 
+def jit_module(world, ev, qual: str, ret: ast.Call, env: dict) -> Optional[tuple]:
+    """(name, cuda files) of the module ``return loader(name, ..., cuda_files=[...])`` compiles, where
+    the loader is a function of the tree's JIT package (``sglang/kernels/jit/``, ``jit_kernel/``);
+    the name is the loader's first argument evaluated with the builder's arguments (None: unknown)."""
+    mod, scope = ev.model.module_scope(qual)
+    dotted = dotted_name(ret.func)
+    loader = ev.model.resolve(mod, scope, dotted) if dotted else None
+    if not loader or not _JIT.search(world.path_of(loader) or "") or world.G.nodes.get(loader, {}).get("kind") != "function":
+        return None
+    name = ev._eval_raw(ret.args[0], dict(env), mod, scope) if ret.args else UNKNOWN
+    files = []
+    for k in ret.keywords:
+        if k.arg == "cuda_files" and isinstance(k.value, (ast.List, ast.Tuple)):
+            files = [e.value for e in k.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return (name if isinstance(name, str) else None), files
+
+
+def memo_products(world, ev, qual: str, env: dict, attr: str = "") -> list[tuple]:
+    """What a memoized builder returns, as the op a call of it runs: ``("jit_kernel", "name (files)",
+    (path, line))`` for a module the tree's JIT loader compiles, ``("function", qual, ...)`` for an
+    in-tree function, ``("library", dotted, ...)`` for a library's callable. One per ``return`` the
+    engine can name; a ``return`` of the builder itself (another key) adds nothing."""
+    fn = ev.model.function_ast(qual)
+    path = world.path_of(qual) or ""
+    mod, scope = ev.model.module_scope(qual)
+    out = []
+    for r in ast.walk(fn) if fn is not None else ():
+        if not isinstance(r, ast.Return) or r.value is None:
+            continue
+        if isinstance(r.value, ast.Call):
+            dotted = dotted_name(r.value.func)
+            if dotted and ev.model.resolve(mod, scope, dotted) == qual:
+                continue  # the builder again, for another key
+            jit = jit_module(world, ev, qual, r.value, env)
+            if jit is not None:
+                name = jit[0] or attr or last(qual)
+                out.append(("jit_kernel", f"{name} ({', '.join(jit[1])})" if jit[1] else name, (path, r.lineno)))
+                continue
+        v = ev._eval_raw(r.value, dict(env), mod, scope)
+        if v is UNKNOWN and isinstance(r.value, (ast.Name, ast.Attribute)) and dotted_name(r.value):
+            q = ev.model.resolve(mod, scope, dotted_name(r.value))  # an in-tree function named as a value
+            if q and world.G.nodes.get(q, {}).get("kind") == "function":
+                v = FuncRef(q)
+        if isinstance(v, FuncRef) and v.qual:
+            out.append(("function", v.qual, (path, r.lineno)))
+        elif isinstance(v, ExtRef):
+            out.append(("library", v.name, (path, r.lineno)))
+    seen, uniq = set(), []
+    for o in out:
+        if o[:2] not in seen:
+            seen.add(o[:2])
+            uniq.append(o)
+    return uniq
+
+
 def construction(world, ev, inst: Instance) -> list[dict]:
     """The method's own flags its constructor settles for this device and flags
     (``self._use_mxfp8_act_scaling = get_platform().is_sm120``): each with its value and line."""
@@ -684,6 +794,7 @@ def apply_path(world, ev, inst: Instance) -> dict:
     world.writes_of(world.path_of(inst.cls) or "", world._module_of(inst.cls), "__init__")  # index the class's file
     return {"apply": apply, "leaves": w.leaves, "switches": w.switches, "construction": construction(world, ev, inst),
             "walked": walked_list(w.walked), "calls": calls_list(w), "test_sites": w.test_sites,
+            "built_once": built_list(w.built),
             "premise_decided": [{"test": t[:200], "path": at[0], "line": at[1]} for t, at in sorted(w.premise_sites.items())]}
 
 
@@ -723,6 +834,11 @@ def calls_list(w) -> dict:
     (decided not to run, and never met live)."""
     return {"live": [[p, ln, [list(t) for t in sorted(ws)]] for (p, ln), ws in sorted(w.call_lines.items())],
             "dead": [[p, ln] for p, ln in sorted(w.dead - set(w.call_lines))]}
+
+
+def built_list(built: dict) -> list[dict]:
+    """A walker's memoized callees (not walked: built once per key) as data."""
+    return [{"node": q, **{k: v for k, v in d.items()}} for q, d in sorted(built.items())]
 
 
 def walked_list(walked: dict) -> list[dict]:
