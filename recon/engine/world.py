@@ -10,7 +10,7 @@ import re
 from typing import Optional
 
 from .asts import classes_named, module_ast, single_assignments, tree_memo
-from .interp import UNKNOWN
+from .interp import UNKNOWN, in_place
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
 
@@ -382,7 +382,7 @@ class World:
         if by is None:
             by = {}
             tree = self.module_ast(path)
-            for w in writes_in_module(tree, path, module, None) if tree is not None else ():
+            for w in writes_in_module(tree, path, module, None, changes=True) if tree is not None else ():
                 by.setdefault(w.key, []).append(w)
             self._writes_by_path[path] = by
         return by.get(attr, [])
@@ -519,6 +519,17 @@ class World:
             # method (a mode switch such as enter_torch_compile) replaces what construction chose
             # only when every test on its way is decided
             tests = [ev.eval(t, env, w.module, w.scope, depth + 1) for t, _ in w.guards]
+            if w.mutates:
+                # a change in place: applied to the value so far where its tests hold; where one is
+                # undecided the value is unknown (the primary rule does not drop a change)
+                if any(bool(t) != want for t, (_, want) in zip(tests, w.guards) if t is not UNKNOWN):
+                    continue
+                if any(t is UNKNOWN for t in tests) or value is MISSING:
+                    value = UNKNOWN
+                    continue
+                args = [ev.eval(a, env, w.module, w.scope, depth + 1) for a in w.value.args]
+                value = in_place(value, w.mutates, args, bool(w.value.keywords) or any(isinstance(a, ast.Starred) for a in w.value.args))
+                continue
             if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, w.guards)):
                 continue
             if value is not MISSING and not w.scope.endswith(".__init__") and any(t is UNKNOWN for t in tests):

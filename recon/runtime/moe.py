@@ -161,8 +161,10 @@ def quant_method_name(world, state) -> tuple[Optional[str], str]:
     return None, "config.json has no quantization_config"
 
 
-def quant_methods(world, ev) -> dict:
-    """Config class and every MoE method ``get_quant_method`` can return, primary first."""
+def quant_methods(world, ev, prefix: Optional[str] = None) -> dict:
+    """Config class and every MoE method ``get_quant_method`` can return, primary first.
+    ``prefix``: the named layer asked for (``model.layers.3.mlp.experts``), so that a config that
+    chooses per layer name (ignored layers, per-layer schemes) is followed; None: any MoE layer."""
     name, source = quant_method_name(world, world.state)
     out = {"quant_method": name, "source": source, "config_class": None, "registry_site": None, "outcomes": [], "note": ""}
     layer = moe_layer(world)
@@ -187,6 +189,8 @@ def quant_methods(world, ev) -> dict:
     env = {params[0]: inst}
     if len(params) > 1:
         env[params[1]] = layer
+    if len(params) > 2 and prefix is not None:
+        env[params[2]] = prefix
     mod, scope = ev.model.module_scope(gqm)
     gpath = world.path_of(gqm)
     outcomes = ev.explore(fn.body, env, mod, scope, gpath)

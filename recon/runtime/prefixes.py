@@ -1,0 +1,173 @@
+"""The names SGLang gives a model's layers, read from the model's construction code.
+
+A quant config chooses per named layer (``get_quant_method(layer, prefix)``: ignored layers,
+``modules_to_not_convert``, per-layer schemes), and the name is what the model's constructors
+hand down: ``self.model = Qwen3MoeModel(..., prefix=add_prefix("model", prefix))``, ``self.layers
+= make_layers(n, lambda idx, prefix: Layer(..., prefix=prefix), prefix=add_prefix("layers",
+prefix))`` (``make_layers`` naming layer ``idx`` ``add_prefix(idx, prefix)``), ``self.mlp =
+MoE(..., prefix=add_prefix("mlp", prefix))``, ``self.experts = ...(prefix=add_prefix("experts",
+prefix))``. Each step's ``prefix=`` argument is evaluated with the engine (``add_prefix`` is
+SGLang's own function), starting from the entry class with ``prefix=""`` as the loader builds it;
+the class of the next step is the class the write constructs (a class handed in as a constructor
+parameter, ``decoder_layer_type``, is the default the most derived constructor declares, unless
+the construction call passes it). Where a step cannot be read, or two writes of one attribute give
+different names, the name is None: the caller asks for any layer of the kind instead.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from ..engine.interp import UNKNOWN
+from ..engine.values import ClassRef, Instance
+from ..names import dotted_name
+
+# the attribute paths of the layers the oracle and the runtime view ask about, under a decoder layer
+MOE_PATH = ("mlp", "experts")
+LINEAR_PATH = ("self_attn", "o_proj")
+
+
+def entry_class(world) -> Optional[str]:
+    """The class SGLang's registry serves for the checkpoint's first architecture: a class of that
+    name under ``models/`` whose module names it in its ``EntryClass``."""
+    for arch in world.model.architectures if world.model is not None else ():
+        for q in sorted(n for n, d in world.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == arch
+                        and "/srt/models/" in d.get("path", "")):
+            tree = world.module_ast(world.G.nodes[q]["path"])
+            for st in tree.body if tree is not None else ():
+                if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in st.targets) \
+                        and arch in {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}:
+                    return q
+    return None
+
+
+def _constructions(world, cls: str, attr: str) -> list:
+    """(write, call) for each ``self.attr = Call(...)`` in a constructor of ``cls`` or its bases
+    (a tuple target included: ``self.layers, self.start, self.end = make_layers(...)``)."""
+    return [(w, w.value) for w in world.class_writes(cls, attr)
+            if w.receiver == "self" and w.scope.endswith(".__init__") and not w.mutates and isinstance(w.value, ast.Call)]
+
+
+def _keyword(call: ast.Call, name: str):
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _param_default(world, ev, inst: Instance, name: str):
+    """A class a constructor parameter holds: the construction's own argument, else the default the
+    most derived constructor that declares the parameter gives it."""
+    got = inst.attrs.get("__args__", {}).get(name, UNKNOWN)
+    if isinstance(got, ClassRef):
+        return got.qual
+    for c in world.mro(inst.cls):
+        init = world.method(c, "__init__")
+        fn = ev.model.function_ast(init) if init and init.startswith(c + ".") else None
+        if fn is None:
+            continue
+        pos = fn.args.posonlyargs + fn.args.args
+        pairs = list(zip(pos[len(pos) - len(fn.args.defaults):], fn.args.defaults))
+        pairs += [(a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None]
+        for a, d in pairs:
+            if a.arg == name:
+                mod, scope = ev.model.module_scope(init)
+                return ev._class_of_ref(ev._eval_raw(d, {}, mod, scope))
+    return None
+
+
+def _step(world, ev, inst: Instance, attr: str, prefix: str, index: Optional[int]) -> list:
+    """[(name, the constructed object or None)] for ``inst.attr`` built under ``prefix``: one per
+    write of the attribute in a constructor (a list of layers: the layer ``index``)."""
+    out = []
+    for w, call in _constructions(world, inst.cls, attr):
+        env = world.write_env(w, inst, ev, {"prefix": prefix})
+        if "prefix" not in {a.arg for a in (w.fn.args.args + w.fn.args.kwonlyargs if w.fn is not None else [])}:
+            return []  # a constructor without a prefix parameter: the name is not handed down here
+        kw = _keyword(call, "prefix")
+        if kw is None:
+            out.append((None, None))
+            continue
+        name = ev.eval(kw, env, w.module, w.scope)
+        if not isinstance(name, str):
+            out.append((None, None))
+            continue
+        lam = next((a for a in list(call.args) + [k.value for k in call.keywords] if isinstance(a, ast.Lambda)), None)
+        if lam is not None:
+            # make_layers(n, lambda idx, prefix: Layer(...), prefix=...): the layer's name is what
+            # make_layers hands its layer function, its layer the lambda's class
+            if index is None:
+                out.append((None, None))
+                continue
+            name = _layer_name(world, ev, call, lam, w, name, index)
+            body = lam.body if isinstance(lam.body, ast.Call) else None
+            cls = _class_called(world, ev, inst, body, env, w) if body is not None else None
+            out.append((name, Instance(cls) if cls else None))
+            continue
+        cls = _class_called(world, ev, inst, call, env, w)
+        made = None
+        if cls:
+            made = Instance(cls)
+            try:
+                world.bind_init(made, call, ev, env, w.module, w.scope, 0)
+            except Exception:
+                made = Instance(cls)
+        out.append((name, made))
+    return out
+
+
+def _class_called(world, ev, inst: Instance, call: ast.Call, env: dict, w) -> Optional[str]:
+    f = call.func
+    if isinstance(f, ast.Name) and w.fn is not None and f.id in {a.arg for a in w.fn.args.args + w.fn.args.kwonlyargs}:
+        return _param_default(world, ev, inst, f.id)  # decoder_layer_type: a class handed in
+    return ev._class_of_ref(ev._eval_raw(f, env, w.module, w.scope))
+
+
+def _layer_name(world, ev, call: ast.Call, lam: ast.Lambda, w, layers_prefix: str, index: int) -> Optional[str]:
+    """The name ``make_layers`` gives layer ``index``: the ``prefix=`` it passes its layer function
+    (``layer_fn(idx=idx, prefix=add_prefix(idx, prefix))``), evaluated in its own code."""
+    target = ev.model.resolve(w.module, w.scope, dotted_name(call.func)) if dotted_name(call.func) else None
+    fn = ev.model.function_ast(target) if target else None
+    if fn is None:
+        return None
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    # the parameter the lambda is passed as (by position or by keyword)
+    pos = next((i for i, a in enumerate(call.args) if a is lam), None)
+    fn_param = params[pos] if pos is not None and pos < len(params) else \
+        next((k.arg for k in call.keywords if k.value is lam), None)
+    mod, scope = ev.model.module_scope(target)
+    names = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fn_param:
+            kw = _keyword(n, "prefix")
+            idx = _keyword(n, "idx")
+            if kw is None:
+                return None
+            env = {"prefix": layers_prefix}
+            if isinstance(idx, ast.Name):
+                env[idx.id] = index
+            got = ev.eval(kw, env, mod, scope)
+            names.add(got if isinstance(got, str) else None)
+    return names.pop() if len(names) == 1 else None
+
+
+def layer_prefix(world, ev, path: tuple, index: int) -> Optional[str]:
+    """The name of the layer at ``path`` (attribute names under a decoder layer, ``("mlp",
+    "experts")``) in decoder layer ``index``, as the model's constructors build it; None where the
+    construction code does not say one name."""
+    top = entry_class(world)
+    if top is None:
+        return None
+    # entry class -> the model -> its list of decoder layers -> the path under a decoder layer
+    frontier = [("", Instance(top))]
+    for attr, idx in (("model", None), ("layers", index)) + tuple((a, None) for a in path):
+        nxt = []
+        for prefix, inst in frontier:
+            if inst is None:
+                continue
+            nxt += _step(world, ev, inst, attr, prefix, idx)
+        if not nxt:
+            return None
+        named = {n for n, _ in nxt}
+        if None in named or len(named) != 1:
+            return None
+        frontier = nxt
+    return frontier[0][0]
