@@ -125,27 +125,51 @@ def _layer_name(world, ev, call: ast.Call, lam: ast.Lambda, w, layers_prefix: st
     """The name ``make_layers`` gives layer ``index``: the ``prefix=`` it passes its layer function
     (``layer_fn(idx=idx, prefix=add_prefix(idx, prefix))``), evaluated in its own code."""
     target = ev.model.resolve(w.module, w.scope, dotted_name(call.func)) if dotted_name(call.func) else None
+    pos = next((i for i, a in enumerate(call.args) if a is lam), None)
+    key = next((k.arg for k in call.keywords if k.value is lam), None)
+    return _named_by(ev, target, pos, key, layers_prefix, index, 3)
+
+
+def _named_by(ev, target: Optional[str], pos: Optional[int], key: Optional[str], layers_prefix: str, index: int,
+              hops: int) -> Optional[str]:
+    """In function ``target``, which gets the layer function as argument ``pos`` (or keyword
+    ``key``) and the layers' name as ``prefix``: the name it gives layer ``index``, following a
+    helper that hands both on (``make_pp_layers`` calling ``make_layers(..., layer_fn, prefix=prefix)``)."""
     fn = ev.model.function_ast(target) if target else None
-    if fn is None:
+    if fn is None or hops <= 0:
         return None
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-    # the parameter the lambda is passed as (by position or by keyword)
-    pos = next((i for i, a in enumerate(call.args) if a is lam), None)
-    fn_param = params[pos] if pos is not None and pos < len(params) else \
-        next((k.arg for k in call.keywords if k.value is lam), None)
+    fn_param = params[pos] if pos is not None and pos < len(params) else key
+    if fn_param is None:
+        return None
     mod, scope = ev.model.module_scope(target)
     names = set()
     for n in ast.walk(fn):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fn_param:
+        if not isinstance(n, ast.Call):
+            continue
+        if isinstance(n.func, ast.Name) and n.func.id == fn_param:
             kw = _keyword(n, "prefix")
-            idx = _keyword(n, "idx")
             if kw is None:
                 return None
             env = {"prefix": layers_prefix}
+            idx = _keyword(n, "idx")
             if isinstance(idx, ast.Name):
                 env[idx.id] = index
             got = ev.eval(kw, env, mod, scope)
             names.add(got if isinstance(got, str) else None)
+            continue
+        # handed on whole to another function, with the layers' name
+        at = next((i for i, a in enumerate(n.args) if isinstance(a, ast.Name) and a.id == fn_param), None)
+        kat = next((k.arg for k in n.keywords if isinstance(k.value, ast.Name) and k.value.id == fn_param), None)
+        if (at is None and kat is None) or not dotted_name(n.func):
+            continue
+        kw = _keyword(n, "prefix")
+        inner = ev.eval(kw, {"prefix": layers_prefix}, mod, scope) if kw is not None else None
+        callee = ev.model.resolve(mod, scope, dotted_name(n.func))
+        if not isinstance(inner, str) or callee is None:
+            names.add(None)
+            continue
+        names.add(_named_by(ev, callee, at, kat, inner, index, hops - 1))
     return names.pop() if len(names) == 1 else None
 
 
