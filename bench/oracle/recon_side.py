@@ -83,7 +83,8 @@ def probe_answers(engine, ctx) -> dict:
         methods = [o for o in qm["outcomes"] if o["method"] and not o["raises"]]
         # an outcome that names no method (an unknown value, a None) is another answer, not none
         kinds = {o["method"] or repr(o["value"]) for o in qm["outcomes"] if not o["raises"]}
-        put("oracle_moe_method", _short(methods[0]["method"]) if methods else "(no method recon can name)", len(kinds) == 1,
+        put("oracle_moe_method", _short(methods[0]["method"]) if methods else "(no method recon can name)",
+            len(kinds) == 1 and not qm.get("guesses"),
             "get_quant_method (MoE layer)", f"{methods[0]['path']}:{methods[0]['line']}" if methods else qm.get("note", ""))
     step = Step(ctx, engine)
     d, _ = dense_method(step, prefix=layer_prefix(world, ev, LINEAR_PATH, PROBE_LAYER))
@@ -92,7 +93,7 @@ def probe_answers(engine, ctx) -> dict:
             f"{d['none_from']['path']}:{d['none_from']['line']}")
     else:
         put("oracle_linear_method", _short(d.get("method")),
-            bool(d.get("method")) and not d.get("other_methods") and not d.get("unknown_outcomes"),
+            bool(d.get("method")) and not d.get("other_methods") and not d.get("unknown_outcomes") and not d.get("guesses"),
             "get_quant_method (linear layer)" if d.get("config_class") else "LinearBase without a quant config",
             "{path}:{line}".format(**d["method_returned_at"]) if d.get("method_returned_at") else d.get("note", ""))
     a, prim = attention_class(step, "DECODE")

@@ -376,11 +376,16 @@ class Evaluator(Interpreter):
                     kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
                     return self.call_method(meth, recv, args, kwargs, depth + 1)
                 return UNKNOWN
+            if isinstance(recv, FuncHandle) and self._class_of_ref(recv):
+                recv = ClassRef(self._class_of_ref(recv))  # Config.from_config(...): a method of an in-tree class
             if isinstance(recv, ClassRef):
                 meth = w.method(recv.qual, f.attr)
                 if meth:
                     args = [ev(a) for a in node.args if not isinstance(a, ast.Starred)]
                     kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
+                    fn = self.model.function_ast(meth)
+                    if fn is not None and fn.args.args and fn.args.args[0].arg == "cls":
+                        return self.call_method(meth, recv, args, kwargs, depth + 1)  # a classmethod: cls bound
                     return self.call_function(meth, args, kwargs, depth + 1)
             if isinstance(recv, ServerArgsObj):
                 args = [ev(a) for a in node.args if not isinstance(a, ast.Starred)]

@@ -654,9 +654,9 @@ def in_place(base, op: str, args: list, odd: bool):
     """``base`` after ``base.op(*args)``, on a copy; UNKNOWN where either is not known."""
     if odd or base is UNKNOWN or any(a is UNKNOWN for a in args):
         return UNKNOWN
-    if isinstance(base, list) and op in ("append", "extend", "insert", "remove", "clear"):
+    if isinstance(base, list) and op in ("append", "extend", "insert", "remove", "clear", "__setitem__"):
         new = list(base)
-    elif isinstance(base, dict) and op in ("update", "setdefault", "clear"):
+    elif isinstance(base, dict) and op in ("update", "setdefault", "clear", "__setitem__"):
         new = dict(base)
     elif isinstance(base, set) and op in ("add", "update", "discard", "remove", "clear"):
         new = set(base)

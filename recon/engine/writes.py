@@ -63,6 +63,15 @@ def _changes(st: ast.stmt, keys) -> Iterator[tuple[str, str, ast.Call]]:
     """(key, receiver, call) for each change in place of a wanted attribute in one statement:
     ``self.ignored_layers.extend(...)``, ``.append``, ``.add``, ``.update`` and kin."""
     from .interp import IN_PLACE
+    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Subscript) \
+            and isinstance(st.targets[0].value, ast.Attribute) and not isinstance(st.targets[0].slice, ast.Slice):
+        # self.packed_modules_mapping["fused_qkv_a_proj_with_mqa"] = [...]: an item set in place
+        t = st.targets[0]
+        if keys is None or t.value.attr in keys:
+            call = ast.Call(func=ast.Attribute(value=t.value, attr="__setitem__", ctx=ast.Load()), args=[t.slice, st.value], keywords=[])
+            ast.copy_location(call, st)
+            yield t.value.attr, _receiver(t.value.value), call
+        return
     if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Attribute) \
             and st.value.func.attr in IN_PLACE and isinstance(st.value.func.value, ast.Attribute):
         x = st.value.func.value

@@ -613,7 +613,9 @@ def dense_method(step: Step, prefix: Optional[str] = None) -> tuple:
         if len(params) > 2 and prefix is not None:
             env[params[2]] = prefix  # the named layer (``model.layers.3.self_attn.o_proj``)
         mod, scope = step.ev.model.module_scope(gqm)
+        before = w.guesses
         outs = step.ev.explore(fn.body, env, mod, scope, w.path_of(gqm))
+        out["guesses"] = w.guesses - before  # values inside that the primary rule chose: not decided
         ranked = sorted((o for o in outs if not o.raises), key=lambda o: sum(1 for a in o.assumptions if a[1]))
         if ranked and ranked[0].value is None:
             # no method for a linear layer of this checkpoint: SGLang builds LinearBase with none only

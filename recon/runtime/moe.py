@@ -193,7 +193,10 @@ def quant_methods(world, ev, prefix: Optional[str] = None) -> dict:
         env[params[2]] = prefix
     mod, scope = ev.model.module_scope(gqm)
     gpath = world.path_of(gqm)
+    before = world.guesses
     outcomes = ev.explore(fn.body, env, mod, scope, gpath)
+    # values inside that the primary rule chose (a test's other way gives another): not decided
+    out["guesses"] = world.guesses - before
     rets = {n.lineno: n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
     for o in sorted(outcomes, key=lambda o: sum(1 for a in o.assumptions if a[1])):
         v = o.value

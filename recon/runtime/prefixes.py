@@ -29,17 +29,8 @@ LINEAR_PATH = ("self_attn", "o_proj")
 
 
 def entry_class(world) -> Optional[str]:
-    """The class SGLang's registry serves for the checkpoint's first architecture: a class of that
-    name under ``models/`` whose module names it in its ``EntryClass``."""
-    for arch in world.model.architectures if world.model is not None else ():
-        for q in sorted(n for n, d in world.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == arch
-                        and "/srt/models/" in d.get("path", "")):
-            tree = world.module_ast(world.G.nodes[q]["path"])
-            for st in tree.body if tree is not None else ():
-                if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in st.targets) \
-                        and arch in {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}:
-                    return q
-    return None
+    """The class SGLang's registry serves for the checkpoint (``World.entry_class``)."""
+    return world.entry_class()
 
 
 def _constructions(world, cls: str, attr: str) -> list:
@@ -127,50 +118,53 @@ def _layer_name(world, ev, call: ast.Call, lam: ast.Lambda, w, layers_prefix: st
     target = ev.model.resolve(w.module, w.scope, dotted_name(call.func)) if dotted_name(call.func) else None
     pos = next((i for i, a in enumerate(call.args) if a is lam), None)
     key = next((k.arg for k in call.keywords if k.value is lam), None)
-    return _named_by(ev, target, pos, key, layers_prefix, index, 3)
+    names = _named_by(ev, target, pos, key, layers_prefix, index, 3)
+    return names.pop() if len(names) == 1 else None
 
 
-def _named_by(ev, target: Optional[str], pos: Optional[int], key: Optional[str], layers_prefix: str, index: int,
-              hops: int) -> Optional[str]:
+def _named_by(ev, target: Optional[str], pos: Optional[int], key: Optional[str], layers_prefix: Optional[str],
+              index: int, hops: int) -> set:
     """In function ``target``, which gets the layer function as argument ``pos`` (or keyword
-    ``key``) and the layers' name as ``prefix``: the name it gives layer ``index``, following a
-    helper that hands both on (``make_pp_layers`` calling ``make_layers(..., layer_fn, prefix=prefix)``)."""
+    ``key``) and the layers' name as ``prefix``: every name it gives layer ``index`` (None for one
+    it cannot tell), following a function it hands the layer function on to (``make_pp_layers``
+    calling ``make_layers(..., layer_fn, prefix=prefix)``, ``functools.partial(f, layer_fn)``)."""
     fn = ev.model.function_ast(target) if target else None
     if fn is None or hops <= 0:
-        return None
+        return {None}
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
     fn_param = params[pos] if pos is not None and pos < len(params) else key
     if fn_param is None:
-        return None
+        return {None}
     mod, scope = ev.model.module_scope(target)
-    names = set()
+    names: set = set()
     for n in ast.walk(fn):
         if not isinstance(n, ast.Call):
             continue
         if isinstance(n.func, ast.Name) and n.func.id == fn_param:
             kw = _keyword(n, "prefix")
-            if kw is None:
-                return None
             env = {"prefix": layers_prefix}
             idx = _keyword(n, "idx")
             if isinstance(idx, ast.Name):
                 env[idx.id] = index
-            got = ev.eval(kw, env, mod, scope)
+            got = ev.eval(kw, env, mod, scope) if kw is not None and layers_prefix is not None else None
             names.add(got if isinstance(got, str) else None)
             continue
-        # handed on whole to another function, with the layers' name
+        # handed on whole to another function (with the layers' name, or without)
         at = next((i for i, a in enumerate(n.args) if isinstance(a, ast.Name) and a.id == fn_param), None)
         kat = next((k.arg for k in n.keywords if isinstance(k.value, ast.Name) and k.value.id == fn_param), None)
-        if (at is None and kat is None) or not dotted_name(n.func):
+        if at is None and kat is None:
             continue
-        kw = _keyword(n, "prefix")
-        inner = ev.eval(kw, {"prefix": layers_prefix}, mod, scope) if kw is not None else None
-        callee = ev.model.resolve(mod, scope, dotted_name(n.func))
-        if not isinstance(inner, str) or callee is None:
+        func = n.func
+        if (dotted_name(func) or "").rsplit(".", 1)[-1] == "partial" and n.args and at is not None and at > 0:
+            func, at = n.args[0], at - 1  # partial(f, layer_fn): f gets it one place earlier
+        callee = ev.model.resolve(mod, scope, dotted_name(func)) if dotted_name(func) else None
+        if callee is None or ev.model.function_ast(callee) is None:
             names.add(None)
             continue
-        names.add(_named_by(ev, callee, at, kat, inner, index, hops - 1))
-    return names.pop() if len(names) == 1 else None
+        kw = _keyword(n, "prefix")
+        inner = ev.eval(kw, {"prefix": layers_prefix}, mod, scope) if kw is not None and layers_prefix is not None else None
+        names |= _named_by(ev, callee, at, kat, inner if isinstance(inner, str) else None, index, hops - 1)
+    return names
 
 
 def layer_prefix(world, ev, path: tuple, index: int) -> Optional[str]:
