@@ -48,6 +48,12 @@ def answers(tree, device: str, model_dir: str, flags: list, env: dict, probes: b
     return out
 
 
+# The decoder layer the child probes (child.py: ``model.layers.3.mlp.experts`` and
+# ``model.layers.3.self_attn.o_proj``); recon names that layer's MoE and linear layers from the
+# model's construction code (recon.runtime.prefixes) and asks get_quant_method for them by name.
+PROBE_LAYER = 3
+
+
 def _short(q) -> str:
     return repr(str(q).rsplit(".", 1)[-1]) if q else "None"
 
@@ -59,6 +65,7 @@ def probe_answers(engine, ctx) -> dict:
     walking them). Undecided where recon names more than one outcome."""
     from recon.kernels.step import Step, attention_class, dense_method
     from recon.runtime.moe import quant_methods, quant_method_name, registry
+    from recon.runtime.prefixes import LINEAR_PATH, MOE_PATH, layer_prefix
 
     world, ev = engine.world, engine.ev
     out = {}
@@ -72,18 +79,21 @@ def probe_answers(engine, ctx) -> dict:
     put("oracle_quant_config", _short(reg[0]) if reg else "None", name is None or reg is not None,
         "quantization registry", f"{reg[1]}:{reg[2]}" if reg else "")
     if getattr(ctx.model, "num_experts", 0) and name:
-        qm = quant_methods(world, ev)
+        qm = quant_methods(world, ev, prefix=layer_prefix(world, ev, MOE_PATH, PROBE_LAYER))
         methods = [o for o in qm["outcomes"] if o["method"] and not o["raises"]]
-        kinds = {o["method"] for o in methods}
-        put("oracle_moe_method", _short(methods[0]["method"]) if methods else "(no method recon can name)", len(kinds) == 1,
+        # an outcome that names no method (an unknown value, a None) is another answer, not none
+        kinds = {o["method"] or repr(o["value"]) for o in qm["outcomes"] if not o["raises"]}
+        put("oracle_moe_method", _short(methods[0]["method"]) if methods else "(no method recon can name)",
+            len(kinds) == 1 and not qm.get("guesses"),
             "get_quant_method (MoE layer)", f"{methods[0]['path']}:{methods[0]['line']}" if methods else qm.get("note", ""))
     step = Step(ctx, engine)
-    d, _ = dense_method(step)
+    d, _ = dense_method(step, prefix=layer_prefix(world, ev, LINEAR_PATH, PROBE_LAYER))
     if d.get("none_from"):
         put("oracle_linear_method", "None", True, "get_quant_method returns None (linear layer)",
             f"{d['none_from']['path']}:{d['none_from']['line']}")
     else:
-        put("oracle_linear_method", _short(d.get("method")), bool(d.get("method")) and not d.get("other_methods"),
+        put("oracle_linear_method", _short(d.get("method")),
+            bool(d.get("method")) and not d.get("other_methods") and not d.get("unknown_outcomes") and not d.get("guesses"),
             "get_quant_method (linear layer)" if d.get("config_class") else "LinearBase without a quant config",
             "{path}:{line}".format(**d["method_returned_at"]) if d.get("method_returned_at") else d.get("note", ""))
     a, prim = attention_class(step, "DECODE")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import bounded
-from .interp import STEP_BUDGET, UNKNOWN, Interpreter, FuncHandle, Returned, truth_value, unpack
+from .interp import STEP_BUDGET, UNKNOWN, Interpreter, FuncHandle, Raised, Returned, in_place_call, truth_value, unpack
 from ..names import dotted_name
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
 from .asts import global_names, source_line
@@ -96,6 +96,10 @@ class Evaluator(Interpreter):
         mod, scope = self.model.module_scope(qual)
         try:
             self.exec_block(fn.body, env, mod, scope, depth + 1)
+        except Raised:
+            if self.in_try:
+                raise  # a try around the call being evaluated may catch it
+            return UNKNOWN
         except Returned as r:
             return r.value
         return None
@@ -372,11 +376,16 @@ class Evaluator(Interpreter):
                     kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
                     return self.call_method(meth, recv, args, kwargs, depth + 1)
                 return UNKNOWN
+            if isinstance(recv, FuncHandle) and self._class_of_ref(recv):
+                recv = ClassRef(self._class_of_ref(recv))  # Config.from_config(...): a method of an in-tree class
             if isinstance(recv, ClassRef):
                 meth = w.method(recv.qual, f.attr)
                 if meth:
                     args = [ev(a) for a in node.args if not isinstance(a, ast.Starred)]
                     kwargs = {k.arg: ev(k.value) for k in node.keywords if k.arg}
+                    fn = self.model.function_ast(meth)
+                    if fn is not None and fn.args.args and fn.args.args[0].arg == "cls":
+                        return self.call_method(meth, recv, args, kwargs, depth + 1)  # a classmethod: cls bound
                     return self.call_function(meth, args, kwargs, depth + 1)
             if isinstance(recv, ServerArgsObj):
                 args = [ev(a) for a in node.args if not isinstance(a, ast.Starred)]
@@ -528,6 +537,59 @@ class Evaluator(Interpreter):
             elif isinstance(st, ast.Try):
                 if self._explore(list(st.body), env, mod, scope, path, depth, assumed, outs):
                     return True
+            elif isinstance(st, ast.Expr) and in_place_call(st.value, env):
+                self._in_place(st.value, env, mod, scope, depth)
+            elif isinstance(st, (ast.For, ast.While)):
+                if self._explore_loop(st, env, mod, scope, depth, assumed, outs):
+                    return True
+        return False
+
+    def _in_place(self, call, env, mod, scope, depth) -> None:
+        """``names.append(x)`` while exploring: the local bound to the changed copy, or unknown."""
+        if depth == 0:
+            self.steps = STEP_BUDGET
+        try:
+            self.apply_in_place(call, env, mod, scope, depth)
+        except Returned:
+            env[call.func.value.id] = UNKNOWN
+        except Exception:
+            env[call.func.value.id] = UNKNOWN
+
+    def _explore_loop(self, st, env, mod, scope, depth, assumed, outs) -> bool:
+        """A loop while exploring: run exactly where its sequence and every test inside are known
+        (``for layer in ignored_layers: normalized.append(...)``); otherwise every name it binds or
+        changes is unknown after it, and a loop that may return or raise adds an outcome of
+        unknown value, so no caller reads the outcomes after it as all there are."""
+        if depth == 0:
+            self.steps = STEP_BUDGET
+        trial = dict(env)
+        try:
+            if isinstance(st, ast.While):
+                raise Returned(UNKNOWN)
+            self.exec_block([st], trial, mod, scope, depth)
+        except Raised:
+            outs.append(Outcome(None, assumed, st.lineno, raises=True, env=env))
+            return True
+        except Returned as r:
+            if any(isinstance(n, ast.Return) for n in ast.walk(st)) and r.value is not UNKNOWN:
+                outs.append(Outcome(r.value, assumed, st.lineno, env=env))
+                return True
+            for n in ast.walk(st):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    env[n.id] = UNKNOWN
+                elif isinstance(n, ast.Call) and in_place_call(n, env):
+                    env[n.func.value.id] = UNKNOWN
+            if any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(st)):
+                outs.append(Outcome(UNKNOWN, assumed, st.lineno, env=env))
+            return False
+        except Exception:
+            for n in ast.walk(st):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    env[n.id] = UNKNOWN
+            if any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(st)):
+                outs.append(Outcome(UNKNOWN, assumed, st.lineno, env=env))
+            return False
+        env.update(trial)
         return False
 
     def _eval_raw(self, node, env, mod, scope, depth=0):

@@ -97,9 +97,13 @@ class FuncHandle:
 # the builtins that build a value are bounded (recon.bounded): `str(["a" * 65536] * 65536)` is unknown
 _SAFE_BUILTINS = {"tuple": bounded.copy(tuple), "map": map, "int": int, "list": bounded.copy(list), "len": len,
                   "str": bounded.str_, "any": any, "all": all, "min": min, "max": max, "bool": bool, "float": float,
-                  "set": bounded.copy(set), "sorted": bounded.copy(sorted), "frozenset": bounded.copy(frozenset)}
+                  "set": bounded.copy(set), "sorted": bounded.copy(sorted), "frozenset": bounded.copy(frozenset),
+                  "dict": lambda *a, **k: bounded.build_dict(list(dict(*a, **k).items()))}
 _TRITON_MATH = {"next_power_of_2": lambda n: 1 if n <= 1 else 1 << (n - 1).bit_length(), "cdiv": lambda a, b: -(-a // b) if b else UNKNOWN}
-_STR_METHODS = {"split", "startswith", "endswith", "strip", "lower", "upper", "count", "index", "replace"}
+_STR_METHODS = {"split", "rsplit", "startswith", "endswith", "strip", "lstrip", "rstrip", "lower", "upper", "count",
+                "index", "replace", "removeprefix", "removesuffix", "isdigit", "partition", "rpartition"}
+# in-place changes of a container (``names.append(x)``): applied to a copy the name is bound to again
+IN_PLACE = {"append", "extend", "add", "update", "insert", "remove", "discard", "clear", "setdefault"}
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
         ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
         ast.Is: operator.is_, ast.IsNot: operator.is_not}
@@ -123,6 +127,51 @@ class Returned(Exception):
         self.value = value
 
 
+class Raised(Returned):
+    """A ``raise`` (or a failed ``assert``) of the code evaluated: ``exc`` is the exception class's
+    name (``ValueError``), or None where it is not known. A caller that does not handle it reads
+    it as an unknown result (it is a :class:`Returned` of ``UNKNOWN``); a ``try`` being evaluated
+    around it runs the handler that catches it."""
+
+    def __init__(self, exc):
+        super().__init__(UNKNOWN)
+        self.exc = exc
+
+
+# builtin exception classes and their bases, for ``except`` clauses (an in-tree class is not here)
+_EXC_BASES = {"ValueError": "Exception", "TypeError": "Exception", "KeyError": "LookupError",
+              "IndexError": "LookupError", "LookupError": "Exception", "AttributeError": "Exception",
+              "AssertionError": "Exception", "RuntimeError": "Exception", "NotImplementedError": "RuntimeError",
+              "ImportError": "Exception", "ModuleNotFoundError": "ImportError", "Exception": "BaseException"}
+
+
+def catches(handler_type, exc) -> object:
+    """Whether an ``except`` clause of type ``handler_type`` (an AST, None for a bare ``except``)
+    catches a raise of ``exc``: True, False, or UNKNOWN (a class this table does not know)."""
+    if handler_type is None:
+        return True
+    names = handler_type.elts if isinstance(handler_type, ast.Tuple) else [handler_type]
+    if not all(isinstance(n, ast.Name) for n in names):
+        return UNKNOWN
+    wanted = {n.id for n in names}
+    if wanted & {"Exception", "BaseException"}:
+        return True
+    if exc is None or exc not in _EXC_BASES:
+        return UNKNOWN
+    c = exc
+    while c:
+        if c in wanted:
+            return True
+        c = _EXC_BASES.get(c)
+    return False if all(n in _EXC_BASES for n in wanted) else UNKNOWN
+
+
+def raised_name(node) -> Optional[str]:
+    """The exception class a ``raise`` statement names (``raise ValueError(...)``), else None."""
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    return exc.id if isinstance(exc, ast.Name) else None
+
+
 class _OutOfSteps(Exception):
     """The evaluation visited :data:`STEP_BUDGET` expressions: its value is unknown. Calls that
     branch both ways on unknown tests can otherwise grow exponentially with the call depth."""
@@ -134,6 +183,7 @@ class Interpreter:
     def __init__(self, tree, dev: Dev, model: "GateModel", depth_limit: int = 6):
         self.tree, self.dev, self.model, self.depth_limit = tree, dev, model, depth_limit
         self.flag_memo: dict[tuple[str, str], Any] = {}  # (module, flag) -> value on this device
+        self.in_try = 0  # ``try`` blocks being evaluated around the current statement
         self.memo: dict[str, Any] = {}
         self.touched = False  # did the last evaluation read the device's capability / CUDA version
         self.steps = STEP_BUDGET  # left for the current top-level evaluation
@@ -237,6 +287,10 @@ class Interpreter:
         mod, scope = self.model.module_scope(qual)
         try:
             self.exec_block(fn.body, env, mod, scope, depth)
+        except Raised:
+            if self.in_try:
+                raise  # a try around the call being evaluated may catch it
+            return UNKNOWN
         except Returned as r:
             return r.value
         return None if not fn.body else UNKNOWN
@@ -322,13 +376,58 @@ class Interpreter:
             elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
                 env[st.target.id] = self.eval(st.value, env, mod, scope, depth)
             elif isinstance(st, ast.Try):
-                self.exec_block(st.body, env, mod, scope, depth)
+                self.exec_try(st, env, mod, scope, depth)
             elif isinstance(st, ast.Raise):
-                raise Returned(UNKNOWN)
+                raise Raised(raised_name(st) if st.exc is not None else None)
+            elif isinstance(st, ast.Assert):
+                t = self.eval(st.test, env, mod, scope, depth)
+                if t is UNKNOWN:
+                    raise Returned(UNKNOWN)
+                if not t:
+                    raise Raised("AssertionError")
+            elif isinstance(st, ast.Expr) and in_place_call(st.value, env):
+                self.apply_in_place(st.value, env, mod, scope, depth)
             elif isinstance(st, (ast.Expr, ast.Pass, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom)):
                 continue
             else:
                 raise Returned(UNKNOWN)  # loops, with, ...: out of this interpreter's depth
+
+    def exec_try(self, st, env, mod, scope, depth):
+        """``try``/``except``: the body run; a raise it makes (:class:`Raised`, also from a function
+        it calls) runs the first handler that catches it. A handler whose match is unknown, and a
+        ``finally`` block, leave the result unknown."""
+        if st.finalbody:
+            self.exec_block(st.body, env, mod, scope, depth)  # the body's own result, as before
+            return
+        self.in_try += 1
+        try:
+            self.exec_block(st.body, env, mod, scope, depth)
+        except Raised as r:
+            self.in_try -= 1
+            for h in st.handlers:
+                c = catches(h.type, r.exc)
+                if c is UNKNOWN:
+                    raise Returned(UNKNOWN)
+                if c:
+                    if h.name:
+                        env[h.name] = UNKNOWN
+                    self.exec_block(h.body, env, mod, scope, depth)
+                    return
+            raise
+        except BaseException:
+            self.in_try -= 1
+            raise
+        else:
+            self.in_try -= 1
+        self.exec_block(st.orelse, env, mod, scope, depth)
+
+    def apply_in_place(self, call, env, mod, scope, depth) -> None:
+        """``names.append(x)`` on a local container: the name is bound to a changed copy (values
+        may be shared with a default or a table); unknown where the container or an argument is."""
+        name = call.func.value.id
+        base = env.get(name)
+        args = [truth_value(self._eval(a, env, mod, scope, depth)) for a in call.args]
+        env[name] = in_place(base, call.func.attr, args, bool(call.keywords) or any(isinstance(a, ast.Starred) for a in call.args))
 
     # --- expressions ---------------------------------------------------------------------------
     def eval(self, node, env, mod, scope, depth=0):
@@ -460,6 +559,30 @@ class Interpreter:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             x = ev(node.operand)
             return UNKNOWN if x is UNKNOWN else not x
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            x = ev(node.operand)  # -1: a number
+            if isinstance(x, (int, float)) and not isinstance(x, bool):
+                return -x if isinstance(node.op, ast.USub) else x
+            return UNKNOWN
+        if isinstance(node, ast.JoinedStr):
+            # f"model.{base}": each part a known string or number, formatted plainly
+            parts = []
+            for v in node.values:
+                if isinstance(v, ast.Constant):
+                    parts.append(str(v.value))
+                    continue
+                if not isinstance(v, ast.FormattedValue) or v.format_spec is not None or v.conversion not in (-1, 115):
+                    return UNKNOWN
+                x = ev(v.value)
+                if not isinstance(x, (str, int, float)) or isinstance(x, bool):
+                    return UNKNOWN
+                parts.append(str(x))
+            return bounded.join("", parts)
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            # the walrus: the value, bound to the name where the test is read
+            x = self._eval(node.value, env, mod, scope, depth)
+            env[node.target.id] = truth_value(x)
+            return x
         if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
             a, b = ev(node.left), ev(node.right)
             return UNKNOWN if a is UNKNOWN or b is UNKNOWN else _BIN[type(node.op)](a, b)
@@ -518,6 +641,34 @@ class Interpreter:
                 return pure(*args) if len(ints) == len(args) and not kwargs else UNKNOWN
             if target.qual:
                 return self.call_function(target.qual, args, kwargs, depth + 1)
+        return UNKNOWN
+
+
+def in_place_call(node, env) -> bool:
+    """``name.append(...)`` (a change of a local container in place), as a statement."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE \
+        and isinstance(node.func.value, ast.Name) and node.func.value.id in env
+
+
+def in_place(base, op: str, args: list, odd: bool):
+    """``base`` after ``base.op(*args)``, on a copy; UNKNOWN where either is not known."""
+    if odd or base is UNKNOWN or any(a is UNKNOWN for a in args):
+        return UNKNOWN
+    if isinstance(base, list) and op in ("append", "extend", "insert", "remove", "clear", "__setitem__"):
+        new = list(base)
+    elif isinstance(base, dict) and op in ("update", "setdefault", "clear", "__setitem__"):
+        new = dict(base)
+    elif isinstance(base, set) and op in ("add", "update", "discard", "remove", "clear"):
+        new = set(base)
+    else:
+        return UNKNOWN
+    try:
+        getattr(new, op)(*args)
+    except Exception:
+        return UNKNOWN
+    try:
+        return bounded.check(new)
+    except Exception:
         return UNKNOWN
 
 

@@ -10,7 +10,7 @@ import re
 from typing import Optional
 
 from .asts import classes_named, module_ast, single_assignments, tree_memo
-from .interp import UNKNOWN
+from .interp import UNKNOWN, in_place
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
 
@@ -31,6 +31,9 @@ class World:
         self.state = None  # recon.engine.serverargs.State, set once resolved
         self.schema = None
         self.notes: Reads = Reads()  # what was assumed: env defaults, checkpoint facts
+        # values the primary rule chose where a test's other way gives another value (a caller
+        # that must not present a guess as decided compares this count before and after)
+        self.guesses = 0
         self._envs: Optional[dict] = None
         self._class_writes: dict = {}
         self._mro: dict = {}
@@ -480,7 +483,7 @@ class World:
         if by is None:
             by = {}
             tree = self.module_ast(path)
-            for w in writes_in_module(tree, path, module, None) if tree is not None else ():
+            for w in writes_in_module(tree, path, module, None, changes=True) if tree is not None else ():
                 by.setdefault(w.key, []).append(w)
             self._writes_by_path[path] = by
         return by.get(attr, [])
@@ -617,9 +620,32 @@ class World:
             # method (a mode switch such as enter_torch_compile) replaces what construction chose
             # only when every test on its way is decided
             tests = [ev.eval(t, env, w.module, w.scope, depth + 1) for t, _ in w.guards]
+            if w.mutates:
+                # a change in place: applied to the value so far where its tests hold; where one is
+                # undecided the value is unknown (the primary rule does not drop a change)
+                if any(bool(t) != want for t, (_, want) in zip(tests, w.guards) if t is not UNKNOWN):
+                    continue
+                if value is MISSING:
+                    # a class attribute changed in place (``packed_modules_mapping = {}`` in the body)
+                    const = self.class_constant(inst.cls, attr)
+                    value = MISSING if const is NotImplemented else const
+                if any(t is UNKNOWN for t in tests) or value is MISSING:
+                    value = UNKNOWN
+                    continue
+                args = [ev.eval(a, env, w.module, w.scope, depth + 1) for a in w.value.args]
+                value = in_place(value, w.mutates, args, bool(w.value.keywords) or any(isinstance(a, ast.Starred) for a in w.value.args))
+                continue
             if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, w.guards)):
                 continue
             if value is not MISSING and not w.scope.endswith(".__init__") and any(t is UNKNOWN for t in tests):
+                continue
+            if w.receiver == "self" and not w.scope.endswith(".__init__") and _reads_a_parameter(w):
+                # a setter (``def update_packed_modules_mapping(self, mapping): self.x = mapping``):
+                # it writes only where it is called; called nowhere this checkpoint's model runs,
+                # the value stays; called there, it is what that call passes (unknown here)
+                sites = self.setter_sites(w)
+                if sites:
+                    value = self._set_by_caller(w, inst, sites, ev, depth) if len(sites) == 1 else UNKNOWN
                 continue
             value = ev._eval_raw(w.value, env, w.module, w.scope, depth + 1)
             if value is UNKNOWN:
@@ -629,6 +655,79 @@ class World:
             value = MISSING if value is NotImplemented else value
         inst.attrs[attr] = value
         return value
+
+    def entry_class(self) -> Optional[str]:
+        """The class SGLang's registry serves for the checkpoint's first architecture: a class of
+        that name under ``models/`` whose module names it in its ``EntryClass``."""
+        for arch in self.model.architectures if self.model is not None else ():
+            for q in sorted(n for n, d in self.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == arch
+                            and "/srt/models/" in d.get("path", "")):
+                tree = self.module_ast(self.G.nodes[q]["path"])
+                for st in tree.body if tree is not None else ():
+                    if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in st.targets) \
+                            and arch in {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}:
+                        return q
+        return None
+
+    def method_call_sites(self, name: str) -> list:
+        """(path, module, scope, line) of every call ``<x>.name(...)`` in the tree (from the facts)."""
+        memo = tree_memo(self.tree).setdefault("method_call_sites", None)
+        if memo is None:
+            memo = {}
+            for f in self.tree.index.py_facts():
+                if not f.module or "/test" in f.path:
+                    continue
+                for c in f.calls:
+                    if "." in c.func:
+                        memo.setdefault(c.func.rsplit(".", 1)[-1], []).append((f.path, f.module, c.scope, c.line))
+            tree_memo(self.tree)["method_call_sites"] = memo
+        return memo.get(name, [])
+
+    def setter_sites(self, w) -> list:
+        """The calls of the method a write sits in that may run for this checkpoint: a call outside
+        the model files (its model class None), or one in a model class the entry class is or
+        derives from (that class). A call in another model's class runs only for that model."""
+        method = w.scope.rsplit(".", 1)[-1]
+        top = self.entry_class()
+        mine = {(self.G.nodes.get(c, {}).get("path", ""), self.G.nodes.get(c, {}).get("qualname", "")): c
+                for c in (self.mro(top) if top else [])}
+        out = []
+        for path, module, scope, line in self.method_call_sites(method):
+            if "/srt/models/" not in path or top is None:
+                out.append((path, module, scope, line, None))
+                continue
+            cls = mine.get((path, scope.split(".")[0]))
+            if cls is not None:
+                out.append((path, module, scope, line, cls))
+        return out
+
+    def _set_by_caller(self, w, inst: Instance, sites: list, ev, depth: int):
+        """The value a setter writes, from its one call that runs: in the entry model's constructor
+        (``quant_config.update_packed_modules_mapping(self.packed_modules_mapping)``), the argument
+        evaluated on the model object, every test around the call holding with the receiver
+        being ``inst``; unknown otherwise."""
+        path, module, scope, line, cls = sites[0]
+        if cls is None or not scope.endswith(".__init__") or w.fn is None:
+            return UNKNOWN
+        fn = self.function_ast(f"{module}.{scope}")
+        params = [a.arg for a in w.fn.args.posonlyargs + w.fn.args.args][1:]
+        found = _call_with_guards(fn.body, w.scope.rsplit(".", 1)[-1], line, ()) if fn is not None else None
+        if found is None:
+            return UNKNOWN
+        call, guards = found
+        if not isinstance(call.func.value, ast.Name) or len(call.args) != len(params) or call.keywords:
+            return UNKNOWN
+        model = Instance(cls)
+        model.attrs["__args__"] = {"config": self.hf}  # the loader builds it with the checkpoint's config
+        env = {"self": model, call.func.value.id: inst}
+        for test, want in guards:
+            t = ev.eval(test, env, module, scope, depth + 1)
+            if t is UNKNOWN or bool(t) != want:
+                return UNKNOWN
+        target = ast.unparse(w.value)
+        if target not in params:
+            return UNKNOWN
+        return ev._eval_raw(call.args[params.index(target)], env, module, scope, depth + 1)
 
     def _own_method_primary(self, inst: Instance, w, ev):
         """``self.x = self.pick()`` whose value the plain evaluation cannot decide: the outcome of
@@ -646,9 +745,13 @@ class World:
         key = (qual, id(selfval), repr(args), repr(sorted(kwargs.items())))
         memo = self.__dict__.setdefault("_primary_calls", {})
         if key in memo:
-            return memo[key]
-        memo[key] = UNKNOWN  # recursion guard
-        memo[key] = got = self._primary_call(qual, selfval, args, kwargs, ev)
+            got, guessed = memo[key]
+            self.guesses += guessed
+            return got
+        memo[key] = (UNKNOWN, 0)  # recursion guard
+        before = self.guesses
+        got = self._primary_call(qual, selfval, args, kwargs, ev)
+        memo[key] = (got, self.guesses - before)
         return got
 
     def _primary_call(self, qual: str, selfval, args: list, kwargs: dict, ev):
@@ -680,6 +783,8 @@ class World:
             self.notes[f"{qual}:{a[3]}"] = text
             if not _flip_changes(o, a, every):
                 self.notes.idle.add(text)
+            else:
+                self.guesses += 1  # its other way gives another value: the value is the primary rule's
         return o.value
 
     def layer_own_attr(self, layer, attr: str, ev, depth: int):
@@ -911,6 +1016,28 @@ class World:
 def _calls_name(node, name: str) -> bool:
     """``node`` is a call of the name ``name`` (``fn(*args, **kwargs)``)."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def _call_with_guards(stmts, method: str, line: int, guards: tuple):
+    """(the call ``<x>.method(...)`` made as a statement at ``line``, the ``if`` tests around it)."""
+    for st in stmts:
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Attribute) \
+                and st.value.func.attr == method and st.lineno <= line <= (st.end_lineno or st.lineno):
+            return st.value, guards
+        if isinstance(st, ast.If):
+            got = _call_with_guards(st.body, method, line, guards + ((st.test, True),)) \
+                or _call_with_guards(st.orelse, method, line, guards + ((st.test, False),))
+            if got:
+                return got
+    return None
+
+
+def _reads_a_parameter(w) -> bool:
+    """A write whose value reads a parameter of its function (other than ``self``)."""
+    if w.fn is None:
+        return False
+    params = {a.arg for a in w.fn.args.posonlyargs + w.fn.args.args + w.fn.args.kwonlyargs} - {"self", "cls"}
+    return any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(w.value))
 
 
 def _argument_refs(tree, module: str, name: str) -> list:

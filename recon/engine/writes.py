@@ -31,6 +31,8 @@ class Write:
     fn: Optional[ast.AST] = None  # the enclosing function
     decorators: tuple = ()  # the enclosing function's decorator expressions
     locals: list = field(default_factory=list)  # [(name, expr, line)] simple assignments in the function
+    # a change in place (``self.ignored_layers.extend([...])``): the method called; ``value`` is the call
+    mutates: str = ""
 
 
 def _receiver(node: ast.expr) -> str:
@@ -55,6 +57,26 @@ def _stores(st: ast.stmt, keys) -> Iterator[tuple[str, str, ast.expr]]:
             elif (isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant)
                   and isinstance(x.slice.value, str) and (keys is None or x.slice.value in keys)):
                 yield x.slice.value, _receiver(x.value), value
+
+
+def _changes(st: ast.stmt, keys) -> Iterator[tuple[str, str, ast.Call]]:
+    """(key, receiver, call) for each change in place of a wanted attribute in one statement:
+    ``self.ignored_layers.extend(...)``, ``.append``, ``.add``, ``.update`` and kin."""
+    from .interp import IN_PLACE
+    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Subscript) \
+            and isinstance(st.targets[0].value, ast.Attribute) and not isinstance(st.targets[0].slice, ast.Slice):
+        # self.packed_modules_mapping["fused_qkv_a_proj_with_mqa"] = [...]: an item set in place
+        t = st.targets[0]
+        if keys is None or t.value.attr in keys:
+            call = ast.Call(func=ast.Attribute(value=t.value, attr="__setitem__", ctx=ast.Load()), args=[t.slice, st.value], keywords=[])
+            ast.copy_location(call, st)
+            yield t.value.attr, _receiver(t.value.value), call
+        return
+    if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Attribute) \
+            and st.value.func.attr in IN_PLACE and isinstance(st.value.func.value, ast.Attribute):
+        x = st.value.func.value
+        if keys is None or x.attr in keys:
+            yield x.attr, _receiver(x.value), st.value
 
 
 def _dict_keys(value: ast.expr, keys) -> Iterator[tuple[str, ast.expr]]:
@@ -147,13 +169,15 @@ _NEVER_CERTAIN = ast.Constant(value=None)
 
 
 def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_literals: bool = False,
-                     raises: bool = False) -> list[Write]:
+                     raises: bool = False, changes: bool = False) -> list[Write]:
     """Every guarded write of a key in ``keys`` (None: any attribute) in a parsed module.
 
     ``dict_literals`` also counts ``{"key": value}`` literals (a function returning its overrides
     as a dict), guarded like a statement at that place. ``raises`` gives instead each ``raise X``
     and ``assert test, msg`` (key ``RAISE``, value the exception or message; an assert's test is a
-    guard that must be false), those in a ``try`` body guarded by a test nothing decides."""
+    guard that must be false), those in a ``try`` body guarded by a test nothing decides.
+    ``changes`` also gives each change of an attribute in place (``self.x.extend(...)``, ``mutates``
+    set to the method called)."""
     out: list[Write] = []
 
     def walk(stmts, guards, scope, fn, decos, local_list):
@@ -174,6 +198,8 @@ def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_l
                     out.append(Write(path, module, scope, st.lineno, RAISE, "", msg, guards + ((st.test, False),), fn, decos, local_list))
             for key, recv, value in ([] if raises else _stores(st, keys)):
                 out.append(Write(path, module, scope, st.lineno, key, recv, value, guards, fn, decos, local_list))
+            for key, recv, call in (_changes(st, keys) if changes and not raises else ()):
+                out.append(Write(path, module, scope, st.lineno, key, recv, call, guards, fn, decos, local_list, call.func.attr))
             if dict_literals and not raises and isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and st.value.args:
                 # declare(server_args, "why", field=value): a resolution declared by keyword
                 for k in st.value.keywords:

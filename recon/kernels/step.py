@@ -571,7 +571,7 @@ def dense(step: Step) -> dict:
     return out
 
 
-def dense_method(step: Step) -> tuple:
+def dense_method(step: Step, prefix: Optional[str] = None) -> tuple:
     """The linear method a dense layer gets (``method``; ``none_from`` when the quant config's
     ``get_quant_method`` returns None for it, so the layer stays unquantized); nothing walked.
     (out, the method object to walk, or None)."""
@@ -612,8 +612,12 @@ def dense_method(step: Step) -> tuple:
         env = {params[0]: cfg}
         if len(params) > 1:
             env[params[1]] = LayerObj(lin[0], frozenset(w.mro(lin[0])))
+        if len(params) > 2 and prefix is not None:
+            env[params[2]] = prefix  # the named layer (``model.layers.3.self_attn.o_proj``)
         mod, scope = step.ev.model.module_scope(gqm)
+        before = w.guesses
         outs = step.ev.explore(fn.body, env, mod, scope, w.path_of(gqm))
+        out["guesses"] = w.guesses - before  # values inside that the primary rule chose: not decided
         ranked = sorted((o for o in outs if not o.raises), key=lambda o: sum(1 for a in o.assumptions if a[1]))
         if ranked and ranked[0].value is None:
             # no method for a linear layer of this checkpoint: SGLang builds LinearBase with none only
@@ -627,6 +631,9 @@ def dense_method(step: Step) -> tuple:
                 return out, Instance(un[0])
             return out, None
         outs = [o for o in ranked if isinstance(o.value, Instance)]
+        # ways it ends with no method recon can name (an unknown value, a None after another): other answers
+        out["unknown_outcomes"] = [{"line": o.line, "assumptions": [_assume(a) for a in o.assumptions]}
+                                   for o in ranked if not isinstance(o.value, Instance)]
         if not outs:
             out["note"] = f"{last(gqm)} returns no linear method recon can follow for a LinearBase layer"
             return out, None

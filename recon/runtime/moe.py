@@ -161,8 +161,10 @@ def quant_method_name(world, state) -> tuple[Optional[str], str]:
     return None, "config.json has no quantization_config"
 
 
-def quant_methods(world, ev) -> dict:
-    """Config class and every MoE method ``get_quant_method`` can return, primary first."""
+def quant_methods(world, ev, prefix: Optional[str] = None) -> dict:
+    """Config class and every MoE method ``get_quant_method`` can return, primary first.
+    ``prefix``: the named layer asked for (``model.layers.3.mlp.experts``), so that a config that
+    chooses per layer name (ignored layers, per-layer schemes) is followed; None: any MoE layer."""
     name, source = quant_method_name(world, world.state)
     out = {"quant_method": name, "source": source, "config_class": None, "registry_site": None, "outcomes": [], "note": ""}
     layer = moe_layer(world)
@@ -187,9 +189,14 @@ def quant_methods(world, ev) -> dict:
     env = {params[0]: inst}
     if len(params) > 1:
         env[params[1]] = layer
+    if len(params) > 2 and prefix is not None:
+        env[params[2]] = prefix
     mod, scope = ev.model.module_scope(gqm)
     gpath = world.path_of(gqm)
+    before = world.guesses
     outcomes = ev.explore(fn.body, env, mod, scope, gpath)
+    # values inside that the primary rule chose (a test's other way gives another): not decided
+    out["guesses"] = world.guesses - before
     rets = {n.lineno: n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
     for o in sorted(outcomes, key=lambda o: sum(1 for a in o.assumptions if a[1])):
         v = o.value
