@@ -354,6 +354,8 @@ class PathWalker:
         # memoized callees met on the way (a build cache, an lru_cache'd loader): their bodies run
         # once per key at warm-up, not at each step, so they are not walked; qual -> how and where
         self.built: dict = {}
+        self._lazy_memo: dict = {}
+        self._quals: dict = {}  # id of an entered def -> its qualname
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
@@ -380,6 +382,54 @@ class PathWalker:
                 v = self._imported(self._imports_of(fn)[name], line, env, mod, scope, fill)
                 if v is not None:
                     env[name] = v
+        self._lazy_locals(fn, line, env, mod, scope, wanted)
+
+    def _lazy_locals(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set) -> None:
+        """A dispatch resolved on the first call: ``m = self.attr; if m is None: m = self.attr =
+        self.resolve()`` (``BaseFusedOp.forward``'s ``self._forward_method``): ``m`` is the attribute
+        as construction leaves it (later writes are mode switches other code enters, as
+        torch.compile's), else what the resolver returns for this object."""
+        selfval = env.get("self")
+        if not isinstance(selfval, Instance):
+            return
+        for name, (attr, resolver, at) in self._lazy(fn).items():
+            if name not in wanted or at >= line:
+                continue
+            built = self.world.constructed_attr(selfval, attr, self.ev)
+            got = self.ev._eval_raw(resolver, env, mod, scope) if built is None else built
+            if isinstance(got, FuncRef):
+                env[name] = got
+                if not any(s["attr"] == attr for s in self.switches):
+                    how = f" (None at construction; {ast.unparse(resolver)} on the first call)" if built is None else ""
+                    self.switches.append({"attr": attr, "value": f"{last(got.qual.rsplit('.', 1)[0])}.{last(got.qual)}{how}",
+                                          "path": self.world.path_of(fn_qual) if (fn_qual := self._qual_of(fn)) else "", "line": at})
+
+    def _qual_of(self, fn) -> Optional[str]:
+        """The qualname of a def the walk entered."""
+        return self._quals.get(id(fn))
+
+    def _lazy(self, fn) -> dict:
+        """``{local: (attr, resolver call, line)}`` for each local a function loads from
+        ``self.attr`` and, when that is None, fills from a call (``self.attr = self.resolve()``)."""
+        if id(fn) in self._lazy_memo:
+            return self._lazy_memo[id(fn)]
+        loads = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                    and isinstance(n.value, ast.Attribute) and isinstance(n.value.value, ast.Name) and n.value.value.id == "self":
+                loads[n.targets[0].id] = n.value.attr
+        out = {}
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
+                    and n.test.left.id in loads and isinstance(n.test.ops[0], ast.Is)
+                    and isinstance(n.test.comparators[0], ast.Constant) and n.test.comparators[0].value is None):
+                continue
+            for st in n.body:
+                if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) \
+                        and any(isinstance(t, ast.Name) and t.id == n.test.left.id for t in st.targets):
+                    out[n.test.left.id] = (loads[n.test.left.id], st.value, st.lineno)
+        self._lazy_memo[id(fn)] = out
+        return out
 
     def _imports_of(self, fn) -> dict:
         key = ("imports", id(fn))
@@ -465,6 +515,7 @@ class PathWalker:
         node = self.G.nodes.get(qual, {})
         if fn is None or not node.get("path"):
             return
+        self._quals[id(fn)] = qual
         # the way in: every undecided test in the sense it was taken (a test taken as false is as
         # undecided as one taken as true)
         taken = way_of(when)
