@@ -590,7 +590,7 @@ class PathWalker:
                         self._leaf("library", bound_v.name, path, call.lineno, via + [hop], cwhen)
                     continue
                 if isinstance(bound_v, FuncRef):
-                    if self._built_once(bound_v.qual, path, call.lineno):
+                    if self._built_once(bound_v.qual, path, call.lineno, cwhen):
                         continue
                     # a bound method (m = self.forward_cuda; m(...)) runs on its object
                     self.walk(bound_v.qual, bound_v.bound, via + [hop], cwhen, depth + 1,
@@ -630,7 +630,7 @@ class PathWalker:
                 continue
             for v, d in edges.get(call.lineno, []):
                 k = self.G.nodes.get(v, {}).get("kind")
-                if k == "function" and self._built_once(v, path, call.lineno):
+                if k == "function" and self._built_once(v, path, call.lineno, cwhen):
                     continue  # built once per key: the op it returns is taken where it is called
                 if k == "triton_kernel":
                     self._leaf("triton_kernel", v, path, call.lineno, via + [hop], cwhen)
@@ -648,11 +648,17 @@ class PathWalker:
                     target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None
                     self.walk(v, target_self, via + [hop], cwhen, depth + 1, self._bind(v, call, env, mod, scope, target_self is not None))
 
-    def _built_once(self, qual: str, path: str, line: int) -> bool:
-        """``qual`` keeps its results between calls (:meth:`World.memoized`): recorded, not walked."""
+    def _built_once(self, qual: str, path: str, line: int, when: tuple = ()) -> bool:
+        """``qual`` keeps its results between calls (:meth:`World.memoized`): recorded, its body
+        not walked. It is still entered on this way (its result is what the step uses: a config
+        lookup, the module it builds), so it counts among the functions the walk reached; what
+        it calls does not."""
         how = self.world.memoized(qual, self.ev.model)
         if how is None:
             return False
+        taken = way_of(when)
+        if taken not in self.walked.setdefault(qual, []):
+            self.walked[qual].append(taken)
         rec = self.built.setdefault(qual, {**how, "sites": []})
         if [path, line] not in rec["sites"]:
             rec["sites"].append([path, line])
@@ -683,7 +689,7 @@ class PathWalker:
         if got is None:
             return False
         builder, bcall = got
-        self._built_once(builder, via[-1].path, bcall.lineno)
+        self._built_once(builder, via[-1].path, bcall.lineno, when)
         bargs = self._bind(builder, bcall, env, mod, scope, False)
         how = self.world.memoized(builder, self.ev.model)["how"]
         for kind, name, at in memo_products(self.world, self.ev, builder, bargs, attr=getattr(call.func, "attr", "")):
