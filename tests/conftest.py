@@ -28,10 +28,13 @@ scenarios.install_tree_memo()
 
 # Fixtures that fetch a released wheel: every test that uses one (directly or through another
 # fixture) is marked `network` here, so `pytest -m "not network"` runs offline without a list to keep.
-WHEEL_FIXTURES = frozenset({"sglang_0513", "sglang_new", "tree_old", "tree_0513", "tree_new", "tree_unseen"})
+WHEEL_FIXTURES = frozenset({"sglang_0513", "sglang_new", "tree_old", "tree_0513", "tree_new", "tree_unseen", "tree_traced"})
 # A release outside the three above, for the mechanisms the differential oracle (bench/oracle)
 # found wrong: a fix must hold on a release the rest of the suite never reads.
 UNSEEN_VERSION = os.environ.get("RECON_TEST_UNSEEN_VERSION", "0.5.20")
+# A release traced by hand against recon's answers (bench/handtrace/): the claims it got wrong are
+# pinned on it once fixed (tests/test_traced_release.py).
+TRACED_VERSION = "0.5.19"
 
 
 # recon.tree.load freezes the collector's heap after loading (a CLI process loads one tree and
@@ -115,6 +118,14 @@ def tree_unseen():
     from recon.tree import load
 
     return load(from_version(UNSEEN_VERSION))
+
+
+@pytest.fixture(scope="session")
+def tree_traced():
+    from recon.target import from_version
+    from recon.tree import load
+
+    return load(from_version(TRACED_VERSION))
 
 
 @pytest.fixture(scope="session")

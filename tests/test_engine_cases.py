@@ -145,3 +145,50 @@ def test_memoized_builders_are_not_walked(engines):
     assert "flashinfer.wrapped_op" in names  # not memoized: walked
     assert set(w.built) == {q + "act_module", q + "gemm_fn", q + "pick_step"}
 
+
+def test_a_dispatch_resolved_on_first_call_is_followed(engines):
+    """The MoE walker on ``lazy_dispatch.py``: ``self.forward(...)`` runs the method the object's
+    resolver returns on this device (``forward_cuda``), decided, and says so as a switch."""
+    from recon.runtime.moe import PathWalker
+    from recon.engine.values import Instance
+
+    eng = engines(CASES / "lazy_dispatch.py")
+    q = "sglang.srt.case."
+    w = PathWalker(eng.world, eng.ev, Instance(q + "Method"))
+    w.walk(q + "Method.apply", w.inst, [], (), 0)
+    leaves = {lf.name: lf for lf in w.leaves}
+    assert "flashinfer.op_cuda" in leaves and leaves["flashinfer.op_cuda"].decided
+    assert "flashinfer.op_native" not in leaves
+    assert any(s["attr"] == "_forward_method" and "forward_cuda" in str(s["value"]) for s in w.switches)
+
+
+def test_a_precondition_written_as_an_elif_chain_is_met(engines):
+    """The walker on ``elif_raises.py``: the op under the one branch that does not raise is
+    decided; a chain with two branches that run something stays undecided, both outcomes kept."""
+    from recon.runtime.moe import PathWalker
+    from recon.engine.values import Instance
+
+    eng = engines(CASES / "elif_raises.py")
+    q = "sglang.srt.case."
+    w = PathWalker(eng.world, eng.ev, Instance(q + "Method"))
+    w.walk(q + "Method.apply", w.inst, [], (), 0)
+    leaves = {lf.name: lf for lf in w.leaves}
+    assert leaves["flashinfer.op_standard"].decided
+    assert not leaves["flashinfer.op_if_bypassed"].decided and not leaves["flashinfer.op_otherwise"].decided
+    assert any("precondition" in n and "_standard(x)" in n for n in eng.world.notes.values())
+
+
+def test_code_after_an_elif_chain_that_returns_needs_every_test_failed(engines):
+    from recon.runtime import _leaf_dict
+    from recon.runtime.moe import PathWalker
+    from recon.engine.values import Instance
+
+    eng = engines(CASES / "elif_chain_returns.py")
+    q = "sglang.srt.case."
+    w = PathWalker(eng.world, eng.ev, Instance(q + "Method"))
+    w.walk(q + "Method.apply", w.inst, [], (), 0)
+    leaves = {lf.name: _leaf_dict(lf, w.test_sites) for lf in w.leaves}
+    assert "flashinfer.op_amx" not in leaves
+    assert [(t["test"], t["holds"]) for t in leaves["flashinfer.op_fallback"]["tests"]] == [("_optimized(x)", False)]
+    assert [(t["test"], t["holds"]) for t in leaves["flashinfer.op_optimized"]["tests"]] == [("_optimized(x)", True)]
+    assert not leaves["flashinfer.op_fallback"]["decided"]

@@ -211,7 +211,7 @@ class Evaluator(Interpreter):
         class is that namespace plus the groups read on the way (``ExecMoe`` = exec + moe)."""
         schema, state = self.world.schema, self.world.state
         info = schema.fields.get(node.attr) if schema is not None and state is not None else None
-        if info is None or not info.group:
+        if info is None or not (info.group or info.namespace):
             return NotImplemented
         groups, base = [], node.value
         while isinstance(base, ast.Attribute):
@@ -224,6 +224,9 @@ class Evaluator(Interpreter):
         want = info.group.lower()
         tail = "".join(reversed(groups)).lower().replace("_", "")
         if any(ns.lower().replace("_", "") + tail == want for ns in spaces):
+            return state.get(node.attr)
+        # a ServerArgs field marked with the namespace it is projected into (``NS("exec.moe")``)
+        if info.namespace and any(".".join([ns] + list(reversed(groups))) == info.namespace for ns in spaces):
             return state.get(node.attr)
         return NotImplemented
 

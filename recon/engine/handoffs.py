@@ -58,6 +58,17 @@ def exits(body: list) -> bool:
     return False
 
 
+def only_raises(body: list) -> bool:
+    """``body`` ends in ``raise``, or is an ``elif`` chain every branch of which does
+    (``elif bypassed: raise NotImplementedError(...)`` ``else: raise ValueError(...)``)."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        return True
+    return len(body) == 1 and isinstance(last, ast.If) and only_raises(last.body) and only_raises(last.orelse)
+
+
 def raising_guards(fn: ast.AST) -> set:
     """The tests of ``fn`` one of whose branches only raises (``if score_mod is not None and ...:
     raise RuntimeError(...)``), as (id of the test node, the sense the code that goes on needs):
@@ -71,8 +82,8 @@ def raising_guards(fn: ast.AST) -> set:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
             if isinstance(st, ast.If):
-                body_raises = bool(st.body) and isinstance(st.body[-1], ast.Raise)
-                else_raises = bool(st.orelse) and isinstance(st.orelse[-1], ast.Raise)
+                body_raises = only_raises(st.body)
+                else_raises = only_raises(st.orelse)
                 if body_raises != else_raises:
                     out.add((id(st.test), not body_raises))
                 elif not st.orelse and exits(st.body) and not body_raises and i + 1 < len(block) \
@@ -84,6 +95,19 @@ def raising_guards(fn: ast.AST) -> set:
                 if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
                     blocks.append(sub)
             blocks += [h.body for h in getattr(st, "handlers", [])]
+    return out
+
+
+def _fallen_through(st: ast.If) -> list:
+    """The tests an ``if``/``elif`` chain has failed when the code after it runs: each link's test,
+    as long as its body leaves the function, down the chain."""
+    out, cur = [], st
+    while exits(cur.body):
+        out.append((cur.test, False))
+        if len(cur.orelse) == 1 and isinstance(cur.orelse[0], ast.If):
+            cur = cur.orelse[0]
+            continue
+        break
     return out
 
 
@@ -104,7 +128,10 @@ def guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
                 walk(st.body, guards + ((st.test, True),))
                 walk(st.orelse, guards + ((st.test, False),))
                 if exits(st.body) and not exits(st.orelse):
-                    guards = guards + ((st.test, False),)  # what follows runs only when the test failed
+                    # what follows runs only when the test failed, and each ``elif`` after it whose
+                    # body returns too (``if amx: return ...`` ``elif aiter: return ...``
+                    # ``elif optimized: return ...`` then ``return F.linear(...)``)
+                    guards = guards + tuple(_fallen_through(st))
                 elif exits(st.orelse) and not exits(st.body):
                     guards = guards + ((st.test, True),)
             elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

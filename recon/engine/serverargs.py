@@ -53,6 +53,9 @@ class FieldInfo:
     options: list = field(default_factory=list)  # "--moe-runner-backend", aliases
     group: str = ""  # the class declaring it (``ServerArgs``, or a namespace group such as ``ExecMoe``)
     scalar: Optional[type] = None  # int/float/bool/str named by the annotation (``Optional[int]``, ``int | None``)
+    # the config namespace a marker in its annotation projects it into (``NS("exec.moe")`` on a
+    # ServerArgs field, SGLang 0.5.19): read back as ``get_exec().moe.<name>``
+    namespace: str = ""
 
 
 @dataclass
@@ -166,6 +169,7 @@ def _load_schema(world) -> Optional[Schema]:
                     info = fields.setdefault(name, FieldInfo(name, default, choices, path, st.lineno, group=c.name,
                                                              scalar=_annotated_scalar(st.annotation)))
                     info.options = sorted(set(info.options) | set(_declared_flags(st.annotation)))
+                    info.namespace = info.namespace or _declared_namespace(world, module, st.annotation)
     # add_argument("--x", "--alias", choices=..., dest=...) in the ServerArgs module
     tree = world.module_ast(cd["path"])
     # each add_argument call with the function it is in (its choices may be a local of it)
@@ -193,6 +197,29 @@ def _load_schema(world) -> Optional[Schema]:
                      and any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False for k in n.keywords)
                      for n in (ast.walk(tree) if tree is not None else ()))
     return Schema(fields, mod, cd["path"], cq, abbrev)
+
+
+_NS_PATH = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)+$")
+
+
+def _declared_namespace(world, module: str, ann) -> str:
+    """The namespace path an ``Annotated`` field's metadata names: an in-tree marker built from one
+    dotted string and nothing else (``NS("exec.moe")``), as the config projection reads it."""
+    if not (isinstance(ann, ast.Subscript) and isinstance(ann.slice, ast.Tuple)):
+        return ""
+    for meta in ann.slice.elts[1:]:
+        if not (isinstance(meta, ast.Call) and len(meta.args) == 1 and not meta.keywords
+                and isinstance(meta.args[0], ast.Constant) and isinstance(meta.args[0].value, str)
+                and _NS_PATH.match(meta.args[0].value)):
+            continue
+        callee = _unparsed(meta.func)
+        try:
+            q = world.R.resolve(module, "", callee)
+        except Exception:
+            q = None
+        if q and world.G.nodes.get(q, {}).get("kind") in ("class", "function"):
+            return meta.args[0].value
+    return ""
 
 
 def _unparsed(node) -> str:

@@ -30,7 +30,7 @@ from typing import Optional
 from ..engine.interp import UNKNOWN
 from ..names import last, plain_dotted
 from ..runtime.moe import PathWalker, from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
-from ..engine.values import EnumVal, FuncRef, Instance, LayerObj, plain
+from ..engine.values import EnumVal, Instance, LayerObj, plain
 from ..engine.dispatch import choices, resolve_held
 from ..engine.steptensors import annotation_of, entry_tensors
 
@@ -202,7 +202,6 @@ class StepWalker(PathWalker):
     def __init__(self, world, ev, instance):
         super().__init__(world, ev, instance)
         self.entered: dict = {}
-        self._lazy_memo: dict = {}
         self.extra_tests: set = set()  # tests of an `if` with no else that adds work to the path
         # methods another layer kind of the map walks (the attention backend's forward, reached from
         # the model's attention module): the call is recorded, not walked twice
@@ -211,26 +210,6 @@ class StepWalker(PathWalker):
         # follow a held submodule's call (``self.indexer(...)`` runs its ``forward``, as
         # ``nn.Module.__call__`` does); off for a layer whose submodules are other layer kinds
         self.follow_modules = True
-
-    def _locals_at(self, fn, line, env, mod, scope, wanted, seen=None):
-        super()._locals_at(fn, line, env, mod, scope, wanted, seen)
-        selfval = env.get("self")
-        if not isinstance(selfval, Instance):
-            return
-        for name, (attr, resolver, at) in self._lazy(fn).items():
-            if name not in wanted or at >= line:
-                continue
-            # a dispatch resolved on the first call: `m = self.attr; if m is None: m = self.attr =
-            # self.resolve()`; the attribute as construction leaves it (later writes are mode
-            # switches other code enters, as torch.compile's), else what the resolver returns
-            built = self.world.constructed_attr(selfval, attr, self.ev)
-            got = self.ev._eval_raw(resolver, env, mod, scope) if built is None else built
-            if isinstance(got, FuncRef):
-                env[name] = got
-                if not any(s["attr"] == attr for s in self.switches):
-                    how = f" (None at construction; {ast.unparse(resolver)} on the first call)" if built is None else ""
-                    self.switches.append({"attr": attr, "value": f"{last(got.qual.rsplit('.', 1)[0])}.{last(got.qual)}{how}",
-                                          "path": self.world.path_of(fn_qual) if (fn_qual := self._qual_of(fn)) else "", "line": at})
 
     def _outside(self, full, path, line, via, when) -> bool:
         """Library calls, plus the PyTorch calls that are the work itself (a GEMM on cuBLAS, a
@@ -330,35 +309,6 @@ class StepWalker(PathWalker):
                 if q and self.G.nodes.get(q, {}).get("kind") == "class" and self.world.method(q, "forward"):
                     found.add(q)
         return Instance(found.pop()) if len(found) == 1 else None
-
-    def _qual_of(self, fn) -> Optional[str]:
-        for q, (_via, _when) in self.entered.items():
-            if self.ev.model.function_ast(q) is fn:
-                return q
-        return None
-
-    def _lazy(self, fn) -> dict:
-        """``{local: (attr, resolver call, line)}`` for each local a function loads from
-        ``self.attr`` and, when that is None, fills from a call (``self.attr = self.resolve()``)."""
-        if id(fn) in self._lazy_memo:
-            return self._lazy_memo[id(fn)]
-        loads = {}
-        for n in ast.walk(fn):
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
-                    and isinstance(n.value, ast.Attribute) and isinstance(n.value.value, ast.Name) and n.value.value.id == "self":
-                loads[n.targets[0].id] = n.value.attr
-        out = {}
-        for n in ast.walk(fn):
-            if not (isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
-                    and n.test.left.id in loads and isinstance(n.test.ops[0], ast.Is)
-                    and isinstance(n.test.comparators[0], ast.Constant) and n.test.comparators[0].value is None):
-                continue
-            for st in n.body:
-                if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) \
-                        and any(isinstance(t, ast.Name) and t.id == n.test.left.id for t in st.targets):
-                    out[n.test.left.id] = (loads[n.test.left.id], st.value, st.lineno)
-        self._lazy_memo[id(fn)] = out
-        return out
 
     def walk(self, qual, selfval, via, when, depth, args=None):
         primary = all(not h for _, h in when)

@@ -361,6 +361,8 @@ class PathWalker:
         # memoized callees met on the way (a build cache, an lru_cache'd loader): their bodies run
         # once per key at warm-up, not at each step, so they are not walked; qual -> how and where
         self.built: dict = {}
+        self._lazy_memo: dict = {}
+        self._quals: dict = {}  # id of an entered def -> its qualname
 
     def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
         """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
@@ -387,6 +389,54 @@ class PathWalker:
                 v = self._imported(self._imports_of(fn)[name], line, env, mod, scope, fill)
                 if v is not None:
                     env[name] = v
+        self._lazy_locals(fn, line, env, mod, scope, wanted)
+
+    def _lazy_locals(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set) -> None:
+        """A dispatch resolved on the first call: ``m = self.attr; if m is None: m = self.attr =
+        self.resolve()`` (``BaseFusedOp.forward``'s ``self._forward_method``): ``m`` is the attribute
+        as construction leaves it (later writes are mode switches other code enters, as
+        torch.compile's), else what the resolver returns for this object."""
+        selfval = env.get("self")
+        if not isinstance(selfval, Instance):
+            return
+        for name, (attr, resolver, at) in self._lazy(fn).items():
+            if name not in wanted or at >= line:
+                continue
+            built = self.world.constructed_attr(selfval, attr, self.ev)
+            got = self.ev._eval_raw(resolver, env, mod, scope) if built is None else built
+            if isinstance(got, FuncRef):
+                env[name] = got
+                if not any(s["attr"] == attr for s in self.switches):
+                    how = f" (None at construction; {ast.unparse(resolver)} on the first call)" if built is None else ""
+                    self.switches.append({"attr": attr, "value": f"{last(got.qual.rsplit('.', 1)[0])}.{last(got.qual)}{how}",
+                                          "path": self.world.path_of(fn_qual) if (fn_qual := self._qual_of(fn)) else "", "line": at})
+
+    def _qual_of(self, fn) -> Optional[str]:
+        """The qualname of a def the walk entered."""
+        return self._quals.get(id(fn))
+
+    def _lazy(self, fn) -> dict:
+        """``{local: (attr, resolver call, line)}`` for each local a function loads from
+        ``self.attr`` and, when that is None, fills from a call (``self.attr = self.resolve()``)."""
+        if id(fn) in self._lazy_memo:
+            return self._lazy_memo[id(fn)]
+        loads = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                    and isinstance(n.value, ast.Attribute) and isinstance(n.value.value, ast.Name) and n.value.value.id == "self":
+                loads[n.targets[0].id] = n.value.attr
+        out = {}
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
+                    and n.test.left.id in loads and isinstance(n.test.ops[0], ast.Is)
+                    and isinstance(n.test.comparators[0], ast.Constant) and n.test.comparators[0].value is None):
+                continue
+            for st in n.body:
+                if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) \
+                        and any(isinstance(t, ast.Name) and t.id == n.test.left.id for t in st.targets):
+                    out[n.test.left.id] = (loads[n.test.left.id], st.value, st.lineno)
+        self._lazy_memo[id(fn)] = out
+        return out
 
     def _imports_of(self, fn) -> dict:
         key = ("imports", id(fn))
@@ -472,6 +522,7 @@ class PathWalker:
         node = self.G.nodes.get(qual, {})
         if fn is None or not node.get("path"):
             return
+        self._quals[id(fn)] = qual
         # the way in: every undecided test in the sense it was taken (a test taken as false is as
         # undecided as one taken as true)
         taken = way_of(when)
@@ -546,7 +597,7 @@ class PathWalker:
                         self._leaf("library", bound_v.name, path, call.lineno, via + [hop], cwhen)
                     continue
                 if isinstance(bound_v, FuncRef):
-                    if self._built_once(bound_v.qual, path, call.lineno):
+                    if self._built_once(bound_v.qual, path, call.lineno, cwhen):
                         continue
                     # a bound method (m = self.forward_cuda; m(...)) runs on its object
                     self.walk(bound_v.qual, bound_v.bound, via + [hop], cwhen, depth + 1,
@@ -586,7 +637,7 @@ class PathWalker:
                 continue
             for v, d in edges.get(call.lineno, []):
                 k = self.G.nodes.get(v, {}).get("kind")
-                if k == "function" and self._built_once(v, path, call.lineno):
+                if k == "function" and self._built_once(v, path, call.lineno, cwhen):
                     continue  # built once per key: the op it returns is taken where it is called
                 if k == "triton_kernel":
                     self._leaf("triton_kernel", v, path, call.lineno, via + [hop], cwhen)
@@ -604,11 +655,17 @@ class PathWalker:
                     target_self = selfval if name.startswith("self.") and name.count(".") == 1 else None
                     self.walk(v, target_self, via + [hop], cwhen, depth + 1, self._bind(v, call, env, mod, scope, target_self is not None))
 
-    def _built_once(self, qual: str, path: str, line: int) -> bool:
-        """``qual`` keeps its results between calls (:meth:`World.memoized`): recorded, not walked."""
+    def _built_once(self, qual: str, path: str, line: int, when: tuple = ()) -> bool:
+        """``qual`` keeps its results between calls (:meth:`World.memoized`): recorded, its body
+        not walked. It is still entered on this way (its result is what the step uses: a config
+        lookup, the module it builds), so it counts among the functions the walk reached; what
+        it calls does not."""
         how = self.world.memoized(qual, self.ev.model)
         if how is None:
             return False
+        taken = way_of(when)
+        if taken not in self.walked.setdefault(qual, []):
+            self.walked[qual].append(taken)
         rec = self.built.setdefault(qual, {**how, "sites": []})
         if [path, line] not in rec["sites"]:
             rec["sites"].append([path, line])
@@ -639,7 +696,7 @@ class PathWalker:
         if got is None:
             return False
         builder, bcall = got
-        self._built_once(builder, via[-1].path, bcall.lineno)
+        self._built_once(builder, via[-1].path, bcall.lineno, when)
         bargs = self._bind(builder, bcall, env, mod, scope, False)
         how = self.world.memoized(builder, self.ev.model)["how"]
         for kind, name, at in memo_products(self.world, self.ev, builder, bargs, attr=getattr(call.func, "attr", "")):
