@@ -279,8 +279,11 @@ class Interpreter:
         if params and params[0] in ("self", "cls"):
             params = params[1:]
         defaults = fn.args.defaults
+        mod, scope = self.model.module_scope(qual)
         for p, dflt in zip(params[len(params) - len(defaults):], defaults):
             env[p] = _literal(dflt)
+            if env[p] is UNKNOWN and isinstance(dflt, ast.Call):
+                env[p] = self.eval(dflt, {}, mod, "", depth + 1)  # MappingProxyType({}): evaluated where it is defined
         for p, v in zip(params, args):
             env[p] = v
         env.update(kwargs)
@@ -632,6 +635,9 @@ class Interpreter:
             out = target(*args, **kwargs)
             return bounded.build(tuple, out) if isinstance(out, map) else bounded.check(out)
         if isinstance(target, FuncHandle):
+            if (target.qual or target.dotted) in ("types.MappingProxyType", "MappingProxyType") and len(args) == 1 and not kwargs:
+                # a read-only view of a mapping (``fused_mapping=MappingProxyType({})``): its items
+                return bounded.build_dict(list(args[0].items())) if isinstance(args[0], dict) else UNKNOWN
             probe = self._probe(target.tail, target.dotted, args)
             if probe is not KeyError:
                 return probe

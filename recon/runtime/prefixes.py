@@ -26,6 +26,8 @@ from ..names import dotted_name
 # the attribute paths of the layers the oracle and the runtime view ask about, under a decoder layer
 MOE_PATH = ("mlp", "experts")
 LINEAR_PATH = ("self_attn", "o_proj")
+# builtins that look at a function without calling it (``getattr(layer_fn, "func", layer_fn)``)
+_INSPECTS = frozenset({"getattr", "hasattr", "isinstance", "callable", "type", "id", "repr", "str"})
 
 
 def entry_class(world) -> Optional[str]:
@@ -152,7 +154,7 @@ def _named_by(ev, target: Optional[str], pos: Optional[int], key: Optional[str],
         # handed on whole to another function (with the layers' name, or without)
         at = next((i for i, a in enumerate(n.args) if isinstance(a, ast.Name) and a.id == fn_param), None)
         kat = next((k.arg for k in n.keywords if isinstance(k.value, ast.Name) and k.value.id == fn_param), None)
-        if at is None and kat is None:
+        if at is None and kat is None or isinstance(n.func, ast.Name) and n.func.id in _INSPECTS:
             continue
         func = n.func
         if (dotted_name(func) or "").rsplit(".", 1)[-1] == "partial" and n.args and at is not None and at > 0:

@@ -1,10 +1,12 @@
 """Reading a layer's name: str methods, negative indexes, f-strings, ``any`` over a list, an
 ``assert`` that holds, the walrus (a quant config's ``is_layer_skipped(prefix, ignored_layers)``)."""
 
+from types import MappingProxyType
+
 FALLBACK = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
 
 
-def is_skipped(prefix, ignored_layers, fused_mapping={}):
+def is_skipped(prefix, ignored_layers, fused_mapping=MappingProxyType({})):
     proj_name = prefix.split(".")[-1]
     effective = fused_mapping if proj_name in fused_mapping else FALLBACK
     if proj_name in effective:
@@ -48,6 +50,12 @@ def case_fused_shards_all_skipped():
 # expect: False
 def case_linear_not_skipped_when_another_layer_is():
     return is_skipped("model.layers.3.self_attn.o_proj", ["lm_head", "model.layers.0."])
+
+
+# expect: False
+def case_a_default_built_by_a_call():
+    # the default fused_mapping (a read-only empty mapping) is evaluated, not unknown
+    return is_skipped("model.layers.3.self_attn.o_proj", [])
 
 
 # expect: 'x'
