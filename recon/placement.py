@@ -23,7 +23,10 @@ and every product treats them as before.
 
 from __future__ import annotations
 
+import ast
 import bisect
+import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -51,6 +54,8 @@ class StepSites:
     test_sites: dict = field(default_factory=dict)  # an undecided test's text -> "path:line" where the walk read it
     callees: dict = field(default_factory=dict)  # node -> the call from an on-step function that reaches it
     spans: dict = field(default_factory=dict)  # path -> sorted [(line, end_line, node)]
+    constructed: list = field(default_factory=list)  # (path, line, attr, value) the map's construction set
+    dead_branches: dict = field(default_factory=dict)  # path -> [(first, last, why)]: branches the construction decides off
 
     def _add(self, table: dict, key, taken) -> None:
         ways = table.setdefault(key, set())
@@ -128,6 +133,9 @@ def sites_from_map(m: dict) -> StepSites:
             for c in d.get("choices", []):
                 if c.get("primary") and not c.get("assumptions"):  # a choice that needs no undecided test
                     sites += c.get("returned_at", [])
+        for x in lay.get("construction") or []:
+            if isinstance(x, dict) and x.get("attr") and x.get("path") and x.get("line"):
+                s.constructed.append((x["path"], x["line"], x["attr"], x.get("value")))
         for x in sites:
             if isinstance(x, dict) and x.get("path") and x.get("line"):
                 s._add(s.lines, (x["path"], x["line"]), ())
@@ -159,6 +167,7 @@ def step_sites(ctx, prefill_m: int = PREFILL_M) -> Optional[StepSites]:
     if s is not None:
         s.spans = _spans(ctx.tree.graph)
         _add_deciding_functions(s, ctx.tree.graph)
+        _add_dead_branches(s, ctx.tree)
         _add_callees(s, ctx.tree.graph)
     ctx.cache[key] = s
     return s
@@ -193,6 +202,55 @@ def _add_deciding_functions(s: StepSites, G) -> None:
                 break
 
 
+def _self_attr_test(test: ast.AST):
+    """(attr, holds when it is truthy) of ``if self.X`` / ``if not self.X``; else None."""
+    neg = False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, neg = test.operand, True
+    if isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name) and test.value.id == "self":
+        return test.attr, not neg
+    return None
+
+
+def _add_dead_branches(s: StepSites, tree) -> None:
+    """The branches of a constructor the map evaluated that its construction decides off: in the
+    function that set ``self.use_flashinfer = False``, the body of ``if self.use_flashinfer:`` does
+    not run (nor the ``else`` of a test that holds). Lines there are elsewhere, with the reason."""
+    from .engine.asts import module_ast
+
+    by_fn: dict = {}
+    for path, line, attr, value in s.constructed:
+        fn = enclosing(s, path, line)
+        if fn and value in ("True", "False"):
+            by_fn.setdefault((path, fn), {})[attr] = (value == "True", f"{path}:{line}")
+    for (path, fn), known in by_fn.items():
+        mod = module_ast(tree, path)
+        span = next(((a, b) for a, b, n in s.spans.get(path, []) if n == fn), None)
+        if mod is None or span is None:
+            continue
+        for node in ast.walk(mod):
+            if not isinstance(node, ast.If) or not (span[0] <= node.lineno <= span[1]):
+                continue
+            got = _self_attr_test(node.test)
+            if not got or got[0] not in known:
+                continue
+            attr, when_true = got
+            value, at = known[attr]
+            holds = value == when_true
+            branch = node.orelse if holds else node.body
+            if branch:
+                why = f"`self.{attr}` is {value} [{at}]"
+                s.dead_branches.setdefault(path, []).append((branch[0].lineno, branch[-1].end_lineno, why))
+
+
+def dead_branch(s: StepSites, path: str, line: int) -> Optional[str]:
+    """Why ``path:line`` sits in a branch the step's construction decides off, or None."""
+    for a, b, why in s.dead_branches.get(path, ()):
+        if a <= line <= b:
+            return why
+    return None
+
+
 def _add_callees(s: StepSites, G) -> None:
     """The graph's reach one call beyond the decided path: a function an on-step function calls
     that the map did not enter (a gate its tests evaluate, a call it could not bind, a call in a
@@ -204,6 +262,9 @@ def _add_callees(s: StepSites, G) -> None:
         for _, v, d in G.out_edges(n, data=True):
             if d.get("kind") not in ("calls", "launches") or v in s.functions:
                 continue
+            at = (d.get("path"), d.get("line"))
+            if at in s.dead and at not in s.call_lines and at not in s.lines:
+                continue  # the call sits in a branch the engine decided does not run
             if G.nodes.get(v, {}).get("kind") not in ("function", "triton_kernel"):
                 continue
             s.callees.setdefault(v, f"the call at {d.get('path')}:{d.get('line')} in `{short}` runs")
@@ -231,6 +292,9 @@ def place(s: StepSites, path: Optional[str], line: Optional[int]) -> dict:
     here = s.call_lines.get((path, line))
     if here is None and (path, line) in s.dead and (path, line) not in s.lines:
         return {"placement": ELSEWHERE, "function": fn, "tests": []}
+    off = dead_branch(s, path, line) if here is None and (path, line) not in s.lines else None
+    if off:
+        return {"placement": ELSEWHERE, "function": fn, "tests": [], "branch_off": off}
     ways = set(s.lines.get((path, line), set())) | set(here if here is not None else (s.functions.get(fn, set()) if fn else set()))
     # reached under a test and under its negation: runs whichever way it goes
     ways = merge_ways(ways)
@@ -260,6 +324,11 @@ def on_moe_path(s: StepSites, path: Optional[str], line: Optional[int]) -> bool:
     return bool(fn and fn in s.moe_functions)
 
 
+# rules whose messages state facts of the device and the code only (a gate's value, the branch it
+# takes), never a model size: placed elsewhere, they keep their own message, which stays true
+DEVICE_FACTS = {"arch-gate"}
+
+
 def place_findings(ctx, findings, rules_by_id: dict) -> bool:
     """Give every finding its placement (``data["placement"]``, and ``placement_tests`` where
     undecided); an elsewhere one gets a message that binds none of the model's sizes. A finding
@@ -274,22 +343,53 @@ def place_findings(ctx, findings, rules_by_id: dict) -> bool:
             f.data["placement"] = got["placement"]
             if got["tests"]:
                 f.data["placement_tests"] = got["tests"]
-            fn = got["function"]
+            fn, off = got["function"], got.get("branch_off")
         else:
             fn = enclosing(s, p.path, p.line) if p else None
+            off = dead_branch(s, p.path, p.line) if p and f.data["placement"] == ELSEWHERE else None
         f.data["on_moe_path"] = on_moe_path(s, p.path if p else None, p.line if p else None)
-        if f.data["placement"] == ELSEWHERE:
+        if off:  # what its evidence says this device does holds only were that branch to run
+            f.evidence = [f.evidence[0]] + [dataclasses.replace(e, note=f"{e.note} (only were the branch at line {p.line} to run)")
+                                            for e in f.evidence[1:]]
+            f.evidence[0] = dataclasses.replace(f.evidence[0], note=f"{f.evidence[0].note} (in a branch that does not run here: {off})")
+        if f.data["placement"] == ELSEWHERE and f.rule_id in DEVICE_FACTS:
+            if "(elsewhere)" not in f.message:
+                G = ctx.tree.graph
+                where = G.nodes[fn].get("qualname", fn) if fn and fn in G else (f"{p.path}:{p.line}" if p else "this tree")
+                f.message += (f"; line {p.line} is in a branch of `{where}` that does not run here: {off} (elsewhere)" if off else
+                              f"; the mapped step does not enter `{where}` for this device, model and flags (elsewhere)")
+        elif f.data["placement"] == ELSEWHERE and not f.data.get("placement_said"):
             rule = rules_by_id.get(f.rule_id)
-            f.message = elsewhere_message(rule.title if rule else f.rule_id, ctx.tree.graph, fn, p)
+            f.message = elsewhere_message(rule.title if rule else f.rule_id, ctx.tree.graph, fn, p, off)
+            f.evidence = [dataclasses.replace(e, note=unbound_note(e.note)) for e in f.evidence]
     return True
 
 
-def elsewhere_message(title: str, G, fn: Optional[str], p) -> str:
+def elsewhere_message(title: str, G, fn: Optional[str], p, off: Optional[str] = None) -> str:
     """What a finding off the step says: the rule and the place, none of the model's sizes (they
-    were bound for a step this code is not on)."""
+    were bound for a step this code is not on). A site in a branch the construction decides off is
+    said to be so: its function does run."""
     where = G.nodes[fn].get("qualname", fn) if fn and fn in G else (f"{p.path}:{p.line}" if p else "this tree")
+    if off:
+        return (f"{title.rstrip('.')}: at line {p.line} of `{where}`, in a branch that does not run for this device, model "
+                f"and flags ({off}; elsewhere in the tree; the model's sizes are not applied here)")
     return (f"{title.rstrip('.')}: in `{where}`, which the mapped step does not enter for this device, model and "
             f"flags (elsewhere in the tree; the model's sizes are not applied here)")
+
+
+_BINDS = re.compile(r"^binds (\S+) = .+ at batch \d+ \((\w+)\)$")
+
+
+def unbound_note(note: str) -> str:
+    """An evidence note of a finding off the step, without the value a model size or the batch gave
+    it (``binds H = 64 at batch 1 (num_attention_heads)`` -> ``H is read from the model's
+    num_attention_heads (not applied here)``); a constant of the code keeps its value."""
+    m = _BINDS.match(note or "")
+    if not m or m.group(2) == "code":
+        return note
+    name, src = m.groups()
+    return f"{name} is read from the decode batch (not applied here)" if src == "M" else \
+        f"{name} is read from the model's {src} (not applied here)"
 
 
 def undecided_note(tests: list) -> str:

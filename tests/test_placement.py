@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from recon.placement import ELSEWHERE, ON_STEP, PLACEMENTS, UNDECIDED, place, step_sites
+from recon.placement import DEVICE_FACTS, ELSEWHERE, ON_STEP, PLACEMENTS, UNDECIDED, place, step_sites
 
 # the rules whose findings the issue found off the path (kernels, gates, host syncs), run on their own
 RULES = ("triton-cuda-core-reduction", "low-occupancy-launch", "arch-gate", "cuda-graph-host-sync")
@@ -45,8 +45,11 @@ def test_every_finding_is_placed_and_off_path_kernels_are_elsewhere(dsv4_h200):
     assert all(f.data["placement"] == ELSEWHERE for f in off)
     model = load_model("dsv4")
     for f in (f for f in res.findings if f.data["placement"] == ELSEWHERE):
-        assert model.name not in f.message and "elsewhere in the tree" in f.message
+        assert model.name not in f.message
+        assert "elsewhere in the tree" in f.message or (f.rule_id in DEVICE_FACTS and f.message.endswith("(elsewhere)"))
         assert not any(re.search(rf"\b{s}\b", f.message) for s in _sizes(model)), f.message
+        # nor does its evidence bind them (the low-occupancy launches' `binds H = ...` notes)
+        assert not any(re.search(rf"= {s}\b", e.note) for e in f.evidence for s in _sizes(model)), f.evidence
 
 
 def test_a_site_the_step_reaches_is_on_step(dsv4_h200):
@@ -89,6 +92,13 @@ def test_a_site_the_step_reaches_is_on_step(dsv4_h200):
     # the findings on the step are the view's MoE path in the capture, or sit in walked functions
     for f in res.findings:
         if f.data["placement"] == ON_STEP and "quant_method" not in f.data:
+            if f.rule_id == "arch-gate" and f.primary.note.endswith("defined here"):
+                # a gate's definition is placed where it is read: that line is cited
+                read = [e for e in f.evidence if e.note.startswith("read ")]
+                assert read, f.message
+                if read[0].note.startswith("read here"):
+                    assert place(s, read[0].path, read[0].line)["placement"] == ON_STEP
+                continue
             assert place(s, f.primary.path, f.primary.line)["placement"] == ON_STEP
 
 
@@ -106,7 +116,12 @@ def test_host_sync_blames_only_syncs_the_step_reaches(dsv4_h200):
             assert all(any(n for n in walked if s.spans and h["path"] == res.context.tree.graph.nodes[n].get("path")) for h in f.data["hazards"])
             assert not any("deep_gemm" in h["path"] for h in f.data["hazards"]) or "deep_gemm" in (view.moe.get("apply") or "")
         elif "functions" in f.data and f.data.get("placement") != ELSEWHERE:
+            # undecided says on what: the tests its hazards are reached under
+            assert f.data["placement"] == ON_STEP or f.data.get("placement_tests"), f.message
             for fn in f.data["functions"]:
+                # reached from the capture through calls the map did not decide off
+                assert not any((r["path"], r["line"]) in s.dead and (r["path"], r["line"]) not in s.call_lines
+                               for r in fn["reached_by"]), fn["function"]
                 for h in fn["hazards"]:
                     assert place(s, h["path"], h["line"])["placement"] in (ON_STEP, UNDECIDED)
 
@@ -190,3 +205,91 @@ def test_unseen_release_places_findings():
     if ctx["moe_path"].get("assumes"):
         assert all(re.search(r"\[[^\]]+:\d+\]$", t) for t in ctx["moe_path"]["assumes"])
         assert any(p.get("assumes") == ctx["moe_path"]["assumes"] for p in ctx["plan"])
+
+
+def test_a_callee_called_only_from_a_dead_branch_is_not_reached():
+    """The graph's reach one call beyond the decided path skips a call in a branch the engine
+    decided does not run (0.5.21, gpt-oss on H200: `moe_forward_native`, called from
+    `Mxfp4MoEMethod.apply` only under `if _is_cpu:`, counted its host sync as undecided)."""
+    import networkx as nx
+
+    from recon.placement import StepSites, _add_callees
+
+    G = nx.MultiDiGraph()
+    G.add_node("m.apply", kind="function", qualname="M.apply", path="m.py", line=1)
+    G.add_node("m.native", kind="function", qualname="native", path="n.py", line=1)
+    G.add_node("m.other", kind="function", qualname="other", path="o.py", line=1)
+    G.add_edge("m.apply", "m.native", kind="calls", path="m.py", line=5)
+    G.add_edge("m.apply", "m.other", kind="calls", path="m.py", line=7)
+    s = StepSites()
+    s._add(s.functions, "m.apply", ())
+    s.dead.add(("m.py", 5))
+    _add_callees(s, G)
+    assert "m.native" not in s.callees and "m.other" in s.callees
+
+
+def test_gate_definitions_are_placed_where_they_are_read(dsv4_h200):
+    """A gate's definition states the device's value, a fact of the device: it keeps that message
+    wherever it is placed (no rule title over a function it never decides). One read by a server
+    argument the scenario resolves is on the step, the argument's line cited; one read nowhere the
+    step goes says so."""
+    res, _ = dsv4_h200
+    defs = [f for f in res.findings if f.rule_id == "arch-gate" and f.evidence[0].note.endswith("defined here")]
+    assert defs
+    for f in defs:
+        assert re.search(r" is (true|false|unknown) on NVIDIA H200 ", f.message), f.message
+        assert not f.message.startswith("Architecture gate decides"), f.message
+        if f.data["placement"] == ELSEWHERE:
+            assert f.message.endswith("(elsewhere)")
+        read = [e for e in f.evidence if e.note.startswith("read deciding ")]
+        if read:
+            assert f.data["placement"] == ON_STEP
+    # the platform's properties decide DeepSeek-V4's server arguments on H200: some gate is read so
+    assert any(e.note.startswith("read deciding ") for f in defs for e in f.evidence)
+
+
+def test_elsewhere_evidence_binds_no_model_size():
+    """An off-step finding's evidence names where a size is read, not the value the model gave it."""
+    from recon.placement import unbound_note
+
+    assert unbound_note("binds H = 64 at batch 1 (num_attention_heads)") == "H is read from the model's num_attention_heads (not applied here)"
+    assert unbound_note("binds bs = 1 at batch 1 (M)") == "bs is read from the decode batch (not applied here)"
+    assert unbound_note("binds BLOCK_H = 16 at batch 1 (code)") == "binds BLOCK_H = 16 at batch 1 (code)"
+
+
+METHOD = '''class Method:
+    def __init__(self, backend):
+        self.use_fi = backend == "fi"
+        self.kernel = None
+        if self.use_fi:
+            if is_sm100():
+                self.kernel = "trtllm"
+            else:
+                self.kernel = "cutlass"
+        if not self.use_fi:
+            self.kernel = "triton"
+        else:
+            self.kernel = "other"
+'''
+
+
+def test_a_branch_the_construction_decides_off_is_elsewhere(synthetic):
+    """In a constructor the map evaluated (`self.use_fi = False` there), the body of `if
+    self.use_fi:` and the `else` of `if not self.use_fi:` do not run: elsewhere, saying why, not
+    undecided on "the branch holding this line runs" (0.5.21, gpt-oss on H200:
+    `Mxfp4MoEMethod.__init__` setting `_fi_kernel` under `if self.use_flashinfer:`)."""
+    from recon.placement import StepSites, _add_dead_branches, dead_branch
+
+    tree = synthetic({"sglang/srt/m.py": METHOD})
+    path = "sglang/srt/m.py"
+    s = StepSites()
+    s.spans = {path: [(2, 13, "sglang.srt.m.Method.__init__")]}
+    s._add(s.functions, "sglang.srt.m.Method.__init__", ("the branch of `Method.__init__` holding this line runs",))
+    s.constructed = [(path, 3, "use_fi", "False")]
+    _add_dead_branches(s, tree)
+    for line in (6, 7, 9, 13):
+        assert "`self.use_fi` is False" in dead_branch(s, path, line)
+        got = place(s, path, line)
+        assert got["placement"] == ELSEWHERE and got["branch_off"]
+    for line in (4, 11):
+        assert dead_branch(s, path, line) is None and place(s, path, line)["placement"] == UNDECIDED

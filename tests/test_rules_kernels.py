@@ -198,3 +198,119 @@ def test_new_epilogue_real(tree_new, rules, device, model):
         assert f.data["kernel_sites"]
         cited = [tree_new.lines(e.path)[e.line - 1] for e in f.evidence if e.note.startswith("eager op")]
         assert cited and all(any(tok in c for tok in ("*", "+", "/", "-", ".", "(")) for c in cited)
+
+
+NOT_GEMV = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def norm_kernel(X, Y, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    sum_sq = tl.zeros((), dtype=tl.float32)
+    for k in range(0, N, BLOCK):
+        x = tl.load(X + row * N + k + offs)
+        sum_sq += tl.sum(x * x, axis=0)
+    tl.store(Y + row, sum_sq)
+
+
+@triton.jit
+def pick_kernel(L, Y, E: tl.constexpr, K: tl.constexpr):
+    row = tl.program_id(0)
+    logits = tl.load(L + row * E + tl.arange(0, E))
+    for i in range(0, K):
+        top = tl.argmax(logits, axis=0)
+        v = tl.sum(logits * (tl.arange(0, E) == top), axis=0)
+        tl.store(Y + row * K + i, v)
+
+
+@triton.jit
+def pool_kernel(KV, S, Y, T, D: tl.constexpr, BLOCK_T: tl.constexpr):
+    row = tl.program_id(0)
+    d = tl.arange(0, D)
+    acc = tl.zeros([D], dtype=tl.float32)
+    for t in range(0, T, BLOCK_T):
+        ts = t + tl.arange(0, BLOCK_T)
+        kv = tl.load(KV + ts[:, None] * D + d[None, :])
+        w = tl.exp(tl.load(S + ts[:, None] * D + d[None, :]))
+        acc += tl.sum(kv * w, axis=0)
+    tl.store(Y + row * D + d, acc)
+
+
+@triton.jit
+def gemv_kernel(W, X, Y, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    row = tl.program_id(0)
+    offs_n = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        offs_k = k + tl.arange(0, BLOCK_K)
+        x = tl.load(X + row * K + offs_k)
+        w = tl.load(W + offs_n[:, None] * K + offs_k[None, :])
+        acc += tl.sum(w * x[None, :].to(tl.float32), axis=1)
+    tl.store(Y + row * N + offs_n, acc)
+'''
+
+
+def test_only_contractions_are_tensor_core_work(rules, device, model, synthetic):
+    """A sum of squares (a norm), a product with a mask (a one-hot pick) and two whole tiles
+    multiplied element by element (a weighted pooling) are reductions no tensor core runs: only
+    the hand-written matrix-vector product (a vector spread over the tile) is reported."""
+    from recon.checks.kernels import is_contraction
+
+    tree = synthetic({"sglang/srt/layers/k.py": NOT_GEMV})
+    out = run(tree, device, model, rules["triton-cuda-core-reduction"])
+    assert [f.data["kernel"] for f in out] == ["gemv_kernel"]
+    assert not is_contraction("tl.sum(x * x, axis=0)") and is_contraction("tl.sum(a[None, :] * b, axis=1)")
+
+
+def test_new_norms_and_picks_are_not_reported(tree_new, rules, device, model):
+    """0.5.23: the group norm's sum of squares and the router's one-hot pick are not reported; the
+    FlashMLA sm_120 decode's QK GEMV is."""
+    out = run(tree_new, device, model, rules["triton-cuda-core-reduction"])
+    names = {f.data["kernel"] for f in out}
+    assert "_tiled_sparse_decode_kernel" in names
+    assert not names & {"_group_norm_silu_contiguous_kernel", "_group_norm_stats_kernel"}
+    assert not any("== topi" in e for f in out for e in f.data["sum_exprs"])
+
+
+EXCLUSIVE = '''import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def act_kernel(A, C, N, BLOCK: tl.constexpr):
+    tl.store(C + tl.arange(0, BLOCK), tl.load(A + tl.arange(0, BLOCK)))
+
+
+def {name}(hidden_states, fused, intermediate_size):
+    M, K = hidden_states.shape
+    I = intermediate_size
+    out = torch.empty(M, 2 * I, dtype=hidden_states.dtype, device=hidden_states.device)
+    res = torch.empty(M, I, dtype=hidden_states.dtype, device=hidden_states.device)
+    if fused:
+        act_kernel[(M,)](out, res, 2 * I, BLOCK=128)
+    else:
+        gate = out[:, :I].float()
+        up = out[:, I:].float()
+        res = (F.silu(gate) * up).to(hidden_states.dtype)
+{tail}    return res
+'''
+
+
+def test_ops_in_the_other_branch_of_the_launch_are_no_epilogue(rules, device, model, synthetic):
+    """Eager ops in the `else` of the `if` whose body launches the kernel run instead of it, not
+    after it (0.5.21 `_run_contiguous_gemm`: the SiTU fallback beside the fused SiTU kernel): no
+    epilogue. The same ops after the `if` are one."""
+    from recon.checks.epilogue import exclusive
+
+    tree = synthetic({
+        "sglang/srt/layers/a.py": EXCLUSIVE.format(name="fallback", tail=""),
+        "sglang/srt/layers/b.py": EXCLUSIVE.format(name="after", tail="    res = (F.silu(res.float()) * res.float()).to(res.dtype)\n"),
+    })
+    out = run(tree, device, model, rules["eager-epilogue"])
+    assert [f.data["function"] for f in out] == ["after"]
+    ifs = [{"line": 17, "body_end": 18, "end_line": 22}]
+    assert exclusive(ifs, 20, 18) and not exclusive(ifs, 23, 18)

@@ -49,7 +49,7 @@ def params_dict(params: Any) -> dict:
     return out
 
 
-SCAN_KEYS = {"on_moe_path": bool, "placement": str, "placement_tests": list}  # what recon.scan adds to a finding's data
+SCAN_KEYS = {"on_moe_path": bool, "placement": str, "placement_tests": list, "placement_said": bool}  # what recon.scan adds to a finding's data
 
 
 def _is(value: Any, hint: Any) -> bool:

@@ -225,7 +225,15 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
                f"so some may only run outside decode capture (prefill, logprobs, warmup): each is a hazard if its branch runs "
                f"while capturing")
         if elsewhere:
-            msg += f"; {len(elsewhere)} more in functions the mapped step does not enter are not counted"
+            msg += (f"; {len(elsewhere)} more in code the mapped step does not run (or reaches only through a call in a "
+                    f"branch it decides off) are not counted")
+        if placement.get("placement") == "elsewhere":
+            # none is on the step: said so here (no model named), not as a site off the step
+            msg = (f"{len(live_all)} host sync(s)/data-dependent shape(s) in {len(by_fn)} function(s) statically reachable "
+                   f"from the CUDA-graph-captured forward ({', '.join(kinds)}), none on the mapped step for this device, model "
+                   f"and flags: each sits in code the step does not run (a function it does not enter, a branch it decides "
+                   f"off) or in a function it reaches only through a call in such a branch (elsewhere)")
+            placement = {**placement, "placement_said": True}
         findings.append(Finding(rule.id, msg, "warning", ev, {
             "capture_site": f"{chain['site_path']}:{chain['site_line']}",
             "model_forward": fwd,
@@ -350,20 +358,29 @@ def _placed(ctx, live: list, by_fn: list) -> tuple:
     s = step_sites(ctx)
     if s is None:
         return live, by_fn, [], {}
-    kept, away, where = [], [], set()
+    # a function the capture reaches only through a call in a branch the map decided does not
+    # run (`LogitsProcessor.forward` calling the prefill-only logprob helper) is not reached
+    cut = {b["function"] for b in by_fn
+           if any((r.get("path"), r.get("line")) in s.dead and (r.get("path"), r.get("line")) not in s.call_lines
+                  for r in b.get("reached_by") or [])}
+    kept, away, where, tests = [], [], set(), []
     for h in live:
         got = place(s, h["path"], h["line"])
-        if got["placement"] == ELSEWHERE:
+        if got["placement"] == ELSEWHERE or h.get("function") in cut:
             away.append({k: h[k] for k in ("path", "line", "call", "kind")})
         else:
             kept.append(h)
             where.add(got["placement"])
+            tests += [t for t in got["tests"] if t not in tests]
     keep_fns = {h["function"] for h in kept}
     fns = [{**b, "hazards": [x for x in b["hazards"] if any(x["path"] == h["path"] and x["line"] == h["line"] for h in kept)]}
            for b in by_fn if b["function"] in keep_fns]
     if not kept:  # every one is off the step: one finding placed elsewhere says so
         return live, by_fn, [], ({"placement": ELSEWHERE} if live else {})
-    return kept, fns, away, {"placement": ON_STEP if ON_STEP in where else UNDECIDED}
+    if ON_STEP in where:
+        return kept, fns, away, {"placement": ON_STEP}
+    # none on the step: the finding depends on the tests its hazards are reached under, named
+    return kept, fns, away, {"placement": UNDECIDED, "placement_tests": tests}
 
 
 def _unresolved_finding(ctx, rule, chain: dict, unresolved: list[str], depth: int) -> Finding:

@@ -221,6 +221,14 @@ def _kernel_sites(ctx: CheckContext) -> dict[str, dict[str, list[int]]]:
     return ctx.cache[key]
 
 
+def exclusive(ifs: list, a: int, b: int) -> bool:
+    """Whether lines ``a`` and ``b`` sit in the two branches of one ``if`` (its body and its
+    ``else``/``elif``): one never runs after the other in the same call."""
+    def side(i, x):
+        return "body" if i["line"] < x <= i["body_end"] else ("else" if i["body_end"] < x <= i["end_line"] else None)
+    return any({side(i, a), side(i, b)} == {"body", "else"} for i in ifs)
+
+
 def _chain(rule, fsum: dict, site_lines: list[int]):
     """(outputs, allocations, chain statements, ops per line) of a function, from its code alone."""
     stmts = fsum["stmts"]
@@ -245,9 +253,12 @@ def _chain(rule, fsum: dict, site_lines: list[int]):
     chain = []
     ast_ops: dict[int, list[str]] = {}
     tainted = set(outputs)
+    ifs = [st for st in stmts if st.get("k") == "if" and st.get("body_end")]
     for st in stmts:
         if st["line"] <= first or st.get("launch") or st.get("k") not in ("assign", "aug", "expr", "return"):
             continue
+        if all(exclusive(ifs, st["line"], s) for s in sites):
+            continue  # in the other branch of an `if` holding every launch: it runs instead of them, not after
         node = parse_expr(st["src"])
         if node is None or not (_names(node) & tainted):
             continue

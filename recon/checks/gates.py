@@ -97,6 +97,7 @@ def arch_gate(ctx, rule) -> list[Finding]:
     findings: list[Finding] = []
     dev = ctx.device
     seen: dict[tuple, list] = {}
+    defs: list = []  # (finding, gate, every name it is read by): placed where it is read
     for q, g in sorted(model.gates.items()):  # an alias chain is one statement: report it once
         seen.setdefault((g.path, g.line), []).append(q)
     for key, qs in sorted(seen.items()):
@@ -115,6 +116,7 @@ def arch_gate(ctx, rule) -> list[Finding]:
         findings.append(Finding(rule.id, msg, rule.severity, [Evidence(g.path, g.line, None, f"gate {g.name} defined here", ctx.snippet(g.path, g.line))],
                                 {"gate": g.name, "qualname": q, "value": v, "predicate": g.predicate, "form": g.form,
                                  "aliases": names, "true_on": true_on, "wraps": g.wraps, "kwargs": g.kwargs}))
+        defs.append((findings[-1], q, {g.name, *g.names, *names}))
     # gated sites where this device's branch differs from a reference device's
     refs = [d for d in params.reference_devices if d.name != dev.name]
     limit = params.max_sites
@@ -153,4 +155,69 @@ def arch_gate(ctx, rule) -> list[Finding]:
         findings.append(Finding(rule.id, msg, rule.severity, ev, {
             "site": where, "gates": names, "test": b.test, "value": v, "reference": ref_vals,
             "taken": list(taken) if taken else None, "calls": called, "patches": sorted({p.func for p in patches})}))
+    _place_definitions(ctx, model, defs, sites)
     return findings
+
+
+def _place_definitions(ctx, model, defs: list, sites: list) -> None:
+    """A gate's definition is a fact about the device, not a site on the step: it is placed where
+    the gate is read. Read by a server argument the scenario resolves (a model override picking the
+    MoE runner on ``get_platform().is_sm100``): on the step, that argument cited; read by an ``if``
+    in the dispatch layers: placed as the best of those ``if`` lines; read nowhere the step goes:
+    elsewhere, saying so (its own message, which binds no model size, is kept)."""
+    from ..placement import ELSEWHERE, ON_STEP, PLACEMENTS, place, step_sites
+
+    s = step_sites(ctx) if defs else None
+    if s is None:
+        return
+    G = ctx.tree.graph
+    args = {}
+    if getattr(ctx.model, "num_experts", 0):
+        from ..runtime import runtime_view
+
+        view = runtime_view(ctx)
+        args = view.server_args if view is not None else {}
+    # the gates each resolved argument's test reads: platform properties through the platform's
+    # table (`get_platform().is_sm100`), plain names only where one gate has that name
+    by_name: dict = {}
+    for _, q, names in defs:
+        for n in names:
+            by_name.setdefault(n, set()).add(q)
+    reads: dict = {}
+    for k, a in sorted(args.items()):
+        if not (a.get("test") and a.get("path")):
+            continue
+        got = set()
+        for d in re.findall(r"[\w.]*\(\)\.\w+|[\w.]+", a["test"]):
+            q = model.platform_property(d) if "." in d else None
+            if q:
+                got.add(q)
+            elif "." not in d and len(by_name.get(d, ())) == 1:
+                got |= by_name[d]
+        for q in got:
+            reads.setdefault(q, []).append((k, a))
+    for f, q, names in defs:
+        read = reads.get(q, [])
+        if read:
+            f.data["placement"] = ON_STEP
+            for k, a in read[:3]:
+                f.evidence.append(Evidence(a["path"], a["line"], None, f"read deciding {k} = {a['value']}", ctx.snippet(a["path"], a["line"])))
+            f.message += "; read deciding " + ", ".join(f"{k} = {a['value']} [{a['path']}:{a['line']}]" for k, a in read[:3])
+            continue
+        # the `if`s of the dispatch layers that test it, and every call of it (a kernel wrapper's
+        # `if not _is_fa3_supported(): raise` on the step's attention path)
+        at = [(x["path"], x["branch"].line) for x in sites if q in x["gates"]]
+        at += sorted({(d["path"], d["line"]) for _, _, d in G.in_edges(q, data=True)
+                      if d.get("kind") == "calls" and d.get("path") and d.get("line")}) if q in G else []
+        got = [(place(s, pth, ln), pth, ln) for pth, ln in at]
+        best = min(got, key=lambda g: PLACEMENTS.index(g[0]["placement"])) if got else ({"placement": ELSEWHERE, "tests": []}, None, None)
+        f.data["placement"] = best[0]["placement"]
+        if best[0]["tests"]:
+            f.data["placement_tests"] = best[0]["tests"]
+        if best[0]["placement"] == ON_STEP:
+            f.evidence.append(Evidence(best[1], best[2], None, "read here, on the mapped step", ctx.snippet(best[1], best[2])))
+            f.message += f"; read on the mapped step at {best[1]}:{best[2]}"
+        elif best[0]["placement"] == ELSEWHERE:
+            f.message += ("; not read on the mapped step by a call, an `if` of the dispatch layers or a server argument "
+                          "resolved for this scenario (elsewhere)")
+

@@ -6,6 +6,7 @@ Candidates come from the graph (nodes of kind ``triton_kernel``); only their fil
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from collections import defaultdict
 from typing import Optional
@@ -94,6 +95,43 @@ class InnerLoopDequantParams:
     require_one_of: list[str] = ("exp2", "ldexp")  # "where" alone selects; a decode also rebuilds the exponent
 
 
+def _factors(e: ast.AST) -> list:
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+        return _factors(e.left) + _factors(e.right)
+    return [e]
+
+
+def _broadcast(e: ast.AST) -> bool:
+    """A factor indexed with ``None`` (``x[None, :]``, ``w[:, None]``), also through casts on it
+    (``x[None, :].to(tl.float32)``): a vector spread over the other axis of the tile."""
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute):
+        e = e.func.value
+    if isinstance(e, ast.Subscript):
+        sl = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+        return any(isinstance(x, ast.Constant) and x.value is None for x in sl)
+    return False
+
+
+def is_contraction(expr: str) -> bool:
+    """Whether ``tl.sum(a * b, ...)`` is a matrix-vector product written by hand: one factor is a
+    vector spread over the tile (``x[None, :] * w``), so the sum contracts a shared axis, which
+    ``tl.dot`` would run on tensor cores. A sum of squares (``x * x``, a norm), a product with a
+    mask (``v * (idx == k)``, a one-hot pick) or two whole tiles multiplied element by element
+    (a weighted pooling) is a reduction no tensor core does: not one."""
+    try:
+        call = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return True  # not read: kept as the summary reported it
+    if not isinstance(call, ast.Call) or not call.args:
+        return True
+    fs = _factors(call.args[0])
+    if len(fs) < 2 or len({ast.dump(f) for f in fs}) < 2:
+        return False
+    if any(isinstance(f, ast.Compare) for f in fs):
+        return False
+    return any(_broadcast(f) for f in fs)
+
+
 @check("triton_cuda_core_reduction", params=CudaCoreReductionParams, payload=(CudaCoreReductionData,))
 def triton_cuda_core_reduction(ctx: CheckContext, rule) -> list[Finding]:
     """``tl.sum`` over an elementwise product inside a loop, in a kernel with no ``tl.dot``."""
@@ -103,7 +141,11 @@ def triton_cuda_core_reduction(ctx: CheckContext, rule) -> list[Finding]:
         summary = file_summary(ctx.tree, path, ctx.cache)
         for node, d in nodes:
             k = summary["kernels"].get(d.get("qualname") or d.get("name"))
-            if not k or k["dots"] or len(k["sums"]) < min_sums:
+            if not k or k["dots"]:
+                continue
+            # only the sums that contract an axis (a GEMV by hand) are work tensor cores would do
+            k = {**k, "sums": [x for x in k["sums"] if is_contraction(x["expr"])]}
+            if len(k["sums"]) < min_sums:
                 continue
             tiles = tile_report(k)
             accs = [s["acc"] for s in k["sums"] if s["acc"]]

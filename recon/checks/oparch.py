@@ -19,6 +19,7 @@ from ..findings import Evidence, Finding
 from ..engine.asts import check_ast, enclosing_function, if_statements, module_ast
 from ..engine.opreqs import support
 from . import check
+from ..runtime.moe import cond_text
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ def _routed_by(lay: dict) -> list[dict]:
     be = lay.get("backend") or {}
     if lay.get("kind") == "moe" and be.get("path"):
         val = be.get("value")
-        out.append({"what": f"moe_runner_backend = {val!r}" if val else "moe_runner_backend", "path": be["path"], "line": be["line"],
+        # the view keeps the value as its source text ("'triton_kernel'"): shown as it is, not quoted again
+        shown = val if isinstance(val, str) and val[:1] in "'\"" else repr(val)
+        out.append({"what": f"moe_runner_backend = {shown}" if val else "moe_runner_backend", "path": be["path"], "line": be["line"],
                     "flag": "moe_runner_backend"})
     ret = lay.get("method_returned_at") or []
     for h in ([ret] if isinstance(ret, dict) else list(ret))[:1]:  # get_quant_method's return of the linear method
@@ -190,15 +193,23 @@ def op_arch_support(ctx, rule) -> list[Finding]:
         where = f"{row['step']} {row['layer']}"
         route = "; ".join(f"{r['what']} at {r['path']}:{r['line']}" for r in row["routed_by"])
         cond = "" if row["on_path"] else f" (reached when {' and '.join(lf.get('when', []))})"
+        # the map's first outcome is not what runs when a test on its way is undecided: said so, and
+        # the layer's backend decision is then where the layer goes, not proof it routes to this op
+        open_tests = [] if lf.get("decided", not lf.get("when")) else \
+            [cond_text(t["test"], t["holds"]) + (f" [{t['path']}:{t['line']}]" if t.get("path") else "") for t in lf.get("tests") or []]
+        if row["on_path"] and open_tests:
+            cond = f" (its first outcome, reached only if {' and '.join(open_tests[:4])}{' and more' if len(open_tests) > 4 else ''}: undecided)"
         avoid = _avoid(s, row) if s.runs is False or s.by_version else []
         msg = (f"{lf['name']} {verdict}; on the {where} path{cond} on {dev.name}, called at {lf['path']}:{lf['line']}"
-               + (f", routed by {route}" if route else "") + (f". Avoid: {'; or '.join(avoid)}" if avoid else ""))
+               + ((f", the layer's backend set by {route}" if open_tests else f", routed by {route}") if route else "")
+               + (f". Avoid: {'; or '.join(avoid)}" if avoid else ""))
         ev = [Evidence(lf["path"], lf["line"], None, f"calls {lf['name']}", ctx.snippet(lf["path"], lf["line"]))]
         for h in (lf.get("via") or [])[-3:-1]:
             if h.get("path") and h.get("line"):
                 ev.append(Evidence(h["path"], h["line"], None, h.get("what", ""), ctx.snippet(h["path"], h["line"])))
         for r in row["routed_by"]:
-            ev.append(Evidence(r["path"], int(r["line"]), None, f"routes here: {r['what']}", ctx.snippet(r["path"], int(r["line"]))))
+            ev.append(Evidence(r["path"], int(r["line"]), None, f"{'the layer goes here' if open_tests else 'routes here'}: {r['what']}",
+                               ctx.snippet(r["path"], int(r["line"]))))
         out.append(Finding(rule.id, msg, sev, ev, {
             "op": lf["name"], "arch": dev.sm, "step": row["step"], "layer": row["layer"], "on_path": row["on_path"],
             "runs": s.runs, "built_for": list(s.archs), "package": s.package, "requirement": s.requirement, "version": s.version,
