@@ -639,7 +639,7 @@ class World:
                 continue
             if value is not MISSING and not w.scope.endswith(".__init__") and any(t is UNKNOWN for t in tests):
                 continue
-            if w.receiver == "self" and not w.scope.endswith(".__init__") and _reads_a_parameter(w):
+            if w.receiver == "self" and not w.scope.endswith(".__init__") and _stores_a_parameter(w):
                 # a setter (``def update_packed_modules_mapping(self, mapping): self.x = mapping``):
                 # it writes only where it is called; called nowhere this checkpoint's model runs,
                 # the value stays; called there, it is what that call passes (unknown here)
@@ -1032,12 +1032,14 @@ def _call_with_guards(stmts, method: str, line: int, guards: tuple):
     return None
 
 
-def _reads_a_parameter(w) -> bool:
-    """A write whose value reads a parameter of its function (other than ``self``)."""
-    if w.fn is None:
+def _stores_a_parameter(w) -> bool:
+    """A write of one of its function's parameters as it was passed (``self.x = mapping``, a
+    setter); a value that only uses a parameter (``self.runner = MoeRunner(backend, config)``) is
+    evaluated where it is written, its other parts known."""
+    if w.fn is None or not isinstance(w.value, ast.Name):
         return False
     params = {a.arg for a in w.fn.args.posonlyargs + w.fn.args.args + w.fn.args.kwonlyargs} - {"self", "cls"}
-    return any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(w.value))
+    return w.value.id in params
 
 
 def _argument_refs(tree, module: str, name: str) -> list:
