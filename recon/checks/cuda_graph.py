@@ -232,7 +232,7 @@ def cuda_graph_host_sync(ctx, rule) -> list[Finding]:
             msg = (f"{len(live_all)} host sync(s)/data-dependent shape(s) in {len(by_fn)} function(s) statically reachable "
                    f"from the CUDA-graph-captured forward ({', '.join(kinds)}), none on the mapped step for this device, model "
                    f"and flags: each sits in code the step does not run (a function it does not enter, a branch it decides "
-                   f"off) or in a function it reaches only through a call in such a branch (elsewhere)")
+                   f"off) or in a function it reaches only through a call in such a branch (elsewhere in the tree)")
             placement = {**placement, "placement_said": True}
         findings.append(Finding(rule.id, msg, "warning", ev, {
             "capture_site": f"{chain['site_path']}:{chain['site_line']}",
