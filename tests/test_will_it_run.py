@@ -208,13 +208,16 @@ def test_a_prefill_map_built_on_the_decode_map_equals_one_walk_of_both(tree_0513
 
 
 def test_an_undecided_first_outcome_is_not_said_to_be_routed(tree_unseen):
-    """An op of the map's first outcome reached only under tests recon could not decide (gpt-oss on
-    H200: `moe_sum_reduce` behind `MoeRunner.run`'s runner core, while the backend is
-    triton_kernel) is said to be undecided, with its tests; the layer's backend decision is not
+    """gpt-oss on H200 (0.5.20): the backend is triton_kernel and the MXFP4 method builds its runner
+    from it (`self.runner = MoeRunner(backend, config)` in `create_moe_runner`), so `MoeRunner.run`'s
+    runner core is the triton_kernels one and the Triton core's `moe_sum_reduce` is not on the path
+    (it was once reported as an undecided first outcome). An op reached only under tests recon could
+    not decide is said to be undecided, with its tests, and the layer's backend decision is not
     called its route. Values keep their own quotes once (`'triton_kernel'`, not `"'triton_kernel'"`)."""
     fs = [f for f in _findings(tree_unseen, "h200", "gpt-oss-120b") if f.rule_id == "op-arch-support"]
+    assert fs, "the attention op recon has no entry for is reported"
+    assert not [f.message for f in fs if f.data["on_path"] and "moe_sum_reduce" in f.message]
     und = [f for f in fs if f.data["on_path"] and f.data.get("placement") == "undecided"]
-    assert und, [f.message for f in fs]
     for f in und:
         assert "undecided)" in f.message and ", routed by " not in f.message, f.message
         assert not any(e.note.startswith("routes here") for e in f.evidence)
