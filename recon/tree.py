@@ -30,6 +30,18 @@ if TYPE_CHECKING:  # the graph module and networkx load when a graph is built or
 _PATCH_LIMIT = 20  # more changed files than this: rebuild rather than patch
 
 
+# A command loads one tree and exits: what a load allocates lives to the end, so it is frozen out of
+# the cyclic collector's reach. A process that loads many trees and drops most of them (the test
+# suite) turns this off and freezes only what it keeps: frozen garbage is never collected, and
+# unfreezing it costs a collection of the whole heap.
+FREEZE_AFTER_LOAD = True
+
+
+def _freeze() -> None:
+    if FREEZE_AFTER_LOAD:
+        gc.freeze()
+
+
 @contextlib.contextmanager
 def paused_gc(freeze: bool = False):
     """No cyclic GC inside; with ``freeze``, what was allocated meanwhile is frozen before it is
@@ -41,7 +53,7 @@ def paused_gc(freeze: bool = False):
         yield
     finally:
         if freeze:
-            gc.freeze()
+            _freeze()
         if was:
             gc.enable()
 
@@ -115,7 +127,7 @@ class Tree:
                         save_pickle(rpath, self._resolver)
                     except OSError:
                         pass  # a full, read-only or concurrently pruned cache costs speed, not results
-            gc.freeze()
+            _freeze()
         return self._resolver
 
     def read_text(self, relpath: str) -> str:
@@ -208,7 +220,7 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
         del tree.__dict__["graph"]
         tree._lazy = lazy
     # the graph and index live as long as the process: keep the collector from rescanning them
-    gc.freeze()
+    _freeze()
     return tree
 
 

@@ -37,26 +37,6 @@ UNSEEN_VERSION = os.environ.get("RECON_TEST_UNSEEN_VERSION", "0.5.20")
 TRACED_VERSION = "0.5.19"
 
 
-# recon.tree.load freezes the collector's heap after loading (a CLI process loads one tree and
-# exits). The suite loads trees in-process again and again (CliRunner, run_rules, spec), and the
-# cyclic garbage of each frozen load would stay for the whole session (the suite peaked at 6.6 GB):
-# after a test that froze more than this many objects, unfreeze, collect and freeze again.
-_FROZEN_STEP = 1_000_000
-_frozen_at = [0]
-
-
-@pytest.fixture(autouse=True)
-def _collect_frozen_garbage():
-    yield
-    import gc
-
-    if gc.get_freeze_count() - _frozen_at[0] > _FROZEN_STEP:
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
-        _frozen_at[0] = gc.get_freeze_count()
-
-
 # The `quick` core (`pytest -m quick`, run on every change): every test that needs no released
 # wheel, except these offline files, which take minutes (measured, bench/NOTES.md "the test
 # suite's time"): kernel compiles for four architectures, kernels under Triton's CPU interpreter,
@@ -104,7 +84,9 @@ def sglang_new():
     return from_version(NEW_VERSION)
 
 
-@pytest.fixture(scope="session")
+# A released tree per module, not per session: tests/scenarios.py keeps the trees in use and drops
+# the rest, which a session-long fixture would hold to the end.
+@pytest.fixture(scope="module")
 def tree_old():
     from recon.target import from_version
     from recon.tree import load
@@ -112,7 +94,7 @@ def tree_old():
     return load(from_version(OLD_VERSION))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tree_unseen():
     from recon.target import from_version
     from recon.tree import load
@@ -120,7 +102,7 @@ def tree_unseen():
     return load(from_version(UNSEEN_VERSION))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tree_traced():
     from recon.target import from_version
     from recon.tree import load
@@ -128,14 +110,14 @@ def tree_traced():
     return load(from_version(TRACED_VERSION))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tree_0513(sglang_0513):
     from recon.tree import load
 
     return load(sglang_0513)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tree_new(sglang_new):
     from recon.tree import load
 
@@ -173,3 +155,33 @@ def synthetic(tmp_path):
         return load(from_path(tmp_path / "tree"))
 
     return build
+
+
+# Where the suite's time and memory go, per test (bench/suite_profile.py reads it): with
+# RECON_TEST_PROFILE=<folder>, each process appends one JSON line per test — wall and CPU seconds
+# (its own and its children's, setup and teardown included), resident memory after the test and
+# the process's peak so far.
+_PROFILE = os.environ.get("RECON_TEST_PROFILE")
+if _PROFILE:
+    import json as _json
+    import resource as _resource
+    import time as _time
+
+    def _rss_mb() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        t0, c0 = _time.perf_counter(), os.times()
+        yield
+        c1 = os.times()
+        cpu = (c1.user - c0.user) + (c1.system - c0.system)
+        child = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+        row = {"test": item.nodeid, "wall": round(_time.perf_counter() - t0, 3), "cpu": round(cpu, 3),
+               "child_cpu": round(child, 3), "rss_mb": round(_rss_mb(), 1),
+               "peak_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+               "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
+        Path(_PROFILE).mkdir(parents=True, exist_ok=True)
+        with open(Path(_PROFILE) / f"{row['worker']}.jsonl", "a") as f:
+            f.write(_json.dumps(row) + "\n")

@@ -7,9 +7,12 @@ built the same (tree, device, model, flags) view or map in several modules. Here
 once, by recon's own public functions, and shared:
 
 - :func:`install_tree_memo` wraps ``recon.tree.load`` so a released wheel (a tree under the cache's
-  ``wheels/``, whose content never changes) is loaded once per cache folder; a test with its own
-  cache folder, and every synthetic or copied tree, still gets a real load. Two workers that need
-  the same cold tree take turns (a file lock), so the second reads what the first cached.
+  ``wheels/``, whose content never changes) is loaded once per cache folder while it is in use; a
+  test with its own cache folder, and every synthetic or copied tree, still gets a real load. Two
+  workers that need the same cold tree take turns (a file lock), so the second reads what the first
+  cached. The memo keeps the ``RECON_TEST_TREES`` (default 2) trees used last, and any tree a test
+  or fixture still holds: a worker that held every release it met for the whole session reached
+  6 GB; one dropped is read back from the disk cache when a later module asks for it.
 - :func:`view` and :func:`kernel_map`: one runtime view / kernel map per scenario, read-only.
 
 A test that changes what it gets must build its own (``recon.runtime.build``, ``build_map``) or
@@ -18,15 +21,31 @@ copy it. When the way a scenario is built changes, this file is the one place to
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import fcntl
 import os
+import weakref
 from pathlib import Path
 
-_TREES: dict = {}
+_TREES: collections.OrderedDict = collections.OrderedDict()  # the trees used last, most recent at the end
+_ALIVE: dict = {}  # key -> weak references to every copy handed out: a tree something still holds
 _VIEWS: dict = {}
 _MAPS: dict = {}
+_KEEP = max(1, int(os.environ.get("RECON_TEST_TREES", "2")))
+
+
+def _keep(key, tree) -> None:
+    """``tree`` used now: it stays; the least recently used beyond the bound are dropped with the
+    views and maps built on them (a tree a test or fixture still holds lives on in ``_ALIVE``)."""
+    _TREES[key] = tree
+    _TREES.move_to_end(key)
+    while len(_TREES) > _KEEP:
+        _, old = _TREES.popitem(last=False)
+        for memo in (_VIEWS, _MAPS):
+            for k in [k for k in memo if k[0] == old.key]:
+                del memo[k]
 
 
 def _released_key(target):
@@ -56,30 +75,45 @@ def _turn(name: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _held(key):
+    """A copy of the tree ``key`` that a test or fixture still holds, else None."""
+    refs = _ALIVE.get(key, [])
+    refs[:] = [r for r in refs if r() is not None]
+    return refs[0]() if refs else None
+
+
+def _handed(key, tree):
+    if not any(r() is tree for r in _ALIVE.get(key, ())):
+        _ALIVE.setdefault(key, []).append(weakref.ref(tree))
+    return tree
+
+
 def install_tree_memo() -> None:
     import recon.tree
     from recon.cache import wait_for_writers
     from recon.engine.interp import tree_memo
 
     real = getattr(recon.tree.load, "__wrapped__", recon.tree.load)
+    # trees come and go here: none is frozen out of the collector's reach (recon.tree.FREEZE_AFTER_LOAD)
+    recon.tree.FREEZE_AFTER_LOAD = False
 
     def load(target, progress=None):
         key = _released_key(target)
         if key is None:
             return real(target, progress)
-        hit = _TREES.get(key)
+        hit = _TREES.get(key) or _held(key)
         if hit is None:
             with _turn(target.key):
                 hit = real(target, progress)
                 wait_for_writers()  # the cache entries this load writes behind, before the next worker reads
             tree_memo(hit)  # made now, so every copy below shares one memo of device-independent results
-            _TREES[key] = hit
+        _keep(key, hit)
         if hit.target is target:
-            return hit
+            return _handed(key, hit)
         # the caller's target (its reason, its label) over the shared index, graph and memo
         shared = copy.copy(hit)
         shared.target = target
-        return shared
+        return _handed(key, shared)
 
     load.__wrapped__ = real
     recon.tree.load = load

@@ -29,7 +29,7 @@ from typing import Optional
 
 from ..engine.interp import UNKNOWN
 from ..names import last, plain_dotted
-from ..runtime.moe import PathWalker, from_config, calls_list, forks, leaf_tests, registrations, registry, walked_list
+from ..runtime.moe import PathWalker, from_config, calls_list, jit_module, forks, leaf_tests, registrations, registry, walked_list
 from ..engine.values import EnumVal, Instance, LayerObj, plain
 from ..engine.dispatch import choices, resolve_held
 from ..engine.steptensors import annotation_of, entry_tensors
@@ -334,7 +334,7 @@ class StepWalker(PathWalker):
                 jit = self._jit_call(n, assigns, mod, scope)
                 if jit is not None:
                     name, files, target = jit
-                    hop = Hop(f"{last(qual)} calls {ast.unparse(n.func)[:60]}, a module {last(target)} compiles with load_jit",
+                    hop = Hop(f"{last(qual)} calls {ast.unparse(n.func)[:60]}, a module {last(target)} compiles with the JIT loader",
                               path, n.lineno, qual, ())
                     self._leaf("jit_kernel", f"{name} ({', '.join(files)})" if files else name, path, n.lineno, via + [hop], when)
                     continue
@@ -367,14 +367,10 @@ class StepWalker(PathWalker):
             return None  # a memoized builder: the walk took its product where it is called, under that call's tests
         fn = self.ev.model.function_ast(target) if target else None
         for r in ast.walk(fn) if fn is not None else ():
-            if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and ast.unparse(r.value.func).rsplit(".", 1)[-1] == "load_jit":
-                args = r.value.args
-                name = args[0].value if args and isinstance(args[0], ast.Constant) else n.func.attr
-                files = []
-                for k in r.value.keywords:
-                    if k.arg == "cuda_files" and isinstance(k.value, (ast.List, ast.Tuple)):
-                        files = [e.value for e in k.value.elts if isinstance(e, ast.Constant)]
-                return str(name), files, target
+            # the loader is recognised where it resolves (a function of the tree's JIT package), not by its name
+            jit = jit_module(self.world, self.ev, target, r.value, {}) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) else None
+            if jit is not None:
+                return str(jit[0] or n.func.attr), jit[1], target
         return None
 
 
