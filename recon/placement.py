@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .runtime.moe import merge_ways
+from . import astwalk
 
 ON_STEP, UNDECIDED, ELSEWHERE = "on-step", "undecided", "elsewhere"
 PLACEMENTS = (ON_STEP, UNDECIDED, ELSEWHERE)
@@ -228,7 +229,7 @@ def _add_dead_branches(s: StepSites, tree) -> None:
         span = next(((a, b) for a, b, n in s.spans.get(path, []) if n == fn), None)
         if mod is None or span is None:
             continue
-        for node in ast.walk(mod):
+        for node in astwalk.walk(mod):
             if not isinstance(node, ast.If) or not (span[0] <= node.lineno <= span[1]):
                 continue
             got = _self_attr_test(node.test)

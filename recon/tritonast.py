@@ -22,6 +22,7 @@ from . import bounded
 from .bounded import MAX_INT_BITS
 from .cache import cache_dir, load_pickle, save_pickle
 from .pyfacts import dotted, internal_error  # one rendering of dotted names for facts and kernel summaries
+from . import astwalk
 
 SUMMARY_VERSION = 6  # bump when the summary layout changes: old cache entries are then ignored
 
@@ -49,7 +50,7 @@ def is_kernel_decorators(names: list[str]) -> bool:
 
 
 def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in astwalk.walk(node) if isinstance(n, ast.Name)}
 
 
 def _small_int(n: ast.AST) -> bool:
@@ -61,7 +62,7 @@ def _has_bitop(node: ast.AST) -> bool:
 
     Shifts and masks by names (``idx >> page_shift``) are index arithmetic, not unpacking.
     """
-    for n in ast.walk(node):
+    for n in astwalk.walk(node):
         if isinstance(n, ast.BinOp) and isinstance(n.op, _BITOPS):
             if isinstance(n.op, ast.BitAnd):
                 if _small_int(n.left) or _small_int(n.right):
@@ -72,7 +73,7 @@ def _has_bitop(node: ast.AST) -> bool:
 
 
 def _has_mult(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) for n in ast.walk(node))
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) for n in astwalk.walk(node))
 
 
 def _last(name: str) -> str:
@@ -146,7 +147,7 @@ def _autotune(fn: ast.FunctionDef, consts: dict[str, ast.AST]) -> tuple[Optional
 
 
 def _loops(fn: ast.FunctionDef) -> list[ast.AST]:
-    return [n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While))]
+    return [n for n in astwalk.walk(fn) if isinstance(n, (ast.For, ast.While))]
 
 
 def _in_any(line: int, spans: list[tuple[int, int]]) -> Optional[int]:
@@ -162,13 +163,13 @@ MAX_HOPS = 2  # a decode this many assignments away from the unpacking still bel
 
 def _stops(node: ast.AST) -> bool:
     """Reductions, loads and matmuls end a value's link to the bits it was unpacked from."""
-    return any(isinstance(n, ast.Call) and _last(dotted(n.func)) in _STOP for n in ast.walk(node))
+    return any(isinstance(n, ast.Call) and _last(dotted(n.func)) in _STOP for n in astwalk.walk(node))
 
 
 def _expr_info(node: ast.AST) -> tuple[set, bool, bool]:
     """(names, unpacks bits, ends the link to bits) of an expression, in one walk."""
     names, bitop, stop = set(), False, False
-    for n in ast.walk(node):
+    for n in astwalk.walk(node):
         t = type(n)
         if t is ast.Name:
             names.add(n.id)
@@ -182,10 +183,10 @@ def _expr_info(node: ast.AST) -> tuple[set, bool, bool]:
 def _flow_records(fn: ast.AST, nodes: Optional[list] = None) -> tuple[list, list]:
     """Assignments and calls of a function body, reduced once to what the taint flow needs."""
     assigns, calls = [], []
-    for n in nodes if nodes is not None else ast.walk(fn):
+    for n in nodes if nodes is not None else astwalk.walk(fn):
         if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            tnames = {x.id for t in targets for x in ast.walk(t) if isinstance(x, ast.Name)}
+            tnames = {x.id for t in targets for x in astwalk.walk(t) if isinstance(x, ast.Name)}
             assigns.append((n.lineno, tnames, *_expr_info(n.value)))
         elif isinstance(n, ast.Call):
             args = [_expr_info(a) for a in n.args]
@@ -243,7 +244,7 @@ def _kernel_summary(fn: ast.FunctionDef, consts: dict[str, ast.AST]) -> dict:
     dots, sums, bit_lines = [], [], []
     zeros: dict[str, dict] = {}
     pids: list[dict] = []
-    nodes = list(ast.walk(fn))
+    nodes = list(astwalk.walk(fn))
     for n in nodes:
         if isinstance(n, ast.Call):
             name = _last(dotted(n.func))

@@ -77,7 +77,7 @@ FLOORS = {
     # files, trees, the index and graph, profiles, findings as data: nothing about what runs
     0: {"errors", "safepath", "safetext", "links", "bounded", "columns", "progress", "cachekey", "cache", "cacheadmin",
         "wheelcache", "sources", "target", "facts", "pyfacts", "indexer", "graph", "tree", "tritonast", "profiles",
-        "resources", "findings", "notanalyzed", "tunedconfigs", "shipped", "names", "yamltext"},
+        "resources", "findings", "notanalyzed", "tunedconfigs", "shipped", "names", "yamltext", "astwalk"},
     # how recon reads SGLang's code; the derived-data key; roofline math; graph queries
     1: {"engine", "derived", "roofline", "query"},
     # what runs for one scenario: the runtime view, the MoE chain, the per-layer kernel map

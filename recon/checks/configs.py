@@ -21,6 +21,7 @@ from ..findings import Evidence, Finding
 from ..engine.asts import check_ast, graph_function
 from ..engine.configwalk import dict_values, ConfigEval
 from . import check
+from .. import astwalk
 
 
 
@@ -46,7 +47,7 @@ def _configs_join(ctx, path: str) -> Optional[int]:
     mod = check_ast(ctx, path)
     if mod is None:
         return None
-    for n in ast.walk(mod):
+    for n in astwalk.walk(mod):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "join":
             for a in n.args:
                 if isinstance(a, ast.Constant) and a.value == "configs":
@@ -98,7 +99,7 @@ def _default(ctx, lookups: list[str], env: dict, params: "MissingConfigParams") 
         holder = path
         for f in [path] + [G.nodes[c].get("path") for c in _callees(G, fn)]:
             m = check_ast(ctx, f) if f else None
-            if m is not None and any(n is cand for n in ast.walk(m)):
+            if m is not None and any(n is cand for n in astwalk.walk(m)):
                 holder = f
                 break
         return {"values": vals, "sources": srcs, "path": holder, "line": line, "function": fn, "assumed": ev.assumed}
@@ -153,7 +154,7 @@ def _argparse_flags(ctx, path: str) -> Optional[set]:
     if mod is None:
         return None
     flags = set()
-    for n in ast.walk(mod):
+    for n in astwalk.walk(mod):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument":
             flags |= {a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")}
     return flags

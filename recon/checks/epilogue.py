@@ -22,6 +22,7 @@ from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
 from . import CheckContext, check, params_dict
 from ..engine.dtypes import DTYPE_BYTES, SCALE_BYTES
 from ..engine.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
+from .. import astwalk
 
 ELEMENTWISE = {
     "silu", "gelu", "relu", "sigmoid", "tanh", "exp", "clamp", "clamp_", "clip", "mul", "mul_", "add", "add_",
@@ -200,7 +201,7 @@ def _broadcast(a, b):
 
 
 def _names(node) -> set:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in astwalk.walk(node) if isinstance(n, ast.Name)}
 
 
 def _kernel_sites(ctx: CheckContext) -> dict[str, dict[str, list[int]]]:
@@ -351,8 +352,8 @@ def _ops_on(node, tainted: set) -> list[str]:
     """Elementwise ops in ``node`` that consume a kernel output (or a value computed from one)."""
     out = []
     # sizes computed for an allocation or read back to the host are bookkeeping, not an epilogue
-    skip = {id(x) for c in ast.walk(node) if isinstance(c, ast.Call) and ast.unparse(c.func).rsplit(".", 1)[-1] in _ALLOC | {"item", "tolist", "cpu"} for x in ast.walk(c)}
-    for n in ast.walk(node):
+    skip = {id(x) for c in astwalk.walk(node) if isinstance(c, ast.Call) and ast.unparse(c.func).rsplit(".", 1)[-1] in _ALLOC | {"item", "tolist", "cpu"} for x in astwalk.walk(c)}
+    for n in astwalk.walk(node):
         if id(n) in skip:
             continue
         if isinstance(n, ast.Call):

@@ -20,6 +20,7 @@ from ..engine.asts import check_ast, enclosing_function, if_statements, module_a
 from ..engine.opreqs import support
 from . import check
 from ..runtime.moe import cond_text
+from .. import astwalk
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def _env_routes(ctx, path: str, line: int, env_read: list) -> list[dict]:
         if not (n.lineno < line <= (n.end_lineno or n.lineno)):
             continue
         test = ast.unparse(n.test)
-        srcs = [(test, n.lineno)] + [binds[x.id] for x in ast.walk(n.test) if isinstance(x, ast.Name) and x.id in binds]
+        srcs = [(test, n.lineno)] + [binds[x.id] for x in astwalk.walk(n.test) if isinstance(x, ast.Name) and x.id in binds]
         for src, ln in srcs:
             for var in _ENV_NAME.findall(src):
                 if var in read and var not in seen:
@@ -259,7 +260,7 @@ def _local_probes(fn: ast.AST) -> dict:
     if kept is not None:
         return dict(kept)
     out = {}
-    for n in ast.walk(fn):
+    for n in astwalk.walk(fn):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call) and _PROBE_CALL.search(ast.unparse(n.value.func)):
             t = n.targets[0]
             if isinstance(t, ast.Name):

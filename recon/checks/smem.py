@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..findings import Evidence, Finding
 from . import check
+from .. import astwalk
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,11 @@ def triton_smem_budget(ctx, rule) -> list[Finding]:
         modname = getattr(f, "module", None) or lmod
         tail = launcher[len(modname) + 1:] if launcher.startswith(modname + ".") else launcher.rsplit(".", 1)[-1]
         lfn = _fn(l_ast, tail)
-        kfn = next((n for n in ast.walk(k_ast) if isinstance(n, ast.FunctionDef) and n.lineno <= int(kline or 0) <= (n.end_lineno or 0)
+        kfn = next((n for n in astwalk.walk(k_ast) if isinstance(n, ast.FunctionDef) and n.lineno <= int(kline or 0) <= (n.end_lineno or 0)
                     and n.name == lf["name"].rsplit(".", 1)[-1]), None)
         if lfn is None or kfn is None:
             continue
-        call = next((n for n in ast.walk(lfn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) and n.lineno == lf["line"]), None)
+        call = next((n for n in astwalk.walk(lfn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) and n.lineno == lf["line"]), None)
         if call is None:
             continue
         regions = dot_regions(kfn)

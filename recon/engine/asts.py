@@ -10,6 +10,7 @@ import re
 from typing import Optional
 
 from .. import bounded
+from .. import astwalk
 
 
 def tree_memo(tree) -> dict:
@@ -62,7 +63,7 @@ def functions(mod: ast.AST) -> list:
     """Every ``def`` / ``async def`` in ``mod``, in ``ast.walk`` order."""
     funcs = getattr(mod, "_recon_functions", None)
     if funcs is None:
-        funcs = [n for n in ast.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        funcs = [n for n in astwalk.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         mod._recon_functions = funcs
     return funcs
 
@@ -93,7 +94,7 @@ def classes_named(mod: ast.AST, name: str) -> list:
     by_name = getattr(mod, "_recon_classes_by_name", None)
     if by_name is None:
         by_name = {}
-        for n in ast.walk(mod):
+        for n in astwalk.walk(mod):
             if isinstance(n, ast.ClassDef):
                 by_name.setdefault(n.name, []).append(n)
         mod._recon_classes_by_name = by_name
@@ -104,7 +105,7 @@ def single_assignments(mod: ast.AST) -> list:
     """Every ``target = value`` statement (one target) in ``mod``, in ``ast.walk`` order."""
     found = getattr(mod, "_recon_single_assignments", None)
     if found is None:
-        found = [n for n in ast.walk(mod) if isinstance(n, ast.Assign) and len(n.targets) == 1]
+        found = [n for n in astwalk.walk(mod) if isinstance(n, ast.Assign) and len(n.targets) == 1]
         mod._recon_single_assignments = found
     return found
 
@@ -113,7 +114,7 @@ def if_statements(mod: ast.AST) -> list:
     """Every ``if`` statement in ``mod``, in ``ast.walk`` order."""
     ifs = getattr(mod, "_recon_ifs", None)
     if ifs is None:
-        ifs = [n for n in ast.walk(mod) if isinstance(n, ast.If)]
+        ifs = [n for n in astwalk.walk(mod) if isinstance(n, ast.If)]
         mod._recon_ifs = ifs
     return ifs
 
@@ -122,7 +123,7 @@ def global_names(fn: ast.AST) -> frozenset:
     """The names a function (nested scopes included) declares ``global``."""
     names = getattr(fn, "_recon_globals", None)
     if names is None:
-        names = frozenset(x for n in ast.walk(fn) if isinstance(n, ast.Global) for x in n.names)
+        names = frozenset(x for n in astwalk.walk(fn) if isinstance(n, ast.Global) for x in n.names)
         fn._recon_globals = names
     return names
 

@@ -29,6 +29,7 @@ from ..names import dotted_name
 from .interp import UNKNOWN
 from .evaluator import Evaluator
 from .values import ClassRef, FuncRef, Instance
+from .. import astwalk
 
 MAX_CHOICES = 12
 
@@ -82,7 +83,7 @@ def choices(ev: Evaluator, qual: str, args: Optional[dict] = None, assumed: tupl
     for p, d in zip(names[len(names) - len(fn.args.defaults):], fn.args.defaults):
         env[p] = ev.world.literal(d)
     env.update(args or {})
-    rets = {n.lineno: n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
+    rets = {n.lineno: n for n in astwalk.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
     out: list[Choice] = []
     for o in ev.explore(_marked(fn.body), env, mod, scope, path, depth, assumed):
         if o.raises or o.line not in rets:
@@ -112,7 +113,7 @@ def choices(ev: Evaluator, qual: str, args: Optional[dict] = None, assumed: tupl
             # `backend = make_backend(runner); return backend`: what the local was made by
             last = None
             ran = o.env.get(_SITE + expr.id)  # the assignment this outcome's path ran
-            for n in ast.walk(fn):
+            for n in astwalk.walk(fn):
                 if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
                         and n.targets[0].id == expr.id and n.lineno < o.line and (ran is None or n.lineno == ran):
                     last = n.value

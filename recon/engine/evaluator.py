@@ -22,6 +22,7 @@ from ..names import dotted_name
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
 from .asts import global_names, source_line
 from .steptensors import AtLeast, StepTensor, TensorShape
+from .. import astwalk
 
 MAX_OUTCOMES = 16
 
@@ -126,7 +127,7 @@ class Evaluator(Interpreter):
                     for item in (sorted(seq, key=repr) if isinstance(seq, set) else seq):
                         env[st.target.id] = item
                         if any(isinstance(x, ast.Break) for x in st.body) or any(
-                                isinstance(n, (ast.Break, ast.Continue)) for x in st.body for n in ast.walk(x)):
+                                isinstance(n, (ast.Break, ast.Continue)) for x in st.body for n in astwalk.walk(x)):
                             raise Returned(UNKNOWN)  # control flow inside: out of this evaluator's depth
                         super().exec_block(st.body, env, mod, scope, depth)
                     continue
@@ -574,22 +575,22 @@ class Evaluator(Interpreter):
             outs.append(Outcome(None, assumed, st.lineno, raises=True, env=env))
             return True
         except Returned as r:
-            if any(isinstance(n, ast.Return) for n in ast.walk(st)) and r.value is not UNKNOWN:
+            if any(isinstance(n, ast.Return) for n in astwalk.walk(st)) and r.value is not UNKNOWN:
                 outs.append(Outcome(r.value, assumed, st.lineno, env=env))
                 return True
-            for n in ast.walk(st):
+            for n in astwalk.walk(st):
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                     env[n.id] = UNKNOWN
                 elif isinstance(n, ast.Call) and in_place_call(n, env):
                     env[n.func.value.id] = UNKNOWN
-            if any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(st)):
+            if any(isinstance(n, (ast.Return, ast.Raise)) for n in astwalk.walk(st)):
                 outs.append(Outcome(UNKNOWN, assumed, st.lineno, env=env))
             return False
         except Exception:
-            for n in ast.walk(st):
+            for n in astwalk.walk(st):
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                     env[n.id] = UNKNOWN
-            if any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(st)):
+            if any(isinstance(n, (ast.Return, ast.Raise)) for n in astwalk.walk(st)):
                 outs.append(Outcome(UNKNOWN, assumed, st.lineno, env=env))
             return False
         env.update(trial)
@@ -778,10 +779,10 @@ class Evaluator(Interpreter):
                 continue
             if name not in global_names(fn):
                 continue
-            if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fn)):
+            if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in astwalk.walk(fn)):
                 scoped = True  # a context manager sets the global for its with-block only, not at start-up
                 continue
-            stores = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+            stores = [n for n in astwalk.walk(fn) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
             if not stores:
                 continue
             # the getter (`if X is None: X = DEFAULT; return X`) is not where X is settled

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from .. import bounded
 from .asts import functions_named, module_ast
 from .interp import PROBE_TAILS, UNKNOWN, Dev, Interpreter, literal_src, public, tree_memo
+from .. import astwalk
 
 @dataclass(frozen=True)
 class GateDiscovery:
@@ -153,7 +154,7 @@ class GateModel:
         if tree is not None:
             binds: dict[str, int] = {}
             mutated: set = set()  # NAME.append(...), NAME[k] = v: a container filled at import time
-            for n in ast.walk(tree):
+            for n in astwalk.walk(tree):
                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr in _MUTATORS:
                     mutated.add(n.value.id)
                 elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):

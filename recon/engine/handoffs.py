@@ -24,6 +24,7 @@ from typing import Optional
 from .gatemodel import gate_model, interpreter
 from ..names import dotted_name
 from .interp import UNKNOWN
+from .. import astwalk
 
 
 def _test_text(test: ast.expr, limit: int = 80) -> str:
@@ -117,7 +118,7 @@ def guarded_calls(fn: ast.AST) -> list[tuple[ast.Call, tuple]]:
     out: list[tuple[ast.Call, tuple]] = []
 
     def calls_in(node, guards):
-        for n in ast.walk(node):
+        for n in astwalk.walk(node):
             if isinstance(n, ast.Call):
                 out.append((n, guards))
 

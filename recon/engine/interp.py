@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .. import bounded
 from ..names import dotted_name
 from .asts import tree_memo  # noqa: F401  (read here and by the modules that import it from interp)
+from .. import astwalk
 
 if TYPE_CHECKING:
     from .gatemodel import GateModel
@@ -682,7 +683,7 @@ def unpack(target: ast.Tuple, value, env: dict) -> None:
     """``a, b = value``: each name its element where the value is a sequence of that length,
     else unknown (so no name keeps a stale value)."""
     if not _bind(target, value, env):
-        for n in ast.walk(target):
+        for n in astwalk.walk(target):
             if isinstance(n, ast.Name):
                 env[n.id] = UNKNOWN
 

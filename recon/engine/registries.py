@@ -8,6 +8,7 @@ import ast
 from typing import Optional
 
 from ..names import dotted_name
+from .. import astwalk
 
 
 def registrations(world) -> list[tuple[tuple, str, str, int]]:
@@ -25,7 +26,7 @@ def registrations(world) -> list[tuple[tuple, str, str, int]]:
     for _, deco, q, path, line in out:
         tree = world.module_ast(path)
         fn = None
-        for n in ast.walk(tree) if tree is not None else ():
+        for n in astwalk.walk(tree) if tree is not None else ():
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == q.rsplit(".", 1)[-1]:
                 first = min([n.lineno] + [x.lineno for x in n.decorator_list])
                 if first <= line <= n.lineno:
@@ -87,7 +88,7 @@ def container_names(world, qual: str, how: str, depth: int = 2) -> frozenset:
     memo[key] = frozenset()  # recursion guard
     fn = world.function_ast(qual) if world.G.nodes.get(qual, {}).get("kind") == "function" else None
     names: set = set()
-    for n in ast.walk(fn) if fn is not None else ():
+    for n in astwalk.walk(fn) if fn is not None else ():
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store if how == "store" else ast.Load):
             names.add(dotted_name(n.value).rsplit(".", 1)[-1])
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):

@@ -28,6 +28,7 @@ from ..errors import ReconError
 from .interp import UNKNOWN
 from .values import MISSING, HFConfig, ModelPath, ServerArgsObj
 from .writes import writes_in_module
+from .. import astwalk
 
 # The fields a dispatch decision reads; forks are kept for these only.
 # (The attention backends are left to the whole-step kernel map: their precedence between per-model
@@ -100,7 +101,7 @@ def _const_list(world, module: str, node, fn=None, depth: int = 0) -> Optional[l
         return None if a is None or b is None else a + [x for x in b if x not in a]
     if isinstance(node, ast.Name) and fn is not None:
         base = None
-        for st in ast.walk(fn):
+        for st in astwalk.walk(fn):
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
                     and st.targets[0].id == node.id:
                 got = _const_list(world, module, st.value, None, depth + 1)
@@ -109,7 +110,7 @@ def _const_list(world, module: str, node, fn=None, depth: int = 0) -> Optional[l
                 base = (base or []) + [x for x in got if x not in (base or [])]
         if base is None:
             return None
-        for c in ast.walk(fn):
+        for c in astwalk.walk(fn):
             if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) \
                     and c.func.value.id == node.id and c.args:
                 if c.func.attr in ("add", "append"):
@@ -127,7 +128,7 @@ def _const_list(world, module: str, node, fn=None, depth: int = 0) -> Optional[l
 
 def _assigned_in(fn, name: str) -> bool:
     return any(isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)
-               for st in ast.walk(fn))
+               for st in astwalk.walk(fn))
 
 
 def load_schema(world) -> Optional[Schema]:
@@ -174,10 +175,10 @@ def _load_schema(world) -> Optional[Schema]:
     tree = world.module_ast(cd["path"])
     # each add_argument call with the function it is in (its choices may be a local of it)
     calls = []
-    for f in ast.walk(tree) if tree is not None else ():
+    for f in astwalk.walk(tree) if tree is not None else ():
         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            calls += [(n, f) for n in ast.walk(f)]
-    calls += [(n, None) for n in ast.walk(tree)] if tree is not None else []  # module level too
+            calls += [(n, f) for n in astwalk.walk(f)]
+    calls += [(n, None) for n in astwalk.walk(tree)] if tree is not None else []  # module level too
     for n, fn in calls:
         if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument"):
             continue
@@ -195,7 +196,7 @@ def _load_schema(world) -> Optional[Schema]:
     # argparse accepts unique prefixes unless the server's parser is built with allow_abbrev=False
     abbrev = not any(isinstance(n, ast.Call) and _unparsed(n.func).endswith("ArgumentParser")
                      and any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False for k in n.keywords)
-                     for n in (ast.walk(tree) if tree is not None else ()))
+                     for n in (astwalk.walk(tree) if tree is not None else ()))
     return Schema(fields, mod, cd["path"], cq, abbrev)
 
 
@@ -232,7 +233,7 @@ def _unparsed(node) -> str:
 def _declared_flags(annotation) -> list:
     """Flags a field's annotation declares for it (``Arg(cli_name="--tp-size", aliases=["--tensor-parallel-size"])``)."""
     out = []
-    for n in ast.walk(annotation) if annotation is not None else ():
+    for n in astwalk.walk(annotation) if annotation is not None else ():
         if isinstance(n, ast.Call):
             for k in n.keywords:
                 if k.arg == "cli_name" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str):
@@ -244,7 +245,7 @@ def _declared_flags(annotation) -> list:
 
 def _choices_of(world, ann, module) -> Optional[list]:
     """``A[str, Arg(choices=NAME)]`` or ``Literal["a", "b"]`` in a field's annotation."""
-    for n in ast.walk(ann):
+    for n in astwalk.walk(ann):
         if isinstance(n, ast.Call):
             for k in n.keywords:
                 if k.arg == "choices":
@@ -265,7 +266,7 @@ _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
 def _annotated_scalar(ann) -> Optional[type]:
     """The one scalar type an annotation names besides None (``Optional[int]`` -> int); None when
     it names none or several (``Union[int, str]``)."""
-    names = {n.id for n in ast.walk(ann) if isinstance(n, ast.Name) and n.id in _SCALARS}
+    names = {n.id for n in astwalk.walk(ann) if isinstance(n, ast.Name) and n.id in _SCALARS}
     return _SCALARS[names.pop()] if len(names) == 1 else None
 
 
@@ -559,7 +560,7 @@ def refusals(world, schema: Schema, state: State, evaluator) -> list[dict]:
 
 
 def _stmt_at(tree: ast.Module, line: int):
-    return next((n for n in ast.walk(tree) if isinstance(n, (ast.Raise, ast.Assert)) and n.lineno == line), None)
+    return next((n for n in astwalk.walk(tree) if isinstance(n, (ast.Raise, ast.Assert)) and n.lineno == line), None)
 
 
 def _reached(world, schema: Schema, qual: str, depth: int = 6) -> Optional[list]:
@@ -627,7 +628,7 @@ def _message(node, env, evaluator, w) -> str:
 
 def _reads(w, fields: set) -> bool:
     nodes = [t for t, _ in w.guards] + [w.value]
-    return any(isinstance(n, ast.Attribute) and n.attr in fields for x in nodes for n in ast.walk(x))
+    return any(isinstance(n, ast.Attribute) and n.attr in fields for x in nodes for n in astwalk.walk(x))
 
 
 def later_writers(world, schema: Schema, field: str) -> list:
@@ -699,7 +700,7 @@ def _writes(world, schema: Schema) -> list:
     # private attributes count only where a tracked write's tests or value read them
     read = {n.attr for w in writes if not _private(w.key)
             for x in [t for t, _ in w.guards] + [w.value] + [e for _, e, *_r in w.locals]
-            for n in ast.walk(x) if isinstance(n, ast.Attribute) and _private(n.attr)}
+            for n in astwalk.walk(x) if isinstance(n, ast.Attribute) and _private(n.attr)}
     writes = [w for w in writes if not _private(w.key) or w.key in read]
     memo["hook_writes"] = writes
     return writes
@@ -722,7 +723,7 @@ def _writes_the_arguments(w) -> bool:
         params = params[1:]
     if params and r == params[0]:
         return True
-    for n in ast.walk(fn):
+    for n in astwalk.walk(fn):
         # a module-level hook returns its overrides; a method returning a dict (ServerArgs'
         # resolved_dict, a dump for clients) is no resolution step
         if isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id == r and "." not in w.scope:

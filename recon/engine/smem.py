@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .interp import UNKNOWN, unpack
+from .. import astwalk
 
 ELEMENT_BYTES = 2  # bf16 / fp16 activations and KV cache: the model dtype SGLang serves by default
 
@@ -124,7 +125,7 @@ class Region:
 def _loaded_in(fn: ast.AST, loop: Optional[ast.AST]) -> set:
     """Names bound from ``tl.load`` inside ``loop``."""
     out = set()
-    for n in ast.walk(loop) if loop is not None else ():
+    for n in astwalk.walk(loop) if loop is not None else ():
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and ast.unparse(n.value.func).endswith("load"):
             for t in n.targets:
                 if isinstance(t, ast.Name):
@@ -155,14 +156,14 @@ def dot_regions(fn: ast.FunctionDef) -> list[Region]:
                 if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt) and not isinstance(st, (ast.FunctionDef, ast.ClassDef)):
                     walk(sub)
 
-    loops = [n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While))]
+    loops = [n for n in astwalk.walk(fn) if isinstance(n, (ast.For, ast.While))]
     outer = [l for l in loops if not any(o is not l and o.lineno <= l.lineno and l.end_lineno <= o.end_lineno for o in loops)]
     regions: list[Region] = []
     # shapes are bound in source order; a dot's operands are read after the walk (their names are
     # bound once per kernel in the kernels SGLang ships: q, k, v, p)
     walk(fn.body)
     for loop in outer + [None]:
-        nodes = ast.walk(loop) if loop is not None else [n for n in ast.walk(fn) if not any(
+        nodes = astwalk.walk(loop) if loop is not None else [n for n in astwalk.walk(fn) if not any(
             l.lineno <= getattr(n, "lineno", 0) <= l.end_lineno for l in outer)]
         dots = [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "dot"]
         if not dots:
@@ -239,7 +240,7 @@ def launch_values(it, mod: str, scope: str, fn: ast.FunctionDef, launch_line: in
             elif isinstance(st, ast.If):
                 c = it.eval(st.test, dict(env), mod, scope)
                 if c is UNKNOWN:
-                    for n in ast.walk(st):
+                    for n in astwalk.walk(st):
                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in seeds:
                             env[n.id] = UNKNOWN
                     continue

@@ -13,6 +13,7 @@ from .asts import classes_named, module_ast, single_assignments, tree_memo
 from .interp import UNKNOWN, in_place
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
+from .. import astwalk
 
 _ENV_CTOR = re.compile(r"^Env[A-Z]?\w*$")
 _TRUE = ("1", "true", "yes", "on")
@@ -66,7 +67,7 @@ class World:
         by_line = self._defs_by_line.get(path)
         if by_line is None:
             tree = self.module_ast(path)
-            by_line = self._defs_by_line[path] = {n.lineno: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} \
+            by_line = self._defs_by_line[path] = {n.lineno: n for n in astwalk.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} \
                 if tree is not None else {}
         return by_line.get(line)
 
@@ -91,6 +92,11 @@ class World:
         return f"{base}.{rest}" if rest else base
 
     def literal(self, node):
+        # a name, an attribute or a call other than ``set()`` is never a literal: answered without
+        # the raise and unwind inside ``literal_eval`` (most of this function's cost)
+        if isinstance(node, (ast.Name, ast.Attribute)) or (
+                isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id == "set")):
+            return UNKNOWN
         try:
             return ast.literal_eval(node)
         except Exception:
@@ -163,7 +169,7 @@ class World:
         if fn is None:
             return NotImplemented
         if any(isinstance(n, (ast.Name, ast.Attribute)) and (n.id if isinstance(n, ast.Name) else n.attr) == self.model_config_name()
-               for n in ast.walk(fn)):
+               for n in astwalk.walk(fn)):
             return self.model_config()
         got = ev.call_method(qual, selfval, args, kwargs, depth + 1)
         if got is UNKNOWN and self._loads_hf_config(qual, ev, 2):
@@ -181,10 +187,10 @@ class World:
             memo[name] = False
             cls = self._class_ast(self.schema.class_qual) if self.schema is not None and self.schema.class_qual else None
             want = self.model_config_name()
-            for n in ast.walk(cls) if cls is not None else ():
+            for n in astwalk.walk(cls) if cls is not None else ():
                 if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name)
                                                      and t.value.id == "self" for t in n.targets) \
-                        and any(isinstance(x, ast.Name) and x.id == want for x in ast.walk(n.value)):
+                        and any(isinstance(x, ast.Name) and x.id == want for x in astwalk.walk(n.value)):
                     memo[name] = True
                     break
         return self.model_config() if memo[name] else None
@@ -197,7 +203,7 @@ class World:
             fn = self.function_ast(qual)
             out: list = []
             if fn is not None and not (fn.args.args or fn.args.posonlyargs):
-                for r in ast.walk(fn):
+                for r in astwalk.walk(fn):
                     if isinstance(r, ast.Return) and isinstance(r.value, ast.Call):
                         out += [a.value for a in r.value.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             memo[qual] = tuple(out)
@@ -209,7 +215,7 @@ class World:
         fn = ev.model.function_ast(qual)
         if fn is None:
             return False
-        for n in ast.walk(fn):
+        for n in astwalk.walk(fn):
             if isinstance(n, ast.Attribute) and n.attr == "from_pretrained" and isinstance(n.value, ast.Name) \
                     and n.value.id.endswith("Config"):
                 return True
@@ -355,7 +361,7 @@ class World:
         if isinstance(d, ast.Call):
             # a decorator factory (``@memo(maxsize=8)``): the decorator is the def it returns
             inner = {n.name: n for n in dfn.body if isinstance(n, ast.FunctionDef)}
-            rets = [r.value for r in ast.walk(dfn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)]
+            rets = [r.value for r in astwalk.walk(dfn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)]
             dfn = next((inner[r.id] for r in rets if r.id in inner), None)
             if dfn is None:
                 return None
@@ -368,7 +374,7 @@ class World:
             return None
         wrapped = params[0]
         # the decorator hands the function to a memoizing one: return functools.lru_cache(...)(fn)
-        for r in ast.walk(dfn):
+        for r in astwalk.walk(dfn):
             if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and any(
                     isinstance(a, ast.Name) and a.id == wrapped for a in r.value.args):
                 how = self._memoizing_decorator(r.value.func, mod, scope, model, depth + 1)
@@ -377,16 +383,16 @@ class World:
         # the wrapper it returns keeps the result in a container made outside the wrapper
         inner = {n.name: n for n in dfn.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         returned = set()
-        for r in ast.walk(dfn):
+        for r in astwalk.walk(dfn):
             if isinstance(r, ast.Return) and r.value is not None:
-                for n in ast.walk(r.value):
+                for n in astwalk.walk(r.value):
                     if isinstance(n, ast.Name) and n.id in inner:
                         returned.add(n.id)
         for name in returned:
             w = inner[name]
-            made_inside = {t.id for n in ast.walk(w) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+            made_inside = {t.id for n in astwalk.walk(w) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
             stored, loaded = set(), set()
-            for n in ast.walk(w):
+            for n in astwalk.walk(w):
                 # memo[key] = fn(...)  /  memo.setdefault(key, fn(...))
                 if isinstance(n, ast.Assign) and _calls_name(n.value, wrapped):
                     stored |= {t.value.id for t in n.targets if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)}
@@ -395,7 +401,7 @@ class World:
                     stored.add(n.func.value.id)
                     loaded.add(n.func.value.id)
                 if isinstance(n, ast.Return) and n.value is not None:
-                    for x in ast.walk(n.value):
+                    for x in astwalk.walk(n.value):
                         if isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name):
                             loaded.add(x.value.id)
             kept = (stored & loaded) - made_inside
@@ -665,7 +671,7 @@ class World:
                 tree = self.module_ast(self.G.nodes[q]["path"])
                 for st in tree.body if tree is not None else ():
                     if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in st.targets) \
-                            and arch in {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}:
+                            and arch in {n.id for n in astwalk.walk(st.value) if isinstance(n, ast.Name)}:
                         return q
         return None
 
@@ -860,8 +866,8 @@ class World:
                     if v is not UNKNOWN:
                         env[p] = v
         env.update({k: v for k, v in (extra or {}).items()})
-        wanted = {n.id for g, _ in w.guards for n in ast.walk(g) if isinstance(n, ast.Name)}
-        wanted |= {n.id for n in ast.walk(w.value) if isinstance(n, ast.Name)}
+        wanted = {n.id for g, _ in w.guards for n in astwalk.walk(g) if isinstance(n, ast.Name)}
+        wanted |= {n.id for n in astwalk.walk(w.value) if isinstance(n, ast.Name)}
         self._fill_locals(w, env, wanted, ev, set())
         return env
 
@@ -886,7 +892,7 @@ class World:
         tree = self.module_ast(path) if path else None
         out = []
         for n in single_assignments(tree) if tree is not None else ():
-            fields = [a.attr for a in ast.walk(n.value) if isinstance(a, ast.Attribute) and self.is_field(a.attr)]
+            fields = [a.attr for a in astwalk.walk(n.value) if isinstance(a, ast.Attribute) and self.is_field(a.attr)]
             if fields:
                 out.append((ast.unparse(n.targets[0]), (fields[0], n.value)))
         return out
@@ -962,7 +968,7 @@ class World:
         a = w.fn.args
         local = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | {n for n, *_ in w.locals}
         local |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
-        if any(isinstance(n, ast.Name) and n.id in local and n.id != "self" for n in ast.walk(w.value)):
+        if any(isinstance(n, ast.Name) and n.id in local and n.id != "self" for n in astwalk.walk(w.value)):
             return UNKNOWN  # it reads a parameter or a local of the constructor
         busy.add(key)
         try:
@@ -1005,7 +1011,7 @@ class World:
                 continue
             tied = any(isinstance(t, ast.Call) and ast.unparse(t.func) == "isinstance" and len(t.args) == 2
                        and ast.unparse(t.args[0]) == w.receiver and short in ast.unparse(t.args[1]) for g, want in w.guards if want
-                       for t in ast.walk(g))
+                       for t in astwalk.walk(g))
             tied = tied or any(name == w.receiver and isinstance(expr, ast.Call) and ast.unparse(expr.func).rsplit(".", 1)[-1] == short
                                for name, expr, *_ in w.locals)
             if tied:
@@ -1050,7 +1056,7 @@ def _argument_refs(tree, module: str, name: str) -> list:
         for st in body:
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 q = f"{scope}.{st.name}" if scope else st.name
-                for n in ast.walk(st):
+                for n in astwalk.walk(st):
                     if isinstance(n, ast.Call):
                         vals = list(n.args) + [k.value for k in n.keywords]
                         if any(isinstance(v, ast.Name) and v.id == name for v in vals):

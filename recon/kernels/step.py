@@ -33,6 +33,7 @@ from ..runtime.moe import PathWalker, from_config, calls_list, jit_module, forks
 from ..engine.values import EnumVal, Instance, LayerObj, plain
 from ..engine.dispatch import choices, resolve_held
 from ..engine.steptensors import annotation_of, entry_tensors
+from .. import astwalk
 
 # where SGLang keeps the layer classes a model builds, by layer kind (its own module layout)
 _LAYER_MODULES = (
@@ -74,7 +75,7 @@ class Step:
             return []
         mod = self.world._module_of(mr[0])
         runner = Instance(mr[0], {"attn_backend": inst})
-        for n in ast.walk(node):
+        for n in astwalk.walk(node):
             if not (isinstance(n, ast.withitem) and isinstance(n.context_expr, ast.Call) and len(n.context_expr.args) == 1
                     and isinstance(n.context_expr.args[0], ast.Call)):
                 continue
@@ -86,7 +87,7 @@ class Step:
             fmod = self.world._module_of(fq)
             tree = self.world.module_ast(self.G.nodes[fq]["path"])
             globs = {g for f in (tree.body if tree is not None else ()) if isinstance(f, ast.FunctionDef)
-                     for x in ast.walk(f) if isinstance(x, ast.Global) for g in x.names}
+                     for x in astwalk.walk(f) if isinstance(x, ast.Global) for g in x.names}
             if len(globs) != 1:
                 continue
             ctxobj = Instance(cq)
@@ -144,7 +145,7 @@ class Step:
         for c in self.world.mro(cls):
             d = self.G.nodes.get(c, {})
             fnode = self.world._class_ast(c) if d.get("path") else None
-            for n in ast.walk(fnode) if fnode is not None else ():
+            for n in astwalk.walk(fnode) if fnode is not None else ():
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
                         and n.func.value.id == "self" and not self.world.method(cls, n.func.attr):
                     out.add(n.func.attr)
@@ -164,7 +165,7 @@ class Step:
         for a in fn.args.args[1:] + fn.args.kwonlyargs:
             ann = annotation_of(a.annotation)
             # `Union[LogitsMetadata, ForwardBatch]`: the first named class that has the field
-            for n in ast.walk(ann) if ann is not None else ():
+            for n in astwalk.walk(ann) if ann is not None else ():
                 if not isinstance(n, (ast.Name, ast.Attribute)) or not plain_dotted(n):
                     continue
                 cls = self.ev.model.resolve(mod, scope, plain_dotted(n))
@@ -270,7 +271,7 @@ class StepWalker(PathWalker):
         undecided: both outcomes, not the primary rule's None."""
         if value is UNKNOWN or not isinstance(selfval, Instance):
             return value
-        for n in ast.walk(test):
+        for n in astwalk.walk(test):
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" \
                     and self._optional_module(selfval, n.attr):
                 return UNKNOWN
@@ -301,7 +302,7 @@ class StepWalker(PathWalker):
             return None
         mod, scope = self.ev.model.module_scope(init)
         found = set()
-        for n in ast.walk(fn):
+        for n in astwalk.walk(fn):
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(
                     isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr == attr
                     for t in n.targets):
@@ -327,10 +328,10 @@ class StepWalker(PathWalker):
                 continue
             mod, scope = self.ev.model.module_scope(qual)
             assigns = {}
-            for n in ast.walk(fn):
+            for n in astwalk.walk(fn):
                 if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call):
                     assigns[n.targets[0].id] = n.value
-            for n in ast.walk(fn):
+            for n in astwalk.walk(fn):
                 jit = self._jit_call(n, assigns, mod, scope)
                 if jit is not None:
                     name, files, target = jit
@@ -366,7 +367,7 @@ class StepWalker(PathWalker):
         if target and self.world.memoized(target, self.ev.model):
             return None  # a memoized builder: the walk took its product where it is called, under that call's tests
         fn = self.ev.model.function_ast(target) if target else None
-        for r in ast.walk(fn) if fn is not None else ():
+        for r in astwalk.walk(fn) if fn is not None else ():
             # the loader is recognised where it resolves (a function of the tree's JIT package), not by its name
             jit = jit_module(self.world, self.ev, target, r.value, {}) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) else None
             if jit is not None:
@@ -399,7 +400,7 @@ def _extra_work_tests(fn) -> set:
     work added to the path when the test holds, with nothing instead when it does not."""
     from ..engine.asts import source_line as _src
     from ..engine.handoffs import exits
-    return {_src(n.test) for n in ast.walk(fn) if isinstance(n, ast.If) and not n.orelse and not exits(n.body)} if fn is not None else set()
+    return {_src(n.test) for n in astwalk.walk(fn) if isinstance(n, ast.If) and not n.orelse and not exits(n.body)} if fn is not None else set()
 
 
 def _premise_list(sites: dict) -> list[dict]:
@@ -618,7 +619,7 @@ def model_class(step: Step) -> Optional[str]:
             tree = step.world.module_ast(path)
             for st in tree.body if tree is not None else ():
                 if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in st.targets) \
-                        and arch in {n.id for n in ast.walk(st.value) if isinstance(n, ast.Name)}:
+                        and arch in {n.id for n in astwalk.walk(st.value) if isinstance(n, ast.Name)}:
                     return q
     return None
 
@@ -632,7 +633,7 @@ def constructed_classes(step: Step, cls: str) -> dict:
     module = step.world._module_of(cls)
     tree = step.world.module_ast(d["path"])
     found = {}
-    for n in ast.walk(tree) if tree is not None else ():
+    for n in astwalk.walk(tree) if tree is not None else ():
         if isinstance(n, ast.Call):
             try:
                 dotted = ast.unparse(n.func)
@@ -654,9 +655,9 @@ def built(step: Step, cls: str, call: Optional[ast.Call], mcls: Optional[str]) -
         # the enclosing function's other parameters are not known here (``compress_ratio_override``
         # passed through a decoder layer's constructor): unknown, never a name looked up elsewhere
         tree = step.world.module_ast(step.G.nodes.get(mcls, {}).get("path", ""))
-        for fn in ast.walk(tree) if tree is not None else ():
+        for fn in astwalk.walk(tree) if tree is not None else ():
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.lineno <= call.lineno <= (fn.end_lineno or fn.lineno) \
-                    and any(n is call for n in ast.walk(fn)):
+                    and any(n is call for n in astwalk.walk(fn)):
                 for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs:
                     if a.arg not in ("self", "config"):
                         env.setdefault(a.arg, UNKNOWN)
@@ -678,7 +679,7 @@ def attention_module(step: Step, mcls: Optional[str]) -> Optional[dict]:
         mod = step.world._module_of(q)
         if init is None or not any(isinstance(n, ast.Call) and plain_dotted(n.func)
                                    and step.ev.model.resolve(mod, f"{node.name}.__init__", plain_dotted(n.func)) in radix
-                                   for n in ast.walk(init)):
+                                   for n in astwalk.walk(init)):
             continue
         inst = built(step, q, call, mcls)
         got = step.walk(inst, "forward")
@@ -703,7 +704,7 @@ def decoder_layer(step: Step, mcls: Optional[str], attn_cls: Optional[str]) -> O
         mod = step.world._module_of(q)
         if init is None or q == attn_cls or not any(
                 isinstance(n, ast.Call) and plain_dotted(n.func)
-                and step.ev.model.resolve(mod, f"{node.name}.__init__", plain_dotted(n.func)) == attn_cls for n in ast.walk(init)):
+                and step.ev.model.resolve(mod, f"{node.name}.__init__", plain_dotted(n.func)) == attn_cls for n in astwalk.walk(init)):
             continue
         inst = built(step, q, call, mcls)
         got = step.walk(inst, "forward", follow_modules=False)
@@ -804,7 +805,7 @@ def collective_sites(step: Step, mcls: Optional[str]) -> list[dict]:
             if m in reach or m not in methods:
                 continue
             reach.add(m)
-            todo += [n.func.attr for n in ast.walk(methods[m]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            todo += [n.func.attr for n in astwalk.walk(methods[m]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                      and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
         for fn in (methods[m] for m in sorted(reach) if m in methods):
             scope = f"{cls.name}.{fn.name}"

@@ -19,6 +19,7 @@ from typing import Optional
 
 from ..names import MODEL_FORWARD
 from ..engine.asts import check_ast, graph_function
+from .. import astwalk
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def _excluded(path: str, params: CaptureScope) -> bool:
 def _called_names(body) -> list[tuple[str, int]]:
     out = []
     for s in body:
-        for n in ast.walk(s):
+        for n in astwalk.walk(s):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
                 out.append((n.func.id, n.lineno))
     return out
@@ -67,15 +68,15 @@ def capture_chains(ctx, params: CaptureScope) -> list[dict]:
         if got is None:
             continue
         path, fn = got
-        with_node = next((n for n in ast.walk(fn) if isinstance(n, ast.With) and n.lineno == d["line"]), None)
+        with_node = next((n for n in astwalk.walk(fn) if isinstance(n, ast.With) and n.lineno == d["line"]), None)
         if with_node is None:
             continue
         params_of = {a.arg for a in fn.args.args}
         # callables run inside the with body that come from a parameter (directly or via a local)
         locals_from_param = {}
-        for n in ast.walk(fn):
+        for n in astwalk.walk(fn):
             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-                src = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)} & params_of
+                src = {x.id for x in astwalk.walk(n.value) if isinstance(x, ast.Name)} & params_of
                 if src:
                     locals_from_param[n.targets[0].id] = sorted(src)[0]
         runs = [(name, line) for name, line in _called_names(with_node.body) if name in params_of or name in locals_from_param]
@@ -92,8 +93,8 @@ def capture_chains(ctx, params: CaptureScope) -> list[dict]:
             if cg is None:
                 continue
             cpath, cfn = cg
-            nested = {n.name: n for n in ast.walk(cfn) if isinstance(n, ast.FunctionDef) and n is not cfn}
-            call = next((n for n in ast.walk(cfn) if isinstance(n, ast.Call) and n.lineno <= e["line"] <= getattr(n, "end_lineno", n.lineno)
+            nested = {n.name: n for n in astwalk.walk(cfn) if isinstance(n, ast.FunctionDef) and n is not cfn}
+            call = next((n for n in astwalk.walk(cfn) if isinstance(n, ast.Call) and n.lineno <= e["line"] <= getattr(n, "end_lineno", n.lineno)
                          and isinstance(n.func, ast.Attribute) and n.func.attr == G.nodes[scope]["name"]), None)
             if call is None:
                 continue
@@ -109,7 +110,7 @@ def capture_chains(ctx, params: CaptureScope) -> list[dict]:
             if passed not in nested:
                 continue
             runner = nested[passed]
-            fwd_call = next(((n.func.id, n.lineno) for n in ast.walk(runner) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in fwd_names), None)
+            fwd_call = next(((n.func.id, n.lineno) for n in astwalk.walk(runner) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in fwd_names), None)
             if fwd_call is None:
                 continue
             src_lines = ctx.tree.lines(path)
@@ -135,7 +136,7 @@ def _forward_source(ctx, path: str, name: str) -> Optional[dict]:
         return None
     R = ctx.tree.resolver
     module = ctx.tree.index.files[path].module if path in ctx.tree.index.files else ""
-    for n in ast.walk(mod):
+    for n in astwalk.walk(mod):
         if not isinstance(n, ast.With):
             continue
         for item in n.items:
@@ -148,7 +149,7 @@ def _forward_source(ctx, path: str, name: str) -> Optional[dict]:
                 if got is None:
                     continue
                 tpath, tfn = got
-                for y in ast.walk(tfn):
+                for y in astwalk.walk(tfn):
                     if isinstance(y, ast.Yield) and isinstance(y.value, ast.Attribute) and y.value.attr == "forward":
                         return {"what": f"{name} is {ast.unparse(y.value)} (yielded by {tfn.name}, used as `with ... as {name}` at {path}:{n.lineno})",
                                 "path": tpath, "line": y.lineno, "text": ".forward", "inferred": True}
@@ -185,10 +186,10 @@ def _class_node(ctx, cls: str) -> Optional[tuple[str, ast.ClassDef]]:
     mod = check_ast(ctx, d.get("path", "")) if d.get("path") else None
     if mod is None:
         return None
-    for n in ast.walk(mod):
+    for n in astwalk.walk(mod):
         if isinstance(n, ast.ClassDef) and n.name == d.get("name") and n.lineno <= d.get("line", 0) <= n.lineno + len(n.decorator_list) + 1:
             return d["path"], n
-    for n in ast.walk(mod):
+    for n in astwalk.walk(mod):
         if isinstance(n, ast.ClassDef) and n.name == d.get("name"):
             return d["path"], n
     return None
@@ -217,7 +218,7 @@ def _local_bindings(fn: ast.AST) -> dict[str, list[ast.AST]]:
     for arg, d in zip(args.kwonlyargs, args.kw_defaults):
         if d is not None:
             add(arg.arg, d)
-    for n in ast.walk(fn):
+    for n in astwalk.walk(fn):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
             add(n.targets[0].id, n.value)
     return out
@@ -229,11 +230,11 @@ def _self_attr_values(cnode: ast.ClassDef, attr: str) -> list[tuple[ast.AST, dic
     ``experts_type = get_moe_impl_class(...)`` reads as ``get_moe_impl_class(...)(...)``, and
     ``layer_type(...)`` in a ``make_layers`` lambda as the class ``layer_type`` defaults to."""
     out = []
-    for fn in ast.walk(cnode):
+    for fn in astwalk.walk(cnode):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         bindings = None
-        for n in ast.walk(fn):
+        for n in astwalk.walk(fn):
             if isinstance(n, ast.Assign):
                 for t in n.targets:
                     elts = t.elts if isinstance(t, ast.Tuple) else [t]
@@ -269,7 +270,7 @@ def _extra_edges(ctx, fn: str, params: CaptureScope) -> list[tuple[str, int, str
     resolved_lines = {e.get("line") for _, _, e in G.out_edges(fn, data=True) if e.get("kind") in ("calls", "calls_dynamic")}
     # names bound to an element of a self container: `layer = self.layers[i]`, `for layer in self.layers`
     holders: dict[str, str] = {}
-    for n in ast.walk(node):
+    for n in astwalk.walk(node):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Subscript):
             v = n.value.value
             if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "self":
@@ -282,7 +283,7 @@ def _extra_edges(ctx, fn: str, params: CaptureScope) -> list[tuple[str, int, str
                 it = it.value
             if isinstance(it, ast.Attribute) and isinstance(it.value, ast.Name) and it.value.id == "self":
                 holders[n.target.id] = it.attr
-    for n in ast.walk(node):
+    for n in astwalk.walk(node):
         if not isinstance(n, ast.Call) or n.lineno in resolved_lines:
             continue
         f = n.func
@@ -293,7 +294,7 @@ def _extra_edges(ctx, fn: str, params: CaptureScope) -> list[tuple[str, int, str
         else:
             continue
         for rhs, bindings in _self_attr_values(cn[1], attr):
-            for c in ast.walk(rhs):
+            for c in astwalk.walk(rhs):
                 if not isinstance(c, ast.Call):
                     continue
                 # what the called expression may be: itself, or what a local name of it was bound to

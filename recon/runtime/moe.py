@@ -33,6 +33,7 @@ from ..engine.asts import source_line as _src
 from ..engine.registries import custom_op_impl, registrations
 from ..engine.steptensors import EntryArgs, StepTensor, bundle_args, entry_tensors, premise_note, rebound, truth
 from ..engine.values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
+from .. import astwalk
 
 # packages whose calls are not the work itself (the standard library is never a kernel either)
 _NOT_KERNELS = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "triton", "einops", "tvm_ffi", "sailify", "packaging", "psutil"}
@@ -127,7 +128,7 @@ def registry(world) -> dict:
             continue
         dicts = []
         for st in tree.body:
-            for n in ast.walk(st):
+            for n in astwalk.walk(st):
                 if isinstance(n, ast.Dict):
                     dicts.append(n)
         for d in dicts:
@@ -197,7 +198,7 @@ def quant_methods(world, ev, prefix: Optional[str] = None) -> dict:
     outcomes = ev.explore(fn.body, env, mod, scope, gpath)
     # values inside that the primary rule chose (a test's other way gives another): not decided
     out["guesses"] = world.guesses - before
-    rets = {n.lineno: n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
+    rets = {n.lineno: n.value for n in astwalk.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
     for o in sorted(outcomes, key=lambda o: sum(1 for a in o.assumptions if a[1])):
         v = o.value
         method = v.cls if isinstance(v, Instance) else v.qual if isinstance(v, ClassRef) else None
@@ -421,12 +422,12 @@ class PathWalker:
         if id(fn) in self._lazy_memo:
             return self._lazy_memo[id(fn)]
         loads = {}
-        for n in ast.walk(fn):
+        for n in astwalk.walk(fn):
             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
                     and isinstance(n.value, ast.Attribute) and isinstance(n.value.value, ast.Name) and n.value.value.id == "self":
                 loads[n.targets[0].id] = n.value.attr
         out = {}
-        for n in ast.walk(fn):
+        for n in astwalk.walk(fn):
             if not (isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
                     and n.test.left.id in loads and isinstance(n.test.ops[0], ast.Is)
                     and isinstance(n.test.comparators[0], ast.Constant) and n.test.comparators[0].value is None):
@@ -453,7 +454,7 @@ class PathWalker:
         for full, ln, guards in binds:
             if ln >= line:
                 continue
-            fill({n.id for g, _ in guards for n in ast.walk(g) if isinstance(n, ast.Name)})
+            fill({n.id for g, _ in guards for n in astwalk.walk(g) if isinstance(n, ast.Name)})
             tests = [self.ev.eval(g, env, mod, scope) for g, _ in guards]
             if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, guards)):
                 continue
@@ -550,8 +551,8 @@ class PathWalker:
             for name, ln in stale.items():
                 if ln <= call.lineno and env.get(name) is handed[name]:
                     env.pop(name)  # its own assignments (``_locals_at``) say what it holds from here
-            names = {n.id for t, _ in guards for n in ast.walk(t) if isinstance(n, ast.Name)}
-            names |= {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+            names = {n.id for t, _ in guards for n in astwalk.walk(t) if isinstance(n, ast.Name)}
+            names |= {n.id for n in astwalk.walk(call) if isinstance(n, ast.Name)}
             self._locals_at(fn, call.lineno, env, mod, scope, names)
             for test, holds in guards:
                 reads = self.ev.step_reads
@@ -675,7 +676,7 @@ class PathWalker:
         """(memoized function, its call) when ``node`` is the result of one: the call itself
         (``build(x).op(...)``), or a local the function assigns once from it (``m = build(x)``)."""
         if isinstance(node, ast.Name):
-            got = [a.value for a in ast.walk(fn) if isinstance(a, ast.Assign) and len(a.targets) == 1
+            got = [a.value for a in astwalk.walk(fn) if isinstance(a, ast.Assign) and len(a.targets) == 1
                    and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id]
             node = got[0] if len(got) == 1 else None
         if not isinstance(node, ast.Call):
@@ -765,7 +766,7 @@ class PathWalker:
 
     def _switch(self, test, value, path, mod, scope, env) -> None:
         """Record an instance flag a decided test read (``self._use_mxfp8_act_scaling``)."""
-        for n in ast.walk(test):
+        for n in astwalk.walk(test):
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
                 v = self.ev.eval(n, env, mod, scope)
                 if v is not UNKNOWN and not any(s["attr"] == n.attr for s in self.switches):
@@ -798,7 +799,7 @@ def memo_products(world, ev, qual: str, env: dict, attr: str = "") -> list[tuple
     path = world.path_of(qual) or ""
     mod, scope = ev.model.module_scope(qual)
     out = []
-    for r in ast.walk(fn) if fn is not None else ():
+    for r in astwalk.walk(fn) if fn is not None else ():
         if not isinstance(r, ast.Return) or r.value is None:
             continue
         if isinstance(r.value, ast.Call):

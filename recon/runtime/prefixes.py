@@ -22,6 +22,7 @@ from typing import Optional
 from ..engine.interp import UNKNOWN
 from ..engine.values import ClassRef, Instance
 from ..names import dotted_name
+from .. import astwalk
 
 # the attribute paths of the layers the oracle and the runtime view ask about, under a decoder layer
 MOE_PATH = ("mlp", "experts")
@@ -139,7 +140,7 @@ def _named_by(ev, target: Optional[str], pos: Optional[int], key: Optional[str],
         return {None}
     mod, scope = ev.model.module_scope(target)
     names: set = set()
-    for n in ast.walk(fn):
+    for n in astwalk.walk(fn):
         if not isinstance(n, ast.Call):
             continue
         if isinstance(n.func, ast.Name) and n.func.id == fn_param:

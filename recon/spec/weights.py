@@ -11,6 +11,7 @@ from .. import bounded
 from ..engine.dtypes import DTYPE_BYTES
 from ..engine.shapes import int_arith, model_size
 from .common import path_line, graph_node
+from .. import astwalk
 
 
 _ALLOC = {"empty", "ones", "zeros", "full"}
@@ -48,7 +49,7 @@ def weights_as_created(tree, quant_class: Optional[str], model) -> dict:
         mod = bounded.parse(tree.read_text(path))
     except (SyntaxError, OSError, ValueError):
         return {"found": False, "method": qual, "at": path_line(path, line), "tensors": []}
-    fn = next((n for n in ast.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "create_weights" and n.lineno == line), None)
+    fn = next((n for n in astwalk.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "create_weights" and n.lineno == line), None)
     if fn is None:
         return {"found": False, "method": qual, "at": path_line(path, line), "tensors": []}
     env: dict = {}
@@ -58,7 +59,7 @@ def weights_as_created(tree, quant_class: Optional[str], model) -> dict:
             env[a.arg] = v
     allocs: dict[str, tuple[ast.Call, int]] = {}
     registered: list[tuple[str, str, int]] = []
-    for st in ast.walk(fn):
+    for st in astwalk.walk(fn):
         if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
             name = st.targets[0].id
             v = int_arith(st.value, env)
