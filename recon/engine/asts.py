@@ -68,6 +68,14 @@ def functions(mod: ast.AST) -> list:
     return funcs
 
 
+def defs_by_line(mod: ast.AST) -> dict:
+    """line -> the def of ``mod`` starting there (the last in ``ast.walk`` order among equals)."""
+    by_line = getattr(mod, "_recon_defs_by_line", None)
+    if by_line is None:
+        by_line = mod._recon_defs_by_line = {n.lineno: n for n in functions(mod)}
+    return by_line
+
+
 def functions_named(mod: ast.AST, name: str) -> list:
     """The defs of ``mod`` named ``name``, in ``ast.walk`` order."""
     by_name = getattr(mod, "_recon_functions_by_name", None)

@@ -560,7 +560,16 @@ def refusals(world, schema: Schema, state: State, evaluator) -> list[dict]:
 
 
 def _stmt_at(tree: ast.Module, line: int):
-    return next((n for n in astwalk.walk(tree) if isinstance(n, (ast.Raise, ast.Assert)) and n.lineno == line), None)
+    """The first ``raise`` or ``assert`` (in ``ast.walk`` order) starting on ``line``: one walk of
+    the module, kept on it, instead of one per write asked about."""
+    at = getattr(tree, "_recon_raise_assert_at", None)
+    if at is None:
+        at = {}
+        for n in astwalk.walk(tree):
+            if isinstance(n, (ast.Raise, ast.Assert)):
+                at.setdefault(n.lineno, n)
+        tree._recon_raise_assert_at = at
+    return at.get(line)
 
 
 def _reached(world, schema: Schema, qual: str, depth: int = 6) -> Optional[list]:

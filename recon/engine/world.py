@@ -9,7 +9,7 @@ import ast
 import re
 from typing import Optional
 
-from .asts import classes_named, module_ast, single_assignments, tree_memo
+from .asts import classes_named, defs_by_line, module_ast, single_assignments, tree_memo
 from .interp import UNKNOWN, in_place
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
@@ -67,8 +67,7 @@ class World:
         by_line = self._defs_by_line.get(path)
         if by_line is None:
             tree = self.module_ast(path)
-            by_line = self._defs_by_line[path] = {n.lineno: n for n in astwalk.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} \
-                if tree is not None else {}
+            by_line = self._defs_by_line[path] = defs_by_line(tree) if tree is not None else {}
         return by_line.get(line)
 
     def path_of(self, qual: str) -> Optional[str]:
