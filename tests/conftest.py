@@ -37,6 +37,21 @@ UNSEEN_VERSION = os.environ.get("RECON_TEST_UNSEEN_VERSION", "0.5.20")
 TRACED_VERSION = "0.5.19"
 
 
+# The cyclic collector runs once at the end of each test module instead of whenever allocations
+# cross its thresholds: a scenario builds millions of objects that stay (parsed modules, memos) and
+# every full collection walked them again (a fifth of the suite's CPU, bench/NOTES.md "s34"; the
+# console entry turns it off for a command the same way). What a module leaves is collected after it.
+import gc as _gc_policy  # noqa: E402
+
+_gc_policy.disable()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_after_each_module():
+    yield
+    _gc_policy.collect()
+
+
 # The `quick` core (`pytest -m quick`, run on every change): every test that needs no released
 # wheel, except these offline files, which take minutes (measured, bench/NOTES.md "the test
 # suite's time"): kernel compiles for four architectures, kernels under Triton's CPU interpreter,
@@ -159,13 +174,26 @@ def synthetic(tmp_path):
 
 # Where the suite's time and memory go, per test (bench/suite_profile.py reads it): with
 # RECON_TEST_PROFILE=<folder>, each process appends one JSON line per test — wall and CPU seconds
-# (its own and its children's, setup and teardown included), resident memory after the test and
-# the process's peak so far.
+# (its own and its children's, setup and teardown included), the seconds of full garbage
+# collections in it, resident memory after the test and the process's peak so far.
 _PROFILE = os.environ.get("RECON_TEST_PROFILE")
 if _PROFILE:
     import json as _json
     import resource as _resource
     import time as _time
+
+    import gc as _gc
+
+    _gc_time = [0.0, 0.0]  # seconds in full (oldest-generation) collections, start of the current one
+
+    def _gc_clock(phase, info):
+        if info["generation"] == 2:
+            if phase == "start":
+                _gc_time[1] = _time.perf_counter()
+            else:
+                _gc_time[0] += _time.perf_counter() - _gc_time[1]
+
+    _gc.callbacks.append(_gc_clock)
 
     def _rss_mb() -> float:
         with open("/proc/self/statm") as f:
@@ -173,15 +201,33 @@ if _PROFILE:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
-        t0, c0 = _time.perf_counter(), os.times()
+        t0, c0, g0 = _time.perf_counter(), os.times(), _gc_time[0]
         yield
         c1 = os.times()
         cpu = (c1.user - c0.user) + (c1.system - c0.system)
         child = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
         row = {"test": item.nodeid, "wall": round(_time.perf_counter() - t0, 3), "cpu": round(cpu, 3),
-               "child_cpu": round(child, 3), "rss_mb": round(_rss_mb(), 1),
+               "child_cpu": round(child, 3), "full_gc": round(_gc_time[0] - g0, 3), "rss_mb": round(_rss_mb(), 1),
                "peak_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
         Path(_PROFILE).mkdir(parents=True, exist_ok=True)
         with open(Path(_PROFILE) / f"{row['worker']}.jsonl", "a") as f:
             f.write(_json.dumps(row) + "\n")
+
+
+# With RECON_TEST_CPROFILE=<folder>, each process profiles itself for the whole session and writes
+# <folder>/<worker>.prof at the end (read with pstats): which of recon's functions the suite spends
+# its time in, across every test.
+_CPROFILE = os.environ.get("RECON_TEST_CPROFILE")
+if _CPROFILE:
+    import cProfile as _cprofile
+
+    _profiler = _cprofile.Profile()
+
+    def pytest_configure(config):
+        _profiler.enable()
+
+    def pytest_unconfigure(config):
+        _profiler.disable()
+        Path(_CPROFILE).mkdir(parents=True, exist_ok=True)
+        _profiler.dump_stats(str(Path(_CPROFILE) / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.prof"))
