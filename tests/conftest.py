@@ -37,19 +37,37 @@ UNSEEN_VERSION = os.environ.get("RECON_TEST_UNSEEN_VERSION", "0.5.20")
 TRACED_VERSION = "0.5.19"
 
 
-# The cyclic collector runs once at the end of each test module instead of whenever allocations
-# cross its thresholds: a scenario builds millions of objects that stay (parsed modules, memos) and
-# every full collection walked them again (a fifth of the suite's CPU, bench/NOTES.md "s34"; the
-# console entry turns it off for a command the same way). What a module leaves is collected after it.
+# The cyclic collector runs after a test that grew resident memory by _GC_STEP_MB since it last
+# ran, and after each test module, instead of whenever allocations cross its thresholds: a scenario
+# builds millions of objects that stay (parsed modules, memos) and every full collection walked them
+# again (a fifth of the suite's CPU, bench/NOTES.md "s34"; the console entry turns it off for a
+# command the same way). Only after a module (tried) let a module of tree copies (the apply tests:
+# a loaded tree and its memo form a cycle) pile up 5.7 GB of garbage.
 import gc as _gc_policy  # noqa: E402
 
 _gc_policy.disable()
+_GC_STEP_MB = 384
+_collected_at = [0.0]
+
+
+def _resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.fixture(autouse=True)
+def _collect_when_memory_grew():
+    yield
+    if _resident_mb() - _collected_at[0] > _GC_STEP_MB:
+        _gc_policy.collect()
+        _collected_at[0] = _resident_mb()
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _collect_after_each_module():
     yield
     _gc_policy.collect()
+    _collected_at[0] = _resident_mb()
 
 
 # The `quick` core (`pytest -m quick`, run on every change): every test that needs no released
