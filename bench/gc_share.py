@@ -14,18 +14,10 @@ import json
 import subprocess
 import sys
 
-CHILD = r"""
-import gc, json, pickle, resource, secrets, sys, time
-import recon.cache, recon.derived as D, recon.runtime.cached, recon.scan
-D._DIGEST[(str(D.RECON_DIR), str(D.DATA_DIR))] = secrets.token_bytes(20)  # every derived entry a miss
-_MEM, _real = {}, recon.cache.load_pickle
-def _save(p, o):
-    _MEM[str(p)] = pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL)
-def _load(p):
-    b = _MEM.get(str(p))
-    return pickle.loads(b) if b is not None else _real(p)
-recon.cache.save_pickle = recon.scan.save_pickle = recon.runtime.cached.save_pickle = _save
-recon.cache.load_pickle = recon.scan.load_pickle = recon.runtime.cached.load_pickle = _load
+from scenarios_in_process import COLD_DERIVED  # bench/ is the script's folder
+
+CHILD = COLD_DERIVED + r"""
+import gc, json, resource, sys, time
 spent, count, start = [0.0, 0.0, 0.0], [0, 0, 0], [0.0]
 def clock(phase, info):
     if phase == "start":

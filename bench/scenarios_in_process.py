@@ -31,8 +31,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = "rtx-pro-6000:dsv4-flash,rtx-pro-6000:gpt-oss-120b,rtx-pro-6000:qwen3-30b-a3b,h200:dsv4"
 
-CHILD = r"""
-import hashlib, json, pickle, resource, secrets, sys, time
+# A child's first lines: derived data cold (a random code digest), its entries kept in memory, none
+# written to the shared cache. bench/gc_share.py starts its children with them too.
+COLD_DERIVED = r"""
+import pickle, secrets
 import recon.cache, recon.derived as D, recon.runtime.cached, recon.scan
 D._DIGEST[(str(D.RECON_DIR), str(D.DATA_DIR))] = secrets.token_bytes(20)  # every derived entry a miss
 # derived entries kept in memory instead of on disk: a second read within the run hits, as on disk
@@ -44,6 +46,10 @@ def _load(path):
     return pickle.loads(b) if b is not None else _real_load(path)
 recon.cache.save_pickle = recon.scan.save_pickle = recon.runtime.cached.save_pickle = _save
 recon.cache.load_pickle = recon.scan.load_pickle = recon.runtime.cached.load_pickle = _load
+"""
+
+CHILD = COLD_DERIVED + r"""
+import hashlib, json, resource, sys, time
 from recon.checks import CheckContext
 from recon.kernels.kmap import map_for
 from recon.profiles import load_device, load_model
