@@ -18,7 +18,7 @@ from pathlib import Path
 
 def load(folder: str) -> list[dict]:
     rows = []
-    for p in sorted(Path(folder).glob("*.jsonl")):
+    for p in sorted(q for q in Path(folder).glob("*.jsonl") if not q.name.startswith("builds-")):  # builds-*: conftest's build log
         rows += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
     return rows
 

@@ -37,17 +37,24 @@ UNSEEN_VERSION = os.environ.get("RECON_TEST_UNSEEN_VERSION", "0.5.20")
 TRACED_VERSION = "0.5.19"
 
 
-# The cyclic collector runs after a test that grew resident memory by _GC_STEP_MB since it last
-# ran, and after each test module, instead of whenever allocations cross its thresholds: a scenario
-# builds millions of objects that stay (parsed modules, memos) and every full collection walked them
-# again (a fifth of the suite's CPU, bench/NOTES.md "s34"; the console entry turns it off for a
-# command the same way). Only after a module (tried) let a module of tree copies (the apply tests:
-# a loaded tree and its memo form a cycle) pile up 5.7 GB of garbage.
+# The cyclic collector: off, and run by the suite itself, each time followed by gc.freeze(). A
+# scenario builds millions of objects that stay (parsed modules, memos, the released trees the memo
+# of tests/scenarios.py keeps), and Python's own collections, or one per module (tried), walked
+# them again each time: a fifth of the suite's CPU (bench/NOTES.md "s34"; the console entry turns
+# the collector off for a command the same way). Survivors of a collection are frozen, so the next
+# one walks only what was made since:
+# - a shallow collection after each test module and after any test that grew resident memory by
+#   _GC_STEP_MB since the last one (a module of tree copies, the apply tests, makes a loaded tree and
+#   its memo, a cycle, per test: 5.7 GB when collected only per module);
+# - a deep one (unfreeze first) when memory grew by _GC_DEEP_MB since the last deep one: what was
+#   frozen alive and became cyclic garbage later (a module fixture's tree) is freed there. An evicted
+#   released tree needs none: tests/scenarios.py cuts its cycles, and reference counting frees it.
 import gc as _gc_policy  # noqa: E402
 
 _gc_policy.disable()
 _GC_STEP_MB = 384
-_collected_at = [0.0]
+_GC_DEEP_MB = 1024
+_collected_at = [0.0, 0.0]  # resident MB after the last collection, after the last deep one
 
 
 def _resident_mb() -> float:
@@ -55,19 +62,37 @@ def _resident_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _collect(deep: bool) -> None:
+    if deep:
+        _gc_policy.unfreeze()
+    _gc_policy.collect()
+    _gc_policy.freeze()
+    _collected_at[0] = _resident_mb()
+    if deep:
+        _collected_at[1] = _collected_at[0]
+
+
+def _collect_if_grown() -> None:
+    now = _resident_mb()
+    if now - _collected_at[1] > _GC_DEEP_MB:
+        _collect(deep=True)
+    elif now - _collected_at[0] > _GC_STEP_MB:
+        _collect(deep=False)
+
+
 @pytest.fixture(autouse=True)
 def _collect_when_memory_grew():
     yield
-    if _resident_mb() - _collected_at[0] > _GC_STEP_MB:
-        _gc_policy.collect()
-        _collected_at[0] = _resident_mb()
+    _collect_if_grown()
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _collect_after_each_module():
     yield
-    _gc_policy.collect()
-    _collected_at[0] = _resident_mb()
+    if _resident_mb() - _collected_at[1] > _GC_DEEP_MB:
+        _collect(deep=True)
+    else:
+        _collect(deep=False)
 
 
 # The `quick` core (`pytest -m quick`, run on every change): every test that needs no released
@@ -231,6 +256,39 @@ if _PROFILE:
         Path(_PROFILE).mkdir(parents=True, exist_ok=True)
         with open(Path(_PROFILE) / f"{row['worker']}.jsonl", "a") as f:
             f.write(_json.dumps(row) + "\n")
+
+
+# With RECON_TEST_PROFILE, every runtime view and kernel map built (by a test, the CLI or a spec)
+# is also logged to <folder>/builds-<worker>.jsonl: its scenario key, the tree, device, model and
+# CPU seconds. A key built more than once in a session (in one worker or in both) is work done twice.
+if _PROFILE:
+    import recon.kernels.kmap as _kmap
+    import recon.runtime as _runtime
+
+    def _logged(module, name):
+        real = getattr(module, name)
+        if hasattr(real, "__wrapped__"):  # this file imported again as tests.conftest: wrapped once
+            return
+
+        def wrapper(ctx, *args, **kwargs):
+            from recon.derived import scenario_key
+
+            c0 = _time.process_time()
+            out = real(ctx, *args, **kwargs)
+            row = {"what": name, "key": scenario_key(ctx, *args[:1]) if name == "build_map" else scenario_key(ctx),
+                   "args": repr(args)[:80], "tree": getattr(ctx.tree.target, "label", "")[:60], "device": ctx.device.short,
+                   "model": getattr(ctx.model, "name", ""), "cpu": round(_time.process_time() - c0, 3),
+                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+            with open(Path(_PROFILE) / f"builds-{row['worker']}.jsonl", "a") as f:
+                f.write(_json.dumps(row) + "\n")
+            return out
+
+        wrapper.__wrapped__ = real
+        setattr(module, name, wrapper)
+
+    Path(_PROFILE).mkdir(parents=True, exist_ok=True)
+    _logged(_runtime, "build")
+    _logged(_kmap, "build_map")
 
 
 # With RECON_TEST_CPROFILE=<folder>, each process profiles itself for the whole session and writes

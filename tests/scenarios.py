@@ -52,6 +52,21 @@ def _keep(key, tree) -> None:
         # trees out of the collector's reach instead (tried) kept every tree alive at the time
         # of a freeze, garbage included: 6.2 GB peak.
         old.__dict__.get("_recon_memo", {}).clear()
+        _cut_graph_views(old.__dict__.get("graph"))
+        lazy = old.__dict__.get("_lazy")
+        _cut_graph_views(getattr(lazy, "graph", None))
+
+
+def _cut_graph_views(graph) -> None:
+    """A networkx graph keeps the views it hands out (``G.edges``, ``G.in_edges``...) in its own
+    ``__dict__``, and each view refers back to the graph: a cycle, so the whole graph (hundreds of
+    thousands of dicts) waited for the collector, or, frozen, stayed. The views are dropped here (the
+    graph makes them again on use)."""
+    if graph is None:
+        return
+    for name, value in list(vars(graph).items()):
+        if getattr(value, "_graph", None) is graph:
+            del graph.__dict__[name]
 
 
 def _released_key(target):
