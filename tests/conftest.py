@@ -80,6 +80,11 @@ def _collect_if_grown() -> None:
         _collect(deep=False)
 
 
+# also before every tree load: a test that loads copies of a real tree one after another (a planted
+# link, the apply round trips) no longer holds every earlier copy until it ends
+scenarios.BEFORE_LOAD = _collect_if_grown
+
+
 @pytest.fixture(autouse=True)
 def _collect_when_memory_grew():
     yield
@@ -121,6 +126,19 @@ def pytest_collection_modifyitems(config, items):
             rel = Path(str(item.fspath)).resolve().relative_to(_TESTS).as_posix()
             if rel not in NOT_QUICK:
                 item.add_marker(pytest.mark.quick)
+    # the longest files first (their CPU seconds in the last measured run, bench/NOTES.md "s34"):
+    # `--dist loadscope` hands files to the workers in this order, so a six-minute file started
+    # last no longer leaves one worker running alone at the end
+    def weight(item):
+        rel = Path(str(item.fspath)).resolve().relative_to(_TESTS).as_posix()
+        return -FIRST.get(rel, 0)
+
+    items.sort(key=weight)
+
+
+# CPU seconds of the longest files in a full run (bench/suite_profile.py); the rest keep their order
+FIRST = {"reference_impl/test_gluon_compile.py": 339, "test_apply.py": 285, "test_spec_matrix.py": 198,
+         "test_runtime_view.py": 144, "test_oracle_mechanisms.py": 126}
 
 
 @pytest.fixture(scope="session")
@@ -286,6 +304,13 @@ if _PROFILE:
         wrapper.__wrapped__ = real
         setattr(module, name, wrapper)
 
+    def _log_load(target, cpu, released):
+        row = {"what": "load", "key": target.key, "tree": target.label[:60], "released": released, "cpu": round(cpu, 3),
+               "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+        with open(Path(_PROFILE) / f"builds-{row['worker']}.jsonl", "a") as f:
+            f.write(_json.dumps(row) + "\n")
+
+    scenarios.ON_LOAD = _log_load
     Path(_PROFILE).mkdir(parents=True, exist_ok=True)
     _logged(_runtime, "build")
     _logged(_kmap, "build_map")

@@ -26,6 +26,7 @@ import contextlib
 import copy
 import fcntl
 import os
+import time
 import weakref
 from pathlib import Path
 
@@ -34,6 +35,8 @@ _ALIVE: dict = {}  # key -> weak references to every copy handed out: a tree som
 _VIEWS: dict = {}
 _MAPS: dict = {}
 _KEEP = max(1, int(os.environ.get("RECON_TEST_TREES", "2")))
+BEFORE_LOAD = None  # conftest's collector, run before each real load
+ON_LOAD = None  # conftest's profile log of each real load: (target, CPU seconds, released?)
 
 
 def _keep(key, tree) -> None:
@@ -119,14 +122,23 @@ def install_tree_memo() -> None:
     # freed); conftest runs the collector once per test module instead
     recon.tree.FREEZE_AFTER_LOAD = False
 
+    def timed(target, progress, released):
+        if BEFORE_LOAD is not None:
+            BEFORE_LOAD()
+        c0 = time.process_time()
+        tree = real(target, progress)
+        if ON_LOAD is not None:
+            ON_LOAD(target, time.process_time() - c0, released)
+        return tree
+
     def load(target, progress=None):
         key = _released_key(target)
         if key is None:
-            return real(target, progress)
+            return timed(target, progress, False)
         hit = _TREES.get(key) or _held(key)
         if hit is None:
             with _turn(target.key):
-                hit = real(target, progress)
+                hit = timed(target, progress, True)
                 wait_for_writers()  # the cache entries this load writes behind, before the next worker reads
             tree_memo(hit)  # made now, so every copy below shares one memo of device-independent results
         _keep(key, hit)

@@ -171,6 +171,18 @@ def {WRAPPER}(slot_forward, *args, **kwargs):
 '''
 
 
+_REWRITTEN: dict = {}  # (source text, depth) -> rewritten text: LibCST takes seconds per bundle
+
+
+def _relative_imports(text: str, depth: int) -> str:
+    """``text`` with its absolute ``reference_impl`` imports made relative (``depth`` folders deep);
+    kept per process: a process that applies to several checkouts rewrites each file once."""
+    key = (text, depth)
+    if key not in _REWRITTEN:
+        _REWRITTEN[key] = cst.parse_module(text).visit(_Relative(depth)).code
+    return _REWRITTEN[key]
+
+
 def build(bundle_dir: str, host: str, slot_module: str) -> dict[str, bytes]:
     """{target-relative path: bytes} of every file of the package at ``bundle_dir``."""
     root = source_dir()
@@ -178,9 +190,7 @@ def build(bundle_dir: str, host: str, slot_module: str) -> dict[str, bytes]:
     for rel in _closure(root):
         if rel == "__init__.py":
             continue  # reference_impl's own __init__ exports the PyTorch reference too; ours is the entry
-        text = (root / rel).read_text(encoding="utf-8")
-        depth = rel.count("/")
-        text = cst.parse_module(text).visit(_Relative(depth)).code
+        text = _relative_imports((root / rel).read_text(encoding="utf-8"), rel.count("/"))
         files[f"{bundle_dir}/{rel}"] = (_header(rel) + text).encode("utf-8")
     for js in sorted(root.rglob("*.json")):  # tuned configs read by configs.py at run time
         rel = js.relative_to(root).as_posix()
