@@ -136,6 +136,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=weight)
 
 
+def pytest_configure(config):
+    # xdist's loadscope would hand out files by their number of tests instead (the 559 GPU tests,
+    # skipped here in seconds, first): the order above is kept
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    if _CPROFILE:
+        _profiler.enable()
+
+
 # CPU seconds of the longest files in a full run (bench/suite_profile.py); the rest keep their order
 FIRST = {"reference_impl/test_gluon_compile.py": 339, "test_apply.py": 285, "test_spec_matrix.py": 198,
          "test_runtime_view.py": 144, "test_oracle_mechanisms.py": 126}
@@ -324,9 +333,6 @@ if _CPROFILE:
     import cProfile as _cprofile
 
     _profiler = _cprofile.Profile()
-
-    def pytest_configure(config):
-        _profiler.enable()
 
     def pytest_unconfigure(config):
         _profiler.disable()

@@ -59,12 +59,33 @@ def check_ast(ctx, path: str) -> Optional[ast.Module]:
 # was the largest item of a second device's or model's scan. Each lists in ``ast.walk`` order, so a
 # lookup over it finds what the walk found first.
 
+def _index(mod: ast.AST) -> None:
+    """The defs, classes, one-target assignments and ``if`` statements of ``mod``, found in one walk
+    (each asked of most modules a scenario reads: four walks before) and kept on the node."""
+    funcs, classes, assigns, ifs = [], {}, [], []
+    for n in astwalk.walk(mod):
+        t = type(n)
+        if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
+            funcs.append(n)
+        elif t is ast.ClassDef:
+            classes.setdefault(n.name, []).append(n)
+        elif t is ast.Assign:
+            if len(n.targets) == 1:
+                assigns.append(n)
+        elif t is ast.If:
+            ifs.append(n)
+    mod._recon_functions = funcs
+    mod._recon_classes_by_name = classes
+    mod._recon_single_assignments = assigns
+    mod._recon_ifs = ifs
+
+
 def functions(mod: ast.AST) -> list:
     """Every ``def`` / ``async def`` in ``mod``, in ``ast.walk`` order."""
     funcs = getattr(mod, "_recon_functions", None)
     if funcs is None:
-        funcs = [n for n in astwalk.walk(mod) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        mod._recon_functions = funcs
+        _index(mod)
+        funcs = mod._recon_functions
     return funcs
 
 
@@ -101,11 +122,8 @@ def classes_named(mod: ast.AST, name: str) -> list:
     """The classes of ``mod`` named ``name``, in ``ast.walk`` order."""
     by_name = getattr(mod, "_recon_classes_by_name", None)
     if by_name is None:
-        by_name = {}
-        for n in astwalk.walk(mod):
-            if isinstance(n, ast.ClassDef):
-                by_name.setdefault(n.name, []).append(n)
-        mod._recon_classes_by_name = by_name
+        _index(mod)
+        by_name = mod._recon_classes_by_name
     return by_name.get(name, ())
 
 
@@ -113,8 +131,8 @@ def single_assignments(mod: ast.AST) -> list:
     """Every ``target = value`` statement (one target) in ``mod``, in ``ast.walk`` order."""
     found = getattr(mod, "_recon_single_assignments", None)
     if found is None:
-        found = [n for n in astwalk.walk(mod) if isinstance(n, ast.Assign) and len(n.targets) == 1]
-        mod._recon_single_assignments = found
+        _index(mod)
+        found = mod._recon_single_assignments
     return found
 
 
@@ -122,8 +140,8 @@ def if_statements(mod: ast.AST) -> list:
     """Every ``if`` statement in ``mod``, in ``ast.walk`` order."""
     ifs = getattr(mod, "_recon_ifs", None)
     if ifs is None:
-        ifs = [n for n in astwalk.walk(mod) if isinstance(n, ast.If)]
-        mod._recon_ifs = ifs
+        _index(mod)
+        ifs = mod._recon_ifs
     return ifs
 
 

@@ -183,15 +183,8 @@ class World:
         ``get_model_config``, called before the hooks that read ``self.model_config``); else None."""
         memo = self.__dict__.setdefault("_sa_mc_attrs", {})
         if name not in memo:
-            memo[name] = False
             cls = self._class_ast(self.schema.class_qual) if self.schema is not None and self.schema.class_qual else None
-            want = self.model_config_name()
-            for n in astwalk.walk(cls) if cls is not None else ():
-                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name)
-                                                     and t.value.id == "self" for t in n.targets) \
-                        and any(isinstance(x, ast.Name) and x.id == want for x in astwalk.walk(n.value)):
-                    memo[name] = True
-                    break
+            memo[name] = cls is not None and name in _self_attrs_set_from(cls, self.model_config_name())
         return self.model_config() if memo[name] else None
 
     def namespaces_returned(self, qual: str) -> tuple:
@@ -1047,9 +1040,33 @@ def _stores_a_parameter(w) -> bool:
     return w.value.id in params
 
 
+def _self_attrs_set_from(cls: ast.AST, want: str) -> frozenset:
+    """The attributes ``self.<attr> = ...`` sets, somewhere in ``cls``, to a value that reads the
+    name ``want``; one walk of the class per name, kept on its node (the ServerArgs class, thousands
+    of lines, was walked again for every attribute asked)."""
+    memo = cls.__dict__.setdefault("_recon_self_attrs_from", {})
+    if want not in memo:
+        found = set()
+        for n in astwalk.walk(cls):
+            if isinstance(n, ast.Assign) and any(isinstance(x, ast.Name) and x.id == want for x in astwalk.walk(n.value)):
+                found |= {t.attr for t in n.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+        memo[want] = frozenset(found)
+    return memo[want]
+
+
 def _argument_refs(tree, module: str, name: str) -> list:
     """(enclosing function qual, line) of each call inside a function that passes ``name`` as an argument."""
-    out = []
+    return [(f"{module}.{q}", line) for q, line in _argument_index(tree).get(name, ())]
+
+
+def _argument_index(tree) -> dict:
+    """name -> (function qual in the module, line) of each call inside a function that passes that
+    name as an argument, in the order of one walk; made once per parsed module and kept on it (a
+    walk of every function of the module per name asked was the largest walk of a scenario)."""
+    index = getattr(tree, "_recon_argument_refs", None)
+    if index is not None:
+        return index
+    index = {}
 
     def walk(body, scope):
         for st in body:
@@ -1057,15 +1074,16 @@ def _argument_refs(tree, module: str, name: str) -> list:
                 q = f"{scope}.{st.name}" if scope else st.name
                 for n in astwalk.walk(st):
                     if isinstance(n, ast.Call):
-                        vals = list(n.args) + [k.value for k in n.keywords]
-                        if any(isinstance(v, ast.Name) and v.id == name for v in vals):
-                            out.append((f"{module}.{q}", n.lineno))
+                        passed = {v.id for v in (*n.args, *(k.value for k in n.keywords)) if isinstance(v, ast.Name)}
+                        for nm in sorted(passed):
+                            index.setdefault(nm, []).append((q, n.lineno))
                 walk(st.body, q)
             elif isinstance(st, ast.ClassDef):
                 walk(st.body, f"{scope}.{st.name}" if scope else st.name)
 
     walk(tree.body, "")
-    return out
+    tree._recon_argument_refs = index
+    return index
 
 
 def _flip_changes(primary, a, every) -> bool:

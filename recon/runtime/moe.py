@@ -29,7 +29,7 @@ from typing import Optional
 from ..engine.interp import UNKNOWN
 from ..names import dotted_name, last
 from ..engine.handoffs import guarded_calls, raising_guards
-from ..engine.asts import source_line as _src
+from ..engine.asts import if_statements, single_assignments, source_line as _src
 from ..engine.registries import custom_op_impl, registrations
 from ..engine.steptensors import EntryArgs, StepTensor, bundle_args, entry_tensors, premise_note, rebound, truth
 from ..engine.values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, Instance, LayerObj
@@ -422,13 +422,13 @@ class PathWalker:
         if id(fn) in self._lazy_memo:
             return self._lazy_memo[id(fn)]
         loads = {}
-        for n in astwalk.walk(fn):
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+        for n in single_assignments(fn):
+            if isinstance(n.targets[0], ast.Name) \
                     and isinstance(n.value, ast.Attribute) and isinstance(n.value.value, ast.Name) and n.value.value.id == "self":
                 loads[n.targets[0].id] = n.value.attr
         out = {}
-        for n in astwalk.walk(fn):
-            if not (isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
+        for n in if_statements(fn) if loads else ():
+            if not (isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Name)
                     and n.test.left.id in loads and isinstance(n.test.ops[0], ast.Is)
                     and isinstance(n.test.comparators[0], ast.Constant) and n.test.comparators[0].value is None):
                 continue
@@ -676,8 +676,7 @@ class PathWalker:
         """(memoized function, its call) when ``node`` is the result of one: the call itself
         (``build(x).op(...)``), or a local the function assigns once from it (``m = build(x)``)."""
         if isinstance(node, ast.Name):
-            got = [a.value for a in astwalk.walk(fn) if isinstance(a, ast.Assign) and len(a.targets) == 1
-                   and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id]
+            got = [a.value for a in single_assignments(fn) if isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id]
             node = got[0] if len(got) == 1 else None
         if not isinstance(node, ast.Call):
             return None
