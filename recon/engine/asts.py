@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from typing import Optional
 
 from .. import bounded
@@ -38,12 +39,26 @@ def module_ast(tree, path: str) -> Optional[ast.Module]:
     is not remembered. Readers never edit what they get (a rewrite works on a copy)."""
     asts = tree_memo(tree).setdefault("asts", {})
     if path not in asts:
-        text = tree.read_text(path)
-        try:
-            asts[path] = bounded.parse(text)
-        except (SyntaxError, ValueError):
-            asts[path] = None
+        meta = getattr(getattr(tree, "index", None), "files", {}).get(path)
+        key = (path, meta.digest) if getattr(meta, "digest", "") else None
+        got = _PARSED.get(key) if key else None
+        if got is None:
+            text = tree.read_text(path)
+            try:
+                got = bounded.parse(text)
+            except (SyntaxError, ValueError):
+                got = None
+            if got is not None and key:
+                _PARSED[key] = got
+        asts[path] = got
     return asts[path]
+
+
+# (path, content digest) -> its parsed module, while a loaded tree still holds it: a copy of a tree,
+# a checkout made from a release, or the next release where a file did not change shares the
+# parse (and the indexes kept on it: all derived from the file's content and path) instead of
+# parsing the same bytes again. Weak values: nothing stays once no tree holds it.
+_PARSED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def check_ast(ctx, path: str) -> Optional[ast.Module]:

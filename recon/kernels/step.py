@@ -27,6 +27,7 @@ import ast
 import re
 from typing import Optional
 
+from ..engine.asts import tree_memo
 from ..engine.interp import UNKNOWN
 from ..names import last, plain_dotted
 from ..runtime.moe import PathWalker, from_config, calls_list, jit_module, forks, leaf_tests, registrations, registry, walked_list
@@ -46,6 +47,20 @@ _LAYER_MODULES = (
 
 def _assume(a) -> dict:
     return {"test": a[0][:200], "holds": bool(a[1]), "path": a[2], "line": a[3]}
+
+
+def _classes_by_name(tree) -> dict:
+    """class name -> [(qualname, path)] over the tree's graph, made once per loaded tree (a step
+    asks for classes by name a dozen times per scenario; each scan of every node of the graph)."""
+    memo = tree_memo(tree)
+    got = memo.get("classes_by_name")
+    if got is None or got[0] is not tree.graph:
+        by_name: dict = {}
+        for n, d in tree.graph.nodes(data=True):
+            if d.get("kind") == "class":
+                by_name.setdefault(d.get("name"), []).append((n, d.get("path", "")))
+        got = memo["classes_by_name"] = (tree.graph, by_name)
+    return got[1]
 
 
 class Step:
@@ -112,8 +127,8 @@ class Step:
                                 "__only__": True})
 
     def classes(self, name: str, path_part: str = "") -> list[str]:
-        return sorted(n for n, d in self.G.nodes(data=True) if d.get("kind") == "class" and d.get("name") == name
-                      and "/srt/" in d.get("path", "") and path_part in d.get("path", ""))
+        return sorted(n for n, path in _classes_by_name(self.tree).get(name, ())
+                      if "/srt/" in path and path_part in path)
 
     # --- walking ---------------------------------------------------------------------------------
     def walk(self, inst: Instance, method: str, args: Optional[dict] = None, skip: Optional[set] = None,
