@@ -146,8 +146,9 @@ def pytest_configure(config):
 
 
 # CPU seconds of the longest files in a full run (bench/suite_profile.py); the rest keep their order
-FIRST = {"reference_impl/test_gluon_compile.py": 339, "test_apply.py": 285, "test_spec_matrix.py": 198,
-         "test_runtime_view.py": 144, "test_oracle_mechanisms.py": 126}
+FIRST = {"reference_impl/test_gluon_compile.py": 343, "test_apply.py": 269, "test_spec_matrix.py": 253,
+         "test_oracle_mechanisms.py": 96, "test_apply_hostile.py": 91, "test_will_it_run.py": 77,
+         "test_oracle_slice.py": 69, "test_rules_configs.py": 63, "test_runtime_view.py": 58, "test_dense_models.py": 53}
 
 
 @pytest.fixture(scope="session")
