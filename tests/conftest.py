@@ -94,10 +94,7 @@ def _collect_when_memory_grew():
 @pytest.fixture(scope="module", autouse=True)
 def _collect_after_each_module():
     yield
-    if _resident_mb() - _collected_at[1] > _GC_DEEP_MB:
-        _collect(deep=True)
-    else:
-        _collect(deep=False)
+    _collect(deep=_resident_mb() - _collected_at[1] > _GC_DEEP_MB)
 
 
 # The `quick` core (`pytest -m quick`, run on every change): every test that needs no released
