@@ -118,11 +118,11 @@ def install_tree_memo() -> None:
     from recon.engine.interp import tree_memo
 
     real = getattr(recon.tree.load, "__wrapped__", recon.tree.load)
-    # trees come and go here: none is frozen out of the collector's reach (frozen garbage is never
-    # freed); conftest runs the collector once per test module instead
+    # trees come and go here: recon's own freeze after a load would freeze whatever garbage exists
+    # at that moment too; conftest collects first and freezes only the survivors (its _collect)
     recon.tree.FREEZE_AFTER_LOAD = False
 
-    def timed(target, progress, released):
+    def load_now(target, progress, released):
         if BEFORE_LOAD is not None:
             BEFORE_LOAD()
         c0 = time.process_time()
@@ -134,11 +134,11 @@ def install_tree_memo() -> None:
     def load(target, progress=None):
         key = _released_key(target)
         if key is None:
-            return timed(target, progress, False)
+            return load_now(target, progress, False)
         hit = _TREES.get(key) or _held(key)
         if hit is None:
             with _turn(target.key):
-                hit = timed(target, progress, True)
+                hit = load_now(target, progress, True)
                 wait_for_writers()  # the cache entries this load writes behind, before the next worker reads
             tree_memo(hit)  # made now, so every copy below shares one memo of device-independent results
         _keep(key, hit)
