@@ -275,7 +275,8 @@ if _PROFILE:
         cpu = (c1.user - c0.user) + (c1.system - c0.system)
         child = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
         row = {"test": item.nodeid, "wall": round(_time.perf_counter() - t0, 3), "cpu": round(cpu, 3),
-               "child_cpu": round(child, 3), "full_gc": round(_gc_time[0] - g0, 3), "rss_mb": round(_rss_mb(), 1),
+               "child_cpu": round(child, 3), "sys": round(c1.system - c0.system, 3),
+               "child_sys": round(c1.children_system - c0.children_system, 3), "full_gc": round(_gc_time[0] - g0, 3), "rss_mb": round(_rss_mb(), 1),
                "peak_mb": round(_resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
         Path(_PROFILE).mkdir(parents=True, exist_ok=True)

@@ -169,6 +169,34 @@ def global_names(fn: ast.AST) -> frozenset:
     return names
 
 
+def module_global_writes(mod: ast.AST) -> frozenset:
+    """The ids of the one-target assignments of ``mod`` that bind a name of the module's globals:
+    at module level (``if`` / ``try`` blocks included), or in a function that declares the name
+    ``global``. A bare name assigned in a function otherwise is that function's local, and one in a
+    class body is a class attribute: neither is the module's."""
+    found = getattr(mod, "_recon_global_writes", None)
+    if found is not None:
+        return found
+    out = set()
+    stack = [(c, None) for c in ast.iter_child_nodes(mod)]  # (node, globals of its function; None: module level)
+    while stack:
+        n, declared = stack.pop()
+        t = type(n)
+        if t is ast.FunctionDef or t is ast.AsyncFunctionDef or t is ast.Lambda:
+            inner = global_names(n) if t is not ast.Lambda else frozenset()
+            stack.extend((c, inner) for c in ast.iter_child_nodes(n))
+            continue
+        if t is ast.ClassDef:
+            stack.extend((c, frozenset()) for c in ast.iter_child_nodes(n))  # its body binds class attributes
+            continue
+        if t is ast.Assign and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and (declared is None or n.targets[0].id in declared):
+            out.add(id(n))
+        stack.extend((c, declared) for c in ast.iter_child_nodes(n))
+    found = mod._recon_global_writes = frozenset(out)
+    return found
+
+
 def graph_function(ctx, node_id: str) -> Optional[tuple[str, ast.FunctionDef]]:
     """(path, def node) of a graph function node, found by its line."""
     d = ctx.tree.graph.nodes.get(node_id) or {}

@@ -9,7 +9,7 @@ import ast
 import re
 from typing import Optional
 
-from .asts import classes_named, defs_by_line, module_ast, single_assignments, tree_memo
+from .asts import classes_named, defs_by_line, module_ast, module_global_writes, single_assignments, tree_memo
 from .interp import UNKNOWN, in_place
 from .values import MISSING, ClassRef, EnumVal, HFConfig, Instance, ServerArgsObj
 from .writes import writes_in_module
@@ -47,6 +47,7 @@ class World:
         self._assigned = self._facts_scan.get("assigned", {})
         self.decorated = self._facts_scan.get("decorated", [])
         self._slot_index: dict = {}
+        self._slots_busy: set = set()  # slots whose writer is being evaluated (a recursion guard)
         self._defs_by_line: dict = {}
 
     # --- files ---------------------------------------------------------------------------------
@@ -878,12 +879,15 @@ class World:
 
     # --- slots written from a server argument --------------------------------------------------
     def _index_slots(self, mod: str) -> list:
-        """(target text, (field, value)) for each assignment in the module whose value reads a
-        server-argument field."""
+        """(target text, (field, value)) for each assignment of a module global or an attribute
+        chain in the module whose value reads a server-argument field."""
         path = self.G.nodes.get(mod, {}).get("path")
         tree = self.module_ast(path) if path else None
         out = []
+        module_level = module_global_writes(tree) if tree is not None else frozenset()
         for n in single_assignments(tree) if tree is not None else ():
+            if isinstance(n.targets[0], ast.Name) and id(n) not in module_level:
+                continue  # a function's local (``k_cache = view(k_cache, self.page_size)``): no slot of the module
             fields = [a.attr for a in astwalk.walk(n.value) if isinstance(a, ast.Attribute) and self.is_field(a.attr)]
             if fields:
                 out.append((ast.unparse(n.targets[0]), (fields[0], n.value)))
@@ -913,13 +917,18 @@ class World:
         fname, expr = got
         v = self.state.get(fname)
         if isinstance(expr, ast.Call) and depth <= ev.depth_limit:
-            target = ev._eval_raw(expr.func, {}, mod, "", depth + 1)
-            if isinstance(target, ClassRef):
-                return self.enum_member(target.qual, v) if self.is_enum(target.qual) else Instance(target.qual)
-            ref = ev._eval(expr.func, {}, mod, "", depth + 1)
-            if getattr(ref, "qual", None):
-                out = ev.call_function(ref.qual, [v], {}, depth + 1)
-                return out
+            if key in self._slots_busy:
+                return NotImplemented  # read again while its own writer is evaluated (``x = f(x.field)``)
+            self._slots_busy.add(key)
+            try:
+                target = ev._eval_raw(expr.func, {}, mod, "", depth + 1)
+                if isinstance(target, ClassRef):
+                    return self.enum_member(target.qual, v) if self.is_enum(target.qual) else Instance(target.qual)
+                ref = ev._eval(expr.func, {}, mod, "", depth + 1)
+                if getattr(ref, "qual", None):
+                    return ev.call_function(ref.qual, [v], {}, depth + 1)
+            finally:
+                self._slots_busy.discard(key)
         return v
 
     # --- what a whole step reads besides the MoE layer ---------------------------------------------

@@ -232,11 +232,14 @@ def writes_in_module(tree: ast.Module, path: str, module: str, keys=None, dict_l
     return out
 
 
-def local_value(assigns: list, name: str, line: int, env: dict, ev, module: str, scope: str, fill) -> object:
+def local_value(assigns: list, name: str, line: int, env: dict, ev, module: str, scope: str, fill,
+                given: frozenset = frozenset()) -> object:
     """The value ``name`` holds just before ``line``: its assignments in order, each replacing the
     last where its ``if`` tests hold (an undecided test counts as false: the primary rule).
-    ``fill(names)`` puts the other locals an expression reads into ``env`` first. Returns
-    ``MISSING_LOCAL`` when no assignment comes before ``line``."""
+    ``given`` holds ``(id(test), way)`` for the tests the reader at ``line`` itself sits under:
+    where the reader runs they went that way, so an assignment under the same test, undecided,
+    still holds there. ``fill(names)`` puts the other locals an expression reads into ``env``
+    first. Returns ``MISSING_LOCAL`` when no assignment comes before ``line``."""
     value = MISSING_LOCAL
     for lname, expr, ln, guards in assigns:
         if lname != name or ln >= line:
@@ -248,7 +251,8 @@ def local_value(assigns: list, name: str, line: int, env: dict, ev, module: str,
             env[name] = value  # x = f(x), `if x.is_auto(): x = ...`: the value so far
         if guards:
             tests = [ev.eval(g, env, module, scope) for g, _ in guards]
-            if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, guards)):
+            if any((want if t is UNKNOWN and (id(g), want) in given else False if t is UNKNOWN else bool(t)) != want
+                   for t, (g, want) in zip(tests, guards)):
                 continue
         value = ev._eval_raw(expr, env, module, scope)
     env.pop(name, None)

@@ -365,8 +365,10 @@ class PathWalker:
         self._lazy_memo: dict = {}
         self._quals: dict = {}  # id of an entered def -> its qualname
 
-    def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None) -> None:
-        """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads."""
+    def _locals_at(self, fn, line: int, env: dict, mod: str, scope: str, wanted: set, seen: Optional[set] = None,
+                   given: frozenset = frozenset()) -> None:
+        """Fill ``env`` with the simple local assignments before ``line`` that ``wanted`` reads;
+        ``given``: the tests the statement at ``line`` sits under (``local_value``)."""
         from ..engine.writes import MISSING_LOCAL, local_writes, local_value
         key = id(fn)
         if key not in self._local_cache:
@@ -381,9 +383,9 @@ class PathWalker:
             seen.add(name)
 
             def fill(names, _seen=seen):
-                self._locals_at(fn, line, env, mod, scope, {n for n in names if n not in env and n not in _seen}, _seen)
+                self._locals_at(fn, line, env, mod, scope, {n for n in names if n not in env and n not in _seen}, _seen, given)
 
-            v = local_value(assigns, name, line, env, self.ev, mod, scope, fill)
+            v = local_value(assigns, name, line, env, self.ev, mod, scope, fill, given)
             if v is not MISSING_LOCAL:
                 env[name] = v
             elif name in self._imports_of(fn):
@@ -553,7 +555,7 @@ class PathWalker:
                     env.pop(name)  # its own assignments (``_locals_at``) say what it holds from here
             names = {n.id for t, _ in guards for n in astwalk.walk(t) if isinstance(n, ast.Name)}
             names |= {n.id for n in astwalk.walk(call) if isinstance(n, ast.Name)}
-            self._locals_at(fn, call.lineno, env, mod, scope, names)
+            self._locals_at(fn, call.lineno, env, mod, scope, names, given=frozenset((id(t), h) for t, h in guards))
             for test, holds in guards:
                 reads = self.ev.step_reads
                 # a test read before the body assigned a handed tensor again still reads that tensor
