@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 from . import cachekey, safepath
 
@@ -212,14 +212,45 @@ def write_behind(jobs: list) -> None:
 _CHILDREN: list = []
 
 
+class Link(NamedTuple):
+    """A write-behind job's object: make the entry a second name of the entry at ``source`` (a hard
+    link, no second copy on disk), e.g. a graph stored under its target and under its content."""
+
+    source: Path
+
+
+def link_entry(path: Path, source: Path) -> None:
+    """``path`` becomes another name of the entry at ``source`` (both inside the cache; a link
+    planted at ``source`` is linked as the link, which no read follows). Never raises: an entry
+    that cannot be linked is a miss later."""
+    if _DISABLED:
+        return
+    try:
+        dest, src = Path(_entry(path, resolve=True)), _entry(source, resolve=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".{dest.name}.{os.getpid()}.link"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.link(src, tmp, follow_symlinks=False)
+        os.replace(tmp, dest)
+    except (OSError, safepath.UnsafePath):
+        return
+
+
 def _write_all(jobs: list) -> None:
-    """Each job's entry, signed; stops at the first that cannot be written (no cache from then)."""
+    """Each job's entry, signed; stops at the first that cannot be written (no cache from then).
+    An object in two jobs is pickled once."""
+    made: dict = {}
     for path, obj in jobs:
         path = Path(path)
-        if isinstance(obj, bytes):
+        if isinstance(obj, Link):
+            link_entry(path, obj.source)
+        elif isinstance(obj, bytes):
             save_entry(path, obj)
         else:
-            save_pickle(path, obj)
+            if id(obj) not in made:
+                made[id(obj)] = pickle.dumps((FORMAT, obj), protocol=pickle.HIGHEST_PROTOCOL)
+            save_entry(path, made[id(obj)])
         if _DISABLED:
             return
 

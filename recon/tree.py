@@ -1,6 +1,7 @@
 """Loading a target as one object: its index, its graph, and how they were obtained.
 
-The graph is cached per target next to the manifest, keyed by the digest of every file's content.
+The graph is cached per target next to the manifest, keyed by the digest of every file's content,
+and named by that digest too (a hard link), so a copy of a tree loaded for the first time finds it.
 A warm run with nothing changed unpickles it; a run after a few body edits patches those files in
 place (:func:`recon.graph.update_graph`); anything else rebuilds it from the facts.
 Python's cyclic GC is paused while these large, acyclic structures are built or loaded: it would
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from .cache import FORMAT, cache_dir, code_fingerprint, load_entry, load_pickle, save_pickle, wait_for_writers, write_behind
+from .cache import FORMAT, Link, cache_dir, code_fingerprint, load_entry, load_pickle, save_pickle, wait_for_writers, write_behind
 from .indexer import Index, build_index, load_facts
 from .progress import phase
 from .target import Target
@@ -96,6 +97,7 @@ class Tree:
     _resolver: Optional[Resolver] = None
     key: str = ""  # digest of every file's content and of the code that indexed it
     _lazy: Optional[_CachedGraph] = None
+    _rpath: Optional[Path] = None  # where the resolver of the cached graph is kept, when not under the target
 
     def __getattr__(self, name: str):
         # called only when ``graph`` is not yet in the instance: read the cached graph now
@@ -116,7 +118,7 @@ class Tree:
     def resolver(self) -> Resolver:
         if self._resolver is None:
             self.graph  # noqa: B018 - a lazily cached graph decides whether the stored resolver holds
-            rpath = _graph_paths(self.target.key)[1]
+            rpath = self._rpath or _graph_paths(self.target.key)[1]
             with paused_gc(freeze=True):
                 self._resolver = load_pickle(rpath) if self.timings.get("graph") == "cached" else None
                 if self._resolver is None:
@@ -142,6 +144,12 @@ def _graph_paths(key: str) -> tuple[Path, Path]:
     # the resolver is an object of recon's own classes: one pickled by other code is not reused
     fp = code_fingerprint("facts", "pyfacts", "indexer", "graph")
     return base / f"{key}.graph.pkl", base / f"{key}.{fp}.resolver.pkl"
+
+
+def _content_paths(key: str) -> tuple[Path, Path]:
+    """The graph and resolver of a content key, whatever target had it: a copy of a tree, or a
+    checkout whose files are byte for byte another's, finds the graph built for the first."""
+    return _graph_paths(f"content-{key}")
 
 
 def _content_key(index: Index) -> str:
@@ -181,6 +189,13 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
         lazy = None
         if builder is None and _cached_key(gpath) == key:  # the graph for this content: read it when used
             lazy = _CachedGraph(gpath, key, index, rpath)
+        cpath, crpath = _content_paths(key)
+        if builder is not None and _cached_key(cpath) == key:
+            # a target seen for the first time whose content a graph was built for: that graph (the
+            # nodes the builder made meanwhile are dropped), named for this target too, so that an
+            # edit to it later is patched rather than rebuilt
+            lazy = _CachedGraph(cpath, key, index, crpath)
+            jobs += [(gpath, Link(cpath)), (rpath, Link(crpath))]
         cached = load_pickle(gpath) if builder is None and lazy is None else None
         graph = resolver = None
         how = "built"
@@ -208,6 +223,7 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
             jobs.append((gpath, (key, graph)))
             if how == "built":  # a patch keeps the interface, so the stored resolver still holds
                 jobs.append((rpath, resolver))
+            jobs += [(cpath, Link(gpath)), (crpath, Link(rpath))]
         if jobs:
             write_behind(jobs)
         timings["graph_s"] = time.perf_counter() - t1
@@ -219,6 +235,7 @@ def load(target: Target, progress: Optional[Callable[[int, int], None]] = None) 
     if lazy is not None:
         del tree.__dict__["graph"]
         tree._lazy = lazy
+        tree._rpath = lazy.rpath
     # the graph and index live as long as the process: keep the collector from rescanning them
     _freeze()
     return tree

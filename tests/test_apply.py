@@ -67,6 +67,12 @@ def _drop_tmp_graph_caches():
 
     for f in (cache_dir() / "graph").glob("dir-*pytest*"):
         f.unlink(missing_ok=True)
+    for f in (cache_dir() / "graph").glob("content-*"):  # the same graphs under their content: no other name left
+        try:
+            if f.stat().st_nlink == 1:
+                f.unlink()
+        except OSError:
+            pass
 
 
 def cli(*args):

@@ -114,3 +114,30 @@ def test_index_reports_version_and_no_crash(tree_0513, tree_new):
     # every diagnostic is one line naming the problem
     for path, msg in tree_0513.index.diagnostics:
         assert "\n" not in msg
+
+
+def test_a_copy_of_a_release_finds_its_graph_by_content(sglang_0513, tmp_path):
+    """Two copies of the 0.5.13.post1 tree in new folders: the second (at the latest) reads the
+    graph cached for that content instead of building it, and it is the same graph."""
+    import shutil
+    from pathlib import Path
+
+    from recon.cache import wait_for_writers
+    from recon.target import from_path
+    from recon.tree import load
+
+    trees = []
+    for name in ("one", "two"):
+        shutil.copytree(Path(sglang_0513.source.root) / "sglang", tmp_path / name / "sglang")
+        trees.append(load(from_path(tmp_path / name)))
+        wait_for_writers()
+    assert trees[1].timings["graph"] == "cached" and trees[0].key == trees[1].key
+    g0, g1 = trees[0].graph, trees[1].graph
+    assert g1.number_of_nodes() == g0.number_of_nodes() > 10000
+    assert sorted(g1.out_edges("sglang.srt.layers.quantization.mxfp4_marlin_moe.Mxfp4MarlinMoEMethod.apply", keys=True)) \
+        == sorted(g0.out_edges("sglang.srt.layers.quantization.mxfp4_marlin_moe.Mxfp4MarlinMoEMethod.apply", keys=True))
+    from recon.cache import cache_dir
+
+    for name in ("one", "two"):  # these folders' own entries (the content's stays for the next copy)
+        for f in (cache_dir() / "graph").glob(f"dir-*{tmp_path.name}*{name}*"):
+            f.unlink(missing_ok=True)

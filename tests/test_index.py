@@ -105,6 +105,55 @@ def test_a_cached_graph_is_read_on_first_use(tmp_path, cache):
     assert sorted(again.graph.nodes) == sorted(cold.graph.nodes) and again.timings["graph"] == "built"
 
 
+def test_a_copy_of_a_tree_finds_the_graph_built_for_its_content(tmp_path, cache):
+    import os
+    import shutil
+
+    from recon.cache import wait_for_writers
+
+    files = {"sglang/srt/a.py": "def helper():\n    pass\n",
+             "sglang/srt/b.py": "from sglang.srt.a import helper\ndef run():\n    helper()\n"}
+    first = load(_tree(tmp_path, files))
+    assert first.timings["graph"] == "built"
+    wait_for_writers()
+    copy = tmp_path / "copy"
+    shutil.copytree(first.target.source.root, copy)
+    twin = load(from_path(copy))
+    assert twin.timings["graph"] == "cached"  # first seen here, found by content
+    assert sorted(twin.graph.edges(keys=True)) == sorted(first.graph.edges(keys=True))
+    assert twin.resolver is not None
+    wait_for_writers()
+    # named for the copy too, with no second copy on disk: the copy's own entry is the same file
+    entries = sorted((cache / "graph").glob("*.graph.pkl"), key=lambda p: p.name)
+    assert len({os.stat(p).st_ino for p in entries}) == 1 and len(entries) == 3
+    # an edit to the copy is patched from that entry, and the original is left as it was
+    (copy / "sglang/srt/b.py").write_text("from sglang.srt.a import helper\ndef run():\n    x = 1\n    helper()\n")
+    assert load(from_path(copy)).timings["graph"] == "patched"
+    assert load(first.target).timings["graph"] == "cached"
+
+
+def test_a_link_planted_at_a_content_entry_is_not_followed(tmp_path, cache):
+    import shutil
+
+    from recon.cache import wait_for_writers
+    from recon.tree import _content_paths
+
+    files = {"sglang/srt/a.py": "def helper():\n    pass\n"}
+    first = load(_tree(tmp_path, files))
+    wait_for_writers()
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"not recon's")
+    gpath = _content_paths(first.key)[0]
+    gpath.unlink()
+    gpath.symlink_to(outside)
+    copy = tmp_path / "copy"
+    shutil.copytree(first.target.source.root, copy)
+    twin = load(from_path(copy))
+    assert twin.timings["graph"] == "built" and "sglang.srt.a.helper" in twin.graph
+    wait_for_writers()
+    assert outside.read_bytes() == b"not recon's"
+
+
 def test_corrupt_cache_entries_are_rebuilt(tmp_path, cache):
     target = _tree(tmp_path, {"sglang/srt/a.py": "def helper():\n    pass\n"})
     load(target)

@@ -177,23 +177,27 @@ def module_global_writes(mod: ast.AST) -> frozenset:
     found = getattr(mod, "_recon_global_writes", None)
     if found is not None:
         return found
-    out = set()
-    stack = [(c, None) for c in ast.iter_child_nodes(mod)]  # (node, globals of its function; None: module level)
+    # statements only (an assignment or a `global` is never inside an expression): each bare-name
+    # assignment with the scope it sits in, and each scope's `global`s
+    module, candidates, declared = object(), [], {}
+    stack = [(st, module) for st in mod.body]
     while stack:
-        n, declared = stack.pop()
+        n, scope = stack.pop()
         t = type(n)
-        if t is ast.FunctionDef or t is ast.AsyncFunctionDef or t is ast.Lambda:
-            inner = global_names(n) if t is not ast.Lambda else frozenset()
-            stack.extend((c, inner) for c in ast.iter_child_nodes(n))
+        if t is ast.Assign:
+            if len(n.targets) == 1 and type(n.targets[0]) is ast.Name:
+                candidates.append((n, scope))
             continue
-        if t is ast.ClassDef:
-            stack.extend((c, frozenset()) for c in ast.iter_child_nodes(n))  # its body binds class attributes
+        if t is ast.Global:
+            declared.setdefault(id(scope), set()).update(n.names)
             continue
-        if t is ast.Assign and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
-                and (declared is None or n.targets[0].id in declared):
-            out.add(id(n))
-        stack.extend((c, declared) for c in ast.iter_child_nodes(n))
-    found = mod._recon_global_writes = frozenset(out)
+        inner = n if t is ast.FunctionDef or t is ast.AsyncFunctionDef or t is ast.ClassDef else scope
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for st in getattr(n, field, ()):
+                stack.append((st, inner))
+    found = mod._recon_global_writes = frozenset(
+        id(n) for n, scope in candidates
+        if scope is module or (type(scope) is not ast.ClassDef and n.targets[0].id in declared.get(id(scope), ())))
     return found
 
 
