@@ -31,3 +31,19 @@ def walk(node: AST) -> Iterator[AST]:
                     if isinstance(item, AST):
                         append(item)
         yield node
+
+
+def names_in(node: AST) -> frozenset:
+    """The identifiers of every ``Name`` under ``node`` (itself included), kept on the node: the
+    locals an expression or a test reads are asked for again at each read of a local."""
+    found = getattr(node, "_recon_names", None)
+    if found is None:
+        found = frozenset(n.id for n in walk(node) if n.__class__ is _Name)
+        try:
+            node._recon_names = found
+        except AttributeError:  # a node that takes no attributes: not kept
+            pass
+    return found
+
+
+from ast import Name as _Name  # noqa: E402

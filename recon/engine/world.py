@@ -859,8 +859,8 @@ class World:
                     if v is not UNKNOWN:
                         env[p] = v
         env.update({k: v for k, v in (extra or {}).items()})
-        wanted = {n.id for g, _ in w.guards for n in astwalk.walk(g) if isinstance(n, ast.Name)}
-        wanted |= {n.id for n in astwalk.walk(w.value) if isinstance(n, ast.Name)}
+        wanted = {n for g, _ in w.guards for n in astwalk.names_in(g)}
+        wanted |= astwalk.names_in(w.value)
         self._fill_locals(w, env, wanted, ev, set())
         return env
 

@@ -244,8 +244,8 @@ def local_value(assigns: list, name: str, line: int, env: dict, ev, module: str,
     for lname, expr, ln, guards in assigns:
         if lname != name or ln >= line:
             continue
-        reads = {n.id for g, _ in guards for n in astwalk.walk(g) if isinstance(n, ast.Name)}
-        reads |= {n.id for n in astwalk.walk(expr) if isinstance(n, ast.Name)}
+        reads = {n for g, _ in guards for n in astwalk.names_in(g)}
+        reads |= astwalk.names_in(expr)
         fill(reads - {name})
         if value is not MISSING_LOCAL:
             env[name] = value  # x = f(x), `if x.is_auto(): x = ...`: the value so far

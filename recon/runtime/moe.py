@@ -456,7 +456,7 @@ class PathWalker:
         for full, ln, guards in binds:
             if ln >= line:
                 continue
-            fill({n.id for g, _ in guards for n in astwalk.walk(g) if isinstance(n, ast.Name)})
+            fill({n for g, _ in guards for n in astwalk.names_in(g)})
             tests = [self.ev.eval(g, env, mod, scope) for g, _ in guards]
             if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, guards)):
                 continue
@@ -553,8 +553,8 @@ class PathWalker:
             for name, ln in stale.items():
                 if ln <= call.lineno and env.get(name) is handed[name]:
                     env.pop(name)  # its own assignments (``_locals_at``) say what it holds from here
-            names = {n.id for t, _ in guards for n in astwalk.walk(t) if isinstance(n, ast.Name)}
-            names |= {n.id for n in astwalk.walk(call) if isinstance(n, ast.Name)}
+            names = {n for t, _ in guards for n in astwalk.names_in(t)}
+            names |= astwalk.names_in(call)
             self._locals_at(fn, call.lineno, env, mod, scope, names, given=frozenset((id(t), h) for t, h in guards))
             for test, holds in guards:
                 reads = self.ev.step_reads
