@@ -27,7 +27,8 @@ from tests import scenarios  # noqa: E402
 scenarios.install_tree_memo()
 
 # Fixtures that fetch a released wheel: every test that uses one (directly or through another
-# fixture) is marked `network` here, so `pytest -m "not network"` runs offline without a list to keep.
+# fixture), or calls from_version itself, is marked `network` here, so `pytest -m "not network"`
+# runs offline without a list to keep.
 WHEEL_FIXTURES = frozenset({"sglang_0513", "sglang_new", "tree_old", "tree_0513", "tree_new", "tree_unseen", "tree_traced"})
 # A release outside the three above, for the mechanisms the differential oracle (bench/oracle)
 # found wrong: a fix must hold on a release the rest of the suite never reads.
@@ -111,13 +112,42 @@ NOT_QUICK = frozenset({
 _TESTS = Path(__file__).resolve().parent
 
 
+def _fetches_a_release(item) -> bool:
+    """A test that loads a released tree itself (``from_version("0.5.16")`` in its body, a release
+    no fixture holds) needs a wheel as much as one that takes a wheel fixture; one that hands
+    from_version a string it refuses (``"latest; rm -rf /"``) does not."""
+    fn = getattr(item, "function", None)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    if code not in _FETCHES:
+        import ast
+        import inspect
+        import re
+        import textwrap
+
+        try:
+            body = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        except (OSError, TypeError, SyntaxError):
+            body = None
+        _FETCHES[code] = body is not None and any(
+            isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "from_version"
+            and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)
+            and re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", n.args[0].value)  # a release, not a refused string
+            for n in ast.walk(body))
+    return _FETCHES[code]
+
+
+_FETCHES: dict = {}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         # a test parametrized with fixture names fetches them with request.getfixturevalue
         callspec = getattr(item, "callspec", None)
         used |= {v for v in (callspec.params.values() if callspec else ()) if isinstance(v, str)}
-        if WHEEL_FIXTURES & used:
+        if WHEEL_FIXTURES & used or _fetches_a_release(item):
             item.add_marker(pytest.mark.network)
         elif item.get_closest_marker("network") is None and item.get_closest_marker("gpu") is None:
             rel = Path(str(item.fspath)).resolve().relative_to(_TESTS).as_posix()

@@ -26,6 +26,16 @@ def test_wheel_fixtures_mark_their_tests_network():
     assert "tests/test_profiles.py::test_seed_model" in offline and "tests/test_targets.py::test_bad_versions" in offline
 
 
+def test_a_test_that_loads_a_release_itself_is_network():
+    """A release no fixture holds, loaded in the test's body (0.5.16, 0.5.20): network, not quick."""
+    files = ["tests/test_placement.py", "tests/test_will_it_run.py"]
+    net, quick = _collected("-m", "network", *files), _collected("-m", "quick", *files)
+    for t in ("tests/test_placement.py::test_unseen_release_places_findings",
+              "tests/test_will_it_run.py::test_a_release_pinning_sm120_kernels_gives_no_error"):
+        assert t in net and t not in quick
+    assert quick  # the rest of those files' offline tests stay quick
+
+
 def test_quick_is_the_offline_core():
     """`-m quick`: offline tests only, without the slow offline files (conftest.NOT_QUICK)."""
     files = ["tests/test_cli.py", "tests/test_profiles.py", "tests/test_install_layout.py", "tests/test_ci_command.py"]
