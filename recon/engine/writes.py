@@ -249,14 +249,21 @@ def local_value(assigns: list, name: str, line: int, env: dict, ev, module: str,
         fill(reads - {name})
         if value is not MISSING_LOCAL:
             env[name] = value  # x = f(x), `if x.is_auto(): x = ...`: the value so far
-        if guards:
-            tests = [ev.eval(g, env, module, scope) for g, _ in guards]
-            if any((want if t is UNKNOWN and (id(g), want) in given else False if t is UNKNOWN else bool(t)) != want
-                   for t, (g, want) in zip(tests, guards)):
-                continue
+        # every test evaluated (what each reads is noted, an environment variable's default included)
+        ways = [_way(ev.eval(g, env, module, scope), (id(g), want), given) for g, want in guards]
+        if any(way != want for way, (_, want) in zip(ways, guards)):
+            continue
         value = ev._eval_raw(expr, env, module, scope)
     env.pop(name, None)
     return value
+
+
+def _way(value, test: tuple, given: frozenset) -> bool:
+    """The way a test of an assignment is taken: its value; undecided, false (the primary rule),
+    unless the reader sits under the same test (``test`` in ``given``): then the way it went there."""
+    if value is not UNKNOWN:
+        return bool(value)
+    return test[1] if test in given else False
 
 
 class _MissingLocal:
