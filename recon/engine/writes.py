@@ -250,7 +250,7 @@ def local_value(assigns: list, name: str, line: int, env: dict, ev, module: str,
         if value is not MISSING_LOCAL:
             env[name] = value  # x = f(x), `if x.is_auto(): x = ...`: the value so far
         # every test evaluated (what each reads is noted, an environment variable's default included)
-        ways = [_way(ev.eval(g, env, module, scope), (id(g), want), given) for g, want in guards]
+        ways = [way_taken(ev.eval(g, env, module, scope), (id(g), want), given) for g, want in guards]
         if any(way != want for way, (_, want) in zip(ways, guards)):
             continue
         value = ev._eval_raw(expr, env, module, scope)
@@ -258,7 +258,7 @@ def local_value(assigns: list, name: str, line: int, env: dict, ev, module: str,
     return value
 
 
-def _way(value, test: tuple, given: frozenset) -> bool:
+def way_taken(value, test: tuple, given: frozenset) -> bool:
     """The way a test of an assignment is taken: its value; undecided, false (the primary rule),
     unless the reader sits under the same test (``test`` in ``given``): then the way it went there."""
     if value is not UNKNOWN:

@@ -452,13 +452,14 @@ class PathWalker:
         """What a name imported in two branches is bound to at ``line``: the last import before it
         whose tests hold (an undecided test counts as false, the primary rule), as a callable value:
         an in-tree function, or a library's (ExtRef)."""
+        from ..engine.writes import way_taken
         got = None
         for full, ln, guards in binds:
             if ln >= line:
                 continue
             fill({n for g, _ in guards for n in astwalk.names_in(g)})
-            tests = [self.ev.eval(g, env, mod, scope) for g, _ in guards]
-            if any((False if t is UNKNOWN else bool(t)) != want for t, (_, want) in zip(tests, guards)):
+            ways = [way_taken(self.ev.eval(g, env, mod, scope), (id(g), want), frozenset()) for g, want in guards]
+            if any(way != want for way, (_, want) in zip(ways, guards)):
                 continue
             got = full
         if got is None:
