@@ -7,6 +7,7 @@ The cache lives in ``RECON_CACHE_DIR`` when set, else in ``.cache/recon-tests`` 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,8 @@ TRACED_VERSION = "0.5.19"
 import gc as _gc_policy  # noqa: E402
 
 _gc_policy.disable()
-_GC_STEP_MB = 384
-_GC_DEEP_MB = 1024
+_GC_STEP_MB = int(os.environ.get("RECON_TEST_GC_STEP_MB", "384"))
+_GC_DEEP_MB = int(os.environ.get("RECON_TEST_GC_DEEP_MB", "1024"))
 _collected_at = [0.0, 0.0]  # resident MB after the last collection, after the last deep one
 
 
@@ -64,13 +65,19 @@ def _resident_mb() -> float:
 
 
 def _collect(deep: bool) -> None:
+    before, t0 = _resident_mb(), time.perf_counter()
     if deep:
         _gc_policy.unfreeze()
-    _gc_policy.collect()
+    found = _gc_policy.collect()
     _gc_policy.freeze()
     _collected_at[0] = _resident_mb()
     if deep:
         _collected_at[1] = _collected_at[0]
+    if ON_COLLECT is not None:
+        ON_COLLECT(deep, found, time.perf_counter() - t0, before, _collected_at[0])
+
+
+ON_COLLECT = None  # the profile's log of each collection (RECON_TEST_PROFILE)
 
 
 def _collect_if_grown() -> None:
@@ -348,7 +355,15 @@ if _PROFILE:
         with open(Path(_PROFILE) / f"builds-{row['worker']}.jsonl", "a") as f:
             f.write(_json.dumps(row) + "\n")
 
+    def _log_collect(deep, found, secs, rss_before, rss_after):
+        row = {"what": "collect", "deep": deep, "found": found, "secs": round(secs, 3), "rss_before": round(rss_before),
+               "rss_after": round(rss_after), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+               "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+        with open(Path(_PROFILE) / f"builds-{row['worker']}.jsonl", "a") as f:
+            f.write(_json.dumps(row) + "\n")
+
     scenarios.ON_LOAD = _log_load
+    ON_COLLECT = _log_collect
     Path(_PROFILE).mkdir(parents=True, exist_ok=True)
     _logged(_runtime, "build")
     _logged(_kmap, "build_map")
