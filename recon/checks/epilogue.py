@@ -20,6 +20,7 @@ from ..facts import Call
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, params_key, parse_expr, per_file_memo
 from . import CheckContext, check, params_dict
+from ..engine.asts import tree_memo
 from ..engine.dtypes import DTYPE_BYTES, SCALE_BYTES
 from ..engine.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 from .. import astwalk
@@ -205,9 +206,10 @@ def _names(node) -> set:
 
 
 def _kernel_sites(ctx: CheckContext) -> dict[str, dict[str, list[int]]]:
-    """{path: {function qualname: [lines of Triton launches and native-op calls]}} from the graph."""
-    key = ("epilogue", "sites")
-    if key not in ctx.cache:
+    """{path: {function qualname: [lines of Triton launches and native-op calls]}} from the graph;
+    device-independent, so kept on the loaded tree (``tree_memo``) for every scenario of it."""
+    memo = tree_memo(ctx.tree)
+    if "kernel_sites" not in memo:
         G = ctx.tree.graph
         out: dict[str, dict[str, list[int]]] = {}
         for u, v, d in G.edges(data=True):
@@ -218,8 +220,8 @@ def _kernel_sites(ctx: CheckContext) -> dict[str, dict[str, list[int]]]:
                     continue
                 q = ud.get("qualname") or ud.get("name")
                 out.setdefault(d["path"], {}).setdefault(q, []).append(d["line"])
-        ctx.cache[key] = out
-    return ctx.cache[key]
+        memo["kernel_sites"] = out
+    return memo["kernel_sites"]
 
 
 def exclusive(ifs: list, a: int, b: int) -> bool:

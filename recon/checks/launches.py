@@ -18,6 +18,7 @@ from .. import bounded
 from ..findings import Evidence, Finding
 from ..tritonast import file_summary, parse_expr
 from . import CheckContext, check
+from ..engine.asts import tree_memo
 from ..engine.kernelfacts import kernel_summary
 from ..engine.shapes import DEFAULT_SYMBOLS, ShapeEval, Unresolved
 
@@ -160,11 +161,13 @@ def evaluate_launch(ctx: CheckContext, rule, caller: str, kernel: str, edge: dic
 
 
 def launch_edges(ctx: CheckContext) -> list[tuple[str, str, dict]]:
-    key = ("launches", "edges")
-    if key not in ctx.cache:
+    """The graph's launch edges in file order. They depend on the tree alone, so they are kept on
+    the loaded tree (``tree_memo``) and a second device or model does not scan the graph again."""
+    memo = tree_memo(ctx.tree)
+    if "launch_edges" not in memo:
         out = [(u, v, d) for u, v, d in ctx.tree.graph.edges(data=True) if d.get("kind") == "launches"]
-        ctx.cache[key] = sorted(out, key=lambda e: (e[2]["path"], e[2]["line"]))
-    return ctx.cache[key]
+        memo["launch_edges"] = sorted(out, key=lambda e: (e[2]["path"], e[2]["line"]))
+    return memo["launch_edges"]
 
 
 def evaluated_launches(ctx: CheckContext, rule) -> list[dict]:

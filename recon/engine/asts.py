@@ -27,17 +27,47 @@ def tree_memo(tree) -> dict:
     return memo
 
 
+_SOURCE_LINES: "weakref.WeakKeyDictionary[ast.AST, str]" = weakref.WeakKeyDictionary()
+
+
 def source_line(node) -> str:
-    """An expression's source with its whitespace folded: one line for messages and keys."""
-    return re.sub(r"\s+", " ", ast.unparse(node)).strip()
+    """An expression's source with its whitespace folded: one line for messages and keys. Kept
+    per node while the node lives: the parsed modules are shared by every scenario of a tree and
+    never edited (a rewrite works on a copy, a new node), and the MoE walk renders the same
+    conditions for each device and model."""
+    try:
+        return _SOURCE_LINES[node]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referable: render it each time
+        return re.sub(r"\s+", " ", ast.unparse(node)).strip()
+    text = _SOURCE_LINES[node] = re.sub(r"\s+", " ", ast.unparse(node)).strip()
+    return text
 
 
-def module_ast(tree, path: str) -> Optional[ast.Module]:
+def module_ast(tree, path: str, keep: bool = True) -> Optional[ast.Module]:
     """The syntax tree of one of the tree's files, parsed once per loaded tree (``bounded.parse``)
     and shared by every reader and every scenario: the gate model, the engine's world, the checks.
     None when the file does not parse; a file that cannot be read raises (OSError, KeyError), and
-    is not remembered. Readers never edit what they get (a rewrite works on a copy)."""
+    is not remembered. Readers never edit what they get (a rewrite works on a copy).
+
+    ``keep=False`` is for a scan over many files whose result is kept on its own (as strings and
+    lines, in the tree's memo): a file not parsed yet is parsed for it without being kept by the
+    tree, and freed once the scan is done with it. The parsed modules were half of a large
+    release's memory, and some hundreds of them were read by such scans alone, once."""
     asts = tree_memo(tree).setdefault("asts", {})
+    if path not in asts and not keep:
+        meta = getattr(getattr(tree, "index", None), "files", {}).get(path)
+        key = (path, meta.digest) if getattr(meta, "digest", "") else None
+        got = _PARSED.get(key) if key else None
+        if got is None:
+            try:
+                got = bounded.parse(tree.read_text(path))
+            except (SyntaxError, ValueError):
+                return None
+            if key:
+                _PARSED[key] = got
+        return got
     if path not in asts:
         meta = getattr(getattr(tree, "index", None), "files", {}).get(path)
         key = (path, meta.digest) if getattr(meta, "digest", "") else None

@@ -20,7 +20,7 @@ from .. import bounded
 from .interp import STEP_BUDGET, UNKNOWN, Interpreter, FuncHandle, Raised, Returned, in_place_call, truth_value, unpack
 from ..names import dotted_name
 from .values import MISSING, ClassRef, EnumVal, ExtRef, FuncRef, HFConfig, Instance, LayerObj, ModelPath, Partial, ServerArgsObj
-from .asts import global_names, source_line
+from .asts import global_names, source_line, tree_memo
 from .steptensors import AtLeast, StepTensor, TensorShape
 from .. import astwalk
 
@@ -51,7 +51,9 @@ class Evaluator(Interpreter):
         self._primary_depth = 0
         self._globals: dict = {}
         self.global_sites: dict = {}  # (module, name) -> (value, path, line, function, assumptions)
-        self._tables: dict = {}  # module -> {name: display expression bound once at top level}
+        # module -> {name: display expression bound once at top level}: the tree's alone, shared by
+        # every scenario of it (the expressions are kept, not the files they were read from)
+        self._tables: dict = tree_memo(world.tree).setdefault("module_tables", {})
         self.step_reads = 0  # reads of a step tensor's size (recon.engine.steptensors): the premise used
 
     # --- helpers -------------------------------------------------------------------------------
@@ -706,7 +708,7 @@ class Evaluator(Interpreter):
         through ``from m import name``. NotImplemented when the name is no such table."""
         if mod not in self._tables:
             path = self.world.G.nodes.get(mod, {}).get("path")
-            tree = self.world.module_ast(path) if path else None
+            tree = self.world.module_ast(path, keep=False) if path else None
             found, count = {}, {}
             for st in tree.body if tree is not None else ():
                 targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []

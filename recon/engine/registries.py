@@ -24,7 +24,7 @@ def registrations(world) -> list[tuple[tuple, str, str, int]]:
     # keys come from the source (facts keep decorators as dotted names only)
     regs = []
     for _, deco, q, path, line in out:
-        tree = world.module_ast(path)
+        tree = world.module_ast(path, keep=False)  # keys, names and lines are kept, not the file
         fn = None
         for n in astwalk.walk(tree) if tree is not None else ():
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == q.rsplit(".", 1)[-1]:
@@ -50,7 +50,8 @@ def custom_op_impl(world, op: str) -> Optional[tuple]:
     that hands an in-tree function to a registration together with the op's name
     (``direct_register_custom_op(op_name="x", op_func=x, ...)``), or a decorator that names the op
     (``@torch.library.custom_op("ns::x")``). None when the op is registered outside the tree."""
-    memo = world.__dict__.setdefault("_custom_ops", {})
+    from .asts import tree_memo
+    memo = tree_memo(world.tree).setdefault("custom_ops", {})  # the tree's alone: every scenario shares it
     if op in memo:
         return memo[op]
     memo[op] = None
@@ -58,7 +59,7 @@ def custom_op_impl(world, op: str) -> Optional[tuple]:
     ns = op.split(".")[2] if op.count(".") >= 3 else ""
     wanted = {name, f"{ns}::{name}"}
     for path, module in sorted({x for v in wanted for x in world.files_with_string(v)}):
-        tree = world.module_ast(path)
+        tree = world.module_ast(path, keep=False)
         for st in tree.body if tree is not None else ():
             fn_name, line = None, st.lineno
             if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):

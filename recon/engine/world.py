@@ -51,7 +51,14 @@ class World:
         self._defs_by_line: dict = {}
 
     # --- files ---------------------------------------------------------------------------------
-    def module_ast(self, path: str):
+    def module_ast(self, path: str, keep: bool = True):
+        """The parsed file (``asts.module_ast``); ``keep=False`` for a scan whose result is kept
+        without the syntax tree (the file is not kept parsed for it)."""
+        if not keep:
+            try:
+                return module_ast(self.tree, path, keep=False)
+            except OSError:
+                return None
         if self.shared_asts is not None:
             return self.shared_asts(path)
         try:
@@ -481,7 +488,7 @@ class World:
         by = self._writes_by_path.get(path)
         if by is None:
             by = {}
-            tree = self.module_ast(path)
+            tree = self.module_ast(path, keep=False)  # the writes keep their own nodes
             for w in writes_in_module(tree, path, module, None, changes=True) if tree is not None else ():
                 by.setdefault(w.key, []).append(w)
             self._writes_by_path[path] = by

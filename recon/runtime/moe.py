@@ -123,7 +123,7 @@ def registry(world) -> dict:
     mods = sorted((n, d["path"]) for n, d in G.nodes(data=True) if d.get("kind") == "module"
                   and ".layers.quantization" in n and n.count(".") <= 4 and "srt" in n)
     for mod, path in mods:
-        tree = world.module_ast(path)
+        tree = world.module_ast(path, keep=False)  # names and lines are kept, not the file
         if tree is None:
             continue
         dicts = []
