@@ -93,6 +93,23 @@ def _collect_if_grown() -> None:
 scenarios.BEFORE_LOAD = _collect_if_grown
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """The released trees among a test's fixtures are used now (tests/scenarios.py ``touch``)."""
+    from recon.tree import Tree
+
+    trees = []
+    for value in getattr(item, "funcargs", {}).values():
+        try:
+            held = getattr(value, "tree", None)
+        except Exception:  # a fixture's value whose attributes raise: it holds no tree
+            held = None
+        for t in (value, held):
+            if isinstance(t, Tree):
+                trees.append(t)
+    scenarios.touch(trees)
+
+
 @pytest.fixture(autouse=True)
 def _collect_when_memory_grew():
     yield

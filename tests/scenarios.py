@@ -45,7 +45,7 @@ def _keep(key, tree) -> None:
     _TREES[key] = tree
     _TREES.move_to_end(key)
     while len(_TREES) > _KEEP:
-        _, old = _TREES.popitem(last=False)
+        old_key, old = _TREES.popitem(last=False)
         for memo in (_VIEWS, _MAPS):
             for k in [k for k in memo if k[0] == old.key]:
                 del memo[k]
@@ -55,9 +55,39 @@ def _keep(key, tree) -> None:
         # trees out of the collector's reach instead (tried) kept every tree alive at the time
         # of a freeze, garbage included: 6.2 GB peak.
         old.__dict__.get("_recon_memo", {}).clear()
-        _cut_graph_views(old.__dict__.get("graph"))
-        lazy = old.__dict__.get("_lazy")
-        _cut_graph_views(getattr(lazy, "graph", None))
+        _drop_graphs([old] + [t for t in (r() for r in _ALIVE.get(old_key, ())) if t is not None and t is not old])
+
+
+def _drop_graphs(copies) -> None:
+    """A tree out of the memo keeps no graph it can read again: a module fixture that still holds
+    it (three releases in one test file) held three graphs and three memos, the suite's peak. The
+    copies of a tree share one cached-graph holder; the graph is unpickled again on the next use
+    and the memo made again. A graph built in memory (no cache entry behind it) stays."""
+    lazy = copies[0].__dict__.get("_lazy")
+    shared = getattr(lazy, "graph", None)
+    for tree in copies:
+        graph = tree.__dict__.get("graph")
+        _cut_graph_views(graph)
+        if shared is not None and lazy.resolver is None and graph is shared:
+            del tree.__dict__["graph"]
+    if shared is not None and lazy.resolver is None:
+        _cut_graph_views(shared)
+        lazy.graph = None
+
+
+def touch(trees) -> None:
+    """The released trees a test is handed (its fixtures' values) count as used now, as a load
+    does: the memo keeps the trees used last, whether a test loaded them or a module fixture holds
+    them, and a tree held but not used lately carries no graph or memo meanwhile."""
+    keyed = {}
+    for tree in trees:
+        key = _released_key(tree.target)
+        if key is not None:
+            keyed.setdefault(key, tree)
+    if len(keyed) > _KEEP:
+        return  # a test that uses more trees than the memo keeps: none is dropped under it
+    for key, tree in keyed.items():
+        _keep(key, _TREES.get(key) or tree)
 
 
 def _cut_graph_views(graph) -> None:
