@@ -354,7 +354,8 @@ class Resolver:
         """In-tree classes assigned to ``self.attr`` in ``cls`` or its bases."""
         out = []
         for c in self.mro(cls):
-            for mod, scope, value in self.attr_types.get(c, {}).get(attr, ()):
+            # a set: sorted, or the classes (and the edges made from them) come in the process's hash order
+            for mod, scope, value in sorted(self.attr_types.get(c, {}).get(attr, ())):
                 r = self.resolve(mod, scope, value)
                 if r and self.nodes.get(r) == "class" and r not in out:
                     out.append(r)
@@ -383,9 +384,8 @@ def interface(f: FileFacts) -> tuple:
 
 
 class GraphBuilder:
-    """Builds the graph as facts arrive (symbols and nodes need one file at a time), then the edges,
-    which need every file's symbols, in :meth:`finish`. A cold run feeds it while the workers are
-    still extracting, so only the edges are left once the last file is in."""
+    """Takes each file's facts as they arrive (a cold run feeds it while the workers are still
+    extracting), and makes symbols, nodes and edges in :meth:`finish`, in path order."""
 
     def __init__(self):
         self.resolver = Resolver(())
@@ -399,16 +399,22 @@ class GraphBuilder:
         if f.__class__ is tuple:
             f = FileFacts._make(f)
         self.paths.add(f.path)
-        if f.kind == "py" and f.error is None:
-            self.resolver._collect(f)
-            _add_nodes(self.graph, f)
+        if (f.kind == "py" and f.error is None) or (f.kind == "cpp" and f.ops):
             self._py.append(f)
-        elif f.kind == "cpp" and f.ops:
-            for name, line in f.ops:
-                node = f"torch.ops.{name}"
-                self.graph.add_node(node, kind="native_op", name=name.rsplit(".", 1)[-1], path=f.path, line=line)
 
     def finish(self) -> tuple[nx.MultiDiGraph, Resolver]:
+        # Files arrive in the order the workers finish them. Symbols, nodes and edges are made in
+        # path order, so that the same tree gives the same graph, node and edge order included:
+        # the resolver's tables and every walk over a node's edges follow that order, and an
+        # arrival order in them made two cold runs of one spec pick different MoE leaves.
+        for f in sorted(self._py, key=lambda f: f.path):
+            if f.kind == "py":
+                self.resolver._collect(f)
+                _add_nodes(self.graph, f)
+            else:
+                for name, line in f.ops:
+                    self.graph.add_node(f"torch.ops.{name}", kind="native_op", name=name.rsplit(".", 1)[-1], path=f.path, line=line)
+        self._py = [f for f in self._py if f.kind == "py"]
         self.resolver._resolve_bases()
         for f in sorted(self._py, key=lambda f: f.path):
             _add_edges(self.graph, self.resolver, f)
