@@ -56,32 +56,29 @@ def module_ast(tree, path: str, keep: bool = True) -> Optional[ast.Module]:
     tree, and freed once the scan is done with it. The parsed modules were half of a large
     release's memory, and some hundreds of them were read by such scans alone, once."""
     asts = tree_memo(tree).setdefault("asts", {})
-    if path not in asts and not keep:
-        meta = getattr(getattr(tree, "index", None), "files", {}).get(path)
-        key = (path, meta.digest) if getattr(meta, "digest", "") else None
-        got = _PARSED.get(key) if key else None
-        if got is None:
-            try:
-                got = bounded.parse(tree.read_text(path))
-            except (SyntaxError, ValueError):
-                return None
-            if key:
-                _PARSED[key] = got
-        return got
-    if path not in asts:
-        meta = getattr(getattr(tree, "index", None), "files", {}).get(path)
-        key = (path, meta.digest) if getattr(meta, "digest", "") else None
-        got = _PARSED.get(key) if key else None
-        if got is None:
-            text = tree.read_text(path)
-            try:
-                got = bounded.parse(text)
-            except (SyntaxError, ValueError):
-                got = None
-            if got is not None and key:
-                _PARSED[key] = got
+    if path in asts:
+        return asts[path]
+    got = _parsed(tree, path)
+    if keep:
         asts[path] = got
-    return asts[path]
+    return got
+
+
+def _parsed(tree, path: str) -> Optional[ast.Module]:
+    """The file parsed: shared with another tree holding the same content, else parsed now (and
+    offered to the next one). None when it does not parse."""
+    meta = getattr(getattr(tree, "index", None), "files", {}).get(path)
+    key = (path, meta.digest) if getattr(meta, "digest", "") else None
+    got = _PARSED.get(key) if key else None
+    if got is None:
+        text = tree.read_text(path)
+        try:
+            got = bounded.parse(text)
+        except (SyntaxError, ValueError):
+            return None
+        if key:
+            _PARSED[key] = got
+    return got
 
 
 # (path, content digest) -> its parsed module, while a loaded tree still holds it: a copy of a tree,
