@@ -391,7 +391,7 @@ class GraphBuilder:
         self.resolver = Resolver(())
         self.graph = nx.MultiDiGraph()
         self.graph.add_node(MODEL_FORWARD, kind="entry", name="forward", path="", line=0)
-        self._py: list[FileFacts] = []
+        self._files: list[FileFacts] = []  # Python files that parsed, C++ files that register ops
         self.paths: set[str] = set()
 
     def add(self, f) -> None:
@@ -400,24 +400,25 @@ class GraphBuilder:
             f = FileFacts._make(f)
         self.paths.add(f.path)
         if (f.kind == "py" and f.error is None) or (f.kind == "cpp" and f.ops):
-            self._py.append(f)
+            self._files.append(f)
 
     def finish(self) -> tuple[nx.MultiDiGraph, Resolver]:
         # Files arrive in the order the workers finish them. Symbols, nodes and edges are made in
         # path order, so that the same tree gives the same graph, node and edge order included:
         # the resolver's tables and every walk over a node's edges follow that order, and an
         # arrival order in them made two cold runs of one spec pick different MoE leaves.
-        for f in sorted(self._py, key=lambda f: f.path):
+        files = sorted(self._files, key=lambda f: f.path)
+        for f in files:
             if f.kind == "py":
                 self.resolver._collect(f)
                 _add_nodes(self.graph, f)
             else:
                 for name, line in f.ops:
                     self.graph.add_node(f"torch.ops.{name}", kind="native_op", name=name.rsplit(".", 1)[-1], path=f.path, line=line)
-        self._py = [f for f in self._py if f.kind == "py"]
         self.resolver._resolve_bases()
-        for f in sorted(self._py, key=lambda f: f.path):
-            _add_edges(self.graph, self.resolver, f)
+        for f in files:
+            if f.kind == "py":
+                _add_edges(self.graph, self.resolver, f)
         _done(self.graph)
         return self.graph, self.resolver
 
