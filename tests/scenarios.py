@@ -10,7 +10,7 @@ once, by recon's own public functions, and shared:
   ``wheels/``, whose content never changes) is loaded once per cache folder while it is in use; a
   test with its own cache folder, and every synthetic or copied tree, still gets a real load. Two
   workers that need the same cold tree take turns (a file lock), so the second reads what the first
-  cached. The memo keeps the ``RECON_TEST_TREES`` (default 2) trees used last, and any tree a test
+  cached. The memo keeps the ``RECON_TEST_TREES`` (default 1) trees used last, and any tree a test
   or fixture still holds: a worker that held every release it met for the whole session reached
   6 GB; one dropped is read back from the disk cache when a later module asks for it.
 - :func:`view` and :func:`kernel_map`: one runtime view / kernel map per scenario, read-only.
@@ -34,7 +34,7 @@ _TREES: collections.OrderedDict = collections.OrderedDict()  # the trees used la
 _ALIVE: dict = {}  # key -> weak references to every copy handed out: a tree something still holds
 _VIEWS: dict = {}
 _MAPS: dict = {}
-_KEEP = max(1, int(os.environ.get("RECON_TEST_TREES", "2")))
+_KEEP = max(1, int(os.environ.get("RECON_TEST_TREES", "1")))
 BEFORE_LOAD = None  # conftest's collector, run before each real load
 ON_LOAD = None  # conftest's profile log of each real load: (target, CPU seconds, released?)
 
@@ -73,6 +73,9 @@ def _drop_graphs(copies) -> None:
     if shared is not None and lazy.resolver is None:
         _cut_graph_views(shared)
         lazy.graph = None
+    # the file facts made from the store (a fifth of a large release's memory) go with it: every
+    # copy shares the one index, and a fact read again equals the one dropped
+    copies[0].index.release_facts()
 
 
 def touch(trees) -> None:

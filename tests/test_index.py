@@ -208,3 +208,26 @@ def test_cpp_op_registrations(tmp_path, cache):
     )
     tree = load(target)
     assert tree.graph.nodes["torch.ops.sgl_kernel.fp4_group_mm"]["line"] == 2
+
+
+def test_released_facts_are_read_again_equal(tmp_path, cache):
+    """Index.release_facts drops the records made so far (what a process keeping a tree it is not
+    using gives back): the next read makes a new record from the store, equal to the one dropped;
+    a file extracted in this run and one whose store entry went missing meanwhile read the same."""
+    from recon.cache import wait_for_writers
+    from recon.indexer import _facts_path
+
+    target = _tree(tmp_path, {"sglang/srt/a.py": "def f():\n    return g()\n\ndef g():\n    return 1\n",
+                              "sglang/srt/b.py": "class C:\n    def run(self):\n        return 2\n"})
+    index = build_index(target)
+    a, b = index.facts("sglang/srt/a.py"), index.facts("sglang/srt/b.py")
+    assert index.facts("sglang/srt/a.py") is a  # kept while not released
+    index.release_facts()
+    assert not index._loaded
+    wait_for_writers()
+    _facts_path(b.digest).unlink()  # b's store entry gone: b is extracted again, a read from the store
+    a2, b2 = index.facts("sglang/srt/a.py"), index.facts("sglang/srt/b.py")
+    wait_for_writers()
+    assert _facts_path(b.digest).exists()  # and stored again
+    assert a2 is not a and a2 == a and [d.qualname for d in a2.defs] == ["f", "g"]
+    assert b2 is not b and b2 == b
