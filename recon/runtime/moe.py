@@ -480,7 +480,10 @@ class PathWalker:
         if method and names:
             names = names[1:]
         out = {}
-        for p, a in zip(names, call.args):
+        # a method reached without its object (``x.run(a)`` with ``x`` unknown): the call's first
+        # argument is not its ``self``, and which parameter it fills is not known
+        unbound = not method and bool(names) and names[0] in ("self", "cls")
+        for p, a in zip(names if not unbound else (), call.args):
             if not isinstance(a, ast.Starred):
                 v = self.ev._eval_raw(a, env, mod, scope)
                 if v is not UNKNOWN:
@@ -635,6 +638,18 @@ class PathWalker:
                         self.walk(target, held, via + [hop], cwhen, depth + 1, self._bind(target, call, env, mod, scope, True))
                         self._registry(held, via + [hop], cwhen, depth)
                         continue
+                elif name.count(".") == 2 and (held is UNKNOWN or held is MISSING or held is None):
+                    alts = self._held_alternatives(selfval, held_attr, meth)
+                    if alts:
+                        # which object the attribute holds is not decided (None where every test
+                        # the engine cannot decide is taken as false): each class its writes
+                        # construct is one outcome, under the tests that lead to that write, and
+                        # its method runs on that object, not on an unknown one
+                        for target, obj, extra, w in alts:
+                            reg = Hop(f"self.{held_attr} is a {obj.cls.rsplit('.', 1)[-1]}, built in {w.scope}",
+                                      w.path, w.line, target, extra)
+                            self.walk(target, obj, via + [hop, reg], cwhen + extra, depth + 1, self._bind(target, call, env, mod, scope, True))
+                        continue
             if self._product_call(fn, call, env, mod, scope, via + [hop], cwhen, depth):
                 continue
             if self._held_call(name, call, env, mod, scope, selfval, via + [hop], cwhen, depth):
@@ -725,6 +740,37 @@ class PathWalker:
             return False
         self._leaf("library", full, path, line, via, when)
         return True
+
+    def _held_alternatives(self, selfval: Instance, attr: str, meth: str) -> list:
+        """(method, object, undecided tests, write) for each write of ``self.<attr>`` in the
+        object's class that constructs an in-tree class with ``meth``: an if-chain that picks one
+        core among several (``if backend.is_triton(): self.core = TritonCore(config) elif ...``).
+        A write whose tests the engine decides against is not an outcome; the tests it cannot
+        decide are the ones between the outcomes."""
+        out = []
+        ev = self.ev
+        for w in self.world.class_writes(selfval.cls, attr):
+            if w.mutates or not isinstance(w.value, ast.Call):
+                continue
+            env = self.world.write_env(w, selfval, ev, dict(selfval.attrs.get("__args__", {})) if w.scope.endswith(".__init__") else None)
+            obj = ev._eval_raw(w.value, env, w.module, w.scope)
+            if not isinstance(obj, Instance):
+                continue
+            target = self.world.method(obj.cls, meth)
+            if not target:
+                continue
+            extra, runs = [], True
+            for test, want in w.guards:
+                v = truth(ev.eval(test, env, w.module, w.scope))
+                if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, EnumVal):
+                    extra.append((_src(test), want))
+                    self.test_sites.setdefault(_src(test), (w.path, getattr(test, "lineno", w.line)))
+                elif bool(v) != want:
+                    runs = False
+                    break
+            if runs:
+                out.append((target, obj, tuple(extra), w))
+        return out
 
     def _registry(self, held: Instance, via, when, depth) -> None:
         """The functions a registry keyed by the held object's constructor constants dispatches to."""
