@@ -48,6 +48,9 @@ TRACED_VERSION = "0.5.19"
 # - a shallow collection after each test module and after any test that grew resident memory by
 #   _GC_STEP_MB since the last one (a module of tree copies, the apply tests, makes a loaded tree and
 #   its memo, a cycle, per test: 5.7 GB when collected only per module);
+# - a shallow one before a tree load once _GC_LOAD_OBJECTS objects were made since the last one: a
+#   test that loads a copy per CLI command frees the previous copy before making the next (resident
+#   memory does not show it: the process reuses what it freed, at its high-water mark);
 # - a deep one (unfreeze first) when memory grew by _GC_DEEP_MB since the last deep one: what was
 #   frozen alive and became cyclic garbage later (a module fixture's tree) is freed there. An evicted
 #   released tree needs none: tests/scenarios.py cuts its cycles, and reference counting frees it.

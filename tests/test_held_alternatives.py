@@ -62,7 +62,7 @@ def test_each_core_is_an_outcome_under_its_own_test(synthetic):
     # neither is on the path taken when every undecided test is false: no core is assumed
     assert not a["primary"] and not b["primary"]
     # the hop names the write that builds the core
-    assert "self.core is a CoreA, built in Runner.__init__" in [h["what"] for h in a["via"]]
+    assert "self.core = CoreA(...) in Runner.__init__" in [h["what"] for h in a["via"]]
 
 
 def test_a_decided_backend_keeps_one_core(synthetic):

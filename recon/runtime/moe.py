@@ -75,6 +75,12 @@ class Leaf:
         return not self.when or () in merge_ways(self.ways | {way_of(self.when)})
 
 
+def _undecided(v) -> bool:
+    """A test's value the walk cannot take a branch on: unknown, or not a plain constant (an object,
+    an enum member: its truth is not what the code compares)."""
+    return v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, EnumVal)
+
+
 def cond_text(test: str, holds: bool) -> str:
     """One undecided test in the sense a way takes it: ``t`` or ``not t``."""
     return test if holds else f"not ({test})" if " " in test else f"not {test}"
@@ -577,7 +583,7 @@ class PathWalker:
                     # decided by the scenario's premise (the step's tensors are not empty): said once
                     self.world.notes.setdefault("premise:step-tensors", premise_note())
                     self.premise_sites.setdefault(_src(test), (path, getattr(test, "lineno", call.lineno)))
-                if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, EnumVal):
+                if _undecided(v):
                     left.append((_src(test), holds))
                     self.test_sites.setdefault(_src(test), (path, getattr(test, "lineno", call.lineno)))
                 elif bool(v) != holds:
@@ -646,7 +652,7 @@ class PathWalker:
                         # construct is one outcome, under the tests that lead to that write, and
                         # its method runs on that object, not on an unknown one
                         for target, obj, extra, w in alts:
-                            reg = Hop(f"self.{held_attr} is a {obj.cls.rsplit('.', 1)[-1]}, built in {w.scope}",
+                            reg = Hop(f"self.{held_attr} = {obj.cls.rsplit('.', 1)[-1]}(...) in {w.scope}",
                                       w.path, w.line, target, extra)
                             self.walk(target, obj, via + [hop, reg], cwhen + extra, depth + 1, self._bind(target, call, env, mod, scope, True))
                         continue
@@ -762,7 +768,7 @@ class PathWalker:
             extra, runs = [], True
             for test, want in w.guards:
                 v = truth(ev.eval(test, env, w.module, w.scope))
-                if v is UNKNOWN or not isinstance(v, (bool, int, float, str, type(None))) or isinstance(v, EnumVal):
+                if _undecided(v):
                     extra.append((_src(test), want))
                     self.test_sites.setdefault(_src(test), (w.path, getattr(test, "lineno", w.line)))
                 elif bool(v) != want:
